@@ -1,0 +1,93 @@
+"""The ``maka`` command: tools that work on an output directory after (or without) a pytest run.
+
+    maka report DIR     rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl
+
+Each subcommand is one ``_cmd_*`` function registered in :func:`build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from .store.ledger import ATTEMPTS_FILE, Ledger, write_results
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A problem worth one line on stderr, with the exit code to use."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _cohort_name(records: Sequence[dict], out_dir: Path) -> str:
+    """The cohort named by most records, else the directory's name."""
+    names = Counter(str(r["cohort"]) for r in records if r.get("cohort"))
+    return names.most_common(1)[0][0] if names else out_dir.resolve().name
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import terminal_lines, write_views
+
+    out_dir = Path(args.dir)
+    if not (out_dir / ATTEMPTS_FILE).is_file():
+        raise CliError(f"no {ATTEMPTS_FILE} in {out_dir} (is it a pytest-maka output directory?)", EXIT_USAGE)
+    records = Ledger(out_dir).cell_records()
+    if not records:
+        raise CliError(f"{out_dir / ATTEMPTS_FILE} holds no complete attempt", EXIT_USAGE)
+    cohort = args.cohort or _cohort_name(records, out_dir)
+    try:
+        paths = {"results": write_results(out_dir, records)}
+        paths.update(write_views(out_dir, records, cohort=cohort))
+    except ValueError as e:  # e.g. a record with an unknown taxonomy status
+        raise CliError(str(e)) from None
+    except OSError as e:
+        raise CliError(f"cannot write to {out_dir}: {e.strerror or e}") from None
+    for path in paths.values():
+        print(f"wrote {path}")
+    print()
+    print(f"cohort {cohort}: {len(records)} cells")
+    for line in terminal_lines(records):
+        print(line)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; a new subcommand is one ``add_parser`` block here."""
+    parser = argparse.ArgumentParser(
+        prog="maka", description="pytest-maka: work with an experiment's output directory."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    report = commands.add_parser(
+        "report",
+        help="rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl",
+        description="Rebuild results.jsonl (earliest valid attempt per cell), report.html and summary.md "
+        "from the attempts ledger in DIR.",
+    )
+    report.add_argument("dir", metavar="DIR", help="the output directory of a run (--maka-out)")
+    report.add_argument("--cohort", help="cohort name for the report header (default: from the records)")
+    report.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``maka`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"maka: error: {e}", file=sys.stderr)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Cohort spec file → one pytest item per cell, with ids ``TASK[SUBJECT-rN]``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from . import compat
+from .core.cell import Cell
+from .core.taxonomy import MEANING, PYTEST_OUTCOME, Status
+
+if TYPE_CHECKING:
+    from .session import MakaSession
+
+CELL_FIXTURES = ("maka_workspace", "executor_lease")
+
+
+class CellFailed(Exception):
+    """The subject did not succeed (agent_failure, agent_incomplete, budget_exhausted)."""
+
+
+class CellError(Exception):
+    """No fair verdict: verifier, infra or policy failure (shown as a pytest error)."""
+
+
+class CohortFile(pytest.File):
+    """The spec given with --maka-spec; its children are the cells of the cohort."""
+
+    maka: MakaSession
+
+    def collect(self) -> Any:
+        info = None
+        for cell in self.maka.cohort.cells:
+            item = CellItem.from_parent(self, cell=cell, fixtureinfo=info)
+            info = item._fixtureinfo
+            reason = self.maka.skip_reason(cell)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+            yield item
+
+
+class CellItem(pytest.Item):
+    """One (task, subject, repetition). Runs the cell lifecycle in ``runtest``."""
+
+    def __init__(self, *, cell: Cell, parent: CohortFile, fixtureinfo: Any = None, **kw: Any) -> None:
+        nodeid = compat.cell_nodeid(parent, cell.task.id, cell.params)
+        super().__init__(name=cell.id, parent=parent, nodeid=nodeid, **kw)
+        self.cell = cell
+        self.maka: MakaSession = parent.maka
+        self.maka_record: dict[str, Any] | None = None
+        self.extra_keyword_matches.update({cell.task.id, cell.subject.name, cell.subject.kind, f"r{cell.repetition}"})
+        self.add_marker(pytest.mark.usefixtures(*CELL_FIXTURES))
+        compat.setup_fixtures(self, fixtureinfo or compat.fixture_info(self))
+
+    def setup(self) -> None:
+        compat.fill_fixtures(self)
+
+    def runtest(self) -> None:
+        funcargs = self.funcargs  # type: ignore[attr-defined]
+        record = self.maka.runner.run_cell(self.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
+        self.maka_record = record
+        status = Status(record["status"])
+        outcome = PYTEST_OUTCOME[status]
+        if outcome == "failed":
+            raise CellFailed(record)
+        if outcome == "error":
+            raise CellError(record)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, (CellFailed, CellError)):
+            return describe(excinfo.value.args[0], self.maka.out_dir_display)
+        return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"maka cell {self.cell.id}"
+
+
+def describe(record: dict[str, Any], out_dir: str) -> str:
+    """The few lines a reader needs to know whose fault a red cell is and where to look."""
+    status = Status(record["status"])
+    error = (record.get("error") or {}).get("message") or ""
+    lines = [f"{status.value}: {error}" if error else status.value, f"  meaning: {MEANING[status]}"]
+    if record.get("score") is not None:
+        lines.append(f"  score: {record['score']}")
+    if record.get("attempt_count", 1) > 1:
+        history = ", ".join(f"#{a['attempt']} {a['status']}" for a in record.get("attempts", []))
+        lines.append(f"  attempts: {history}")
+    if record.get("resumed"):
+        lines.append("  (reported from the ledger of an earlier run into this output directory)")
+    artifacts = record.get("artifacts") or {}
+    if artifacts.get("dir"):
+        lines.append(f"  artifacts: {out_dir}/{artifacts['dir']}")
+    return "\n".join(lines)

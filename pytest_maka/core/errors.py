@@ -1,0 +1,36 @@
+"""User-facing errors: one message naming the file, the key path and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class MakaUserError(Exception):
+    """A mistake in the user's input. Printed as one line, never with a traceback."""
+
+    def __init__(self, file: str | Path | None, key: str | None, message: str) -> None:
+        self.file = str(file) if file is not None else None
+        self.key = key
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.file, self.key) if p]
+        prefix = ": ".join(parts)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+class SpecError(MakaUserError):
+    """The cohort spec is malformed or names something that does not exist."""
+
+
+class TaskError(MakaUserError):
+    """A task directory (or instance file) is not a valid task."""
+
+
+class ExecutorUnavailable(Exception):
+    """The executor cannot run at all on this machine (one-line reason)."""
+
+
+class InfraError(Exception):
+    """The platform failed during an attempt: classified as infra_failure."""

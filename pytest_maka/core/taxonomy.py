@@ -1,0 +1,115 @@
+"""The outcome taxonomy (DESIGN.md §4) and the one pure function that assigns it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """Every attempt ends in exactly one of these classes."""
+
+    AGENT_SUCCESS = "agent_success"
+    AGENT_FAILURE = "agent_failure"
+    AGENT_INCOMPLETE = "agent_incomplete"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    VERIFIER_FAILURE = "verifier_failure"
+    INFRA_FAILURE = "infra_failure"
+    POLICY_DENIED = "policy_denied"
+    AGENT_ABORTED = "agent_aborted"
+
+
+#: Classes that count in the official denominator.
+OFFICIAL: frozenset[Status] = frozenset({Status.AGENT_SUCCESS, Status.AGENT_FAILURE, Status.AGENT_INCOMPLETE})
+
+#: Classes that are a final result for a cell: a rerun into the same output reuses them.
+FINAL: frozenset[Status] = OFFICIAL | {Status.BUDGET_EXHAUSTED}
+
+#: Classes that are the harness's or the verifier's fault, not the subject's.
+HARNESS_SIDE: frozenset[Status] = frozenset({Status.VERIFIER_FAILURE, Status.INFRA_FAILURE, Status.POLICY_DENIED})
+
+#: How each class shows in pytest: "passed", "failed" or "error".
+PYTEST_OUTCOME: dict[Status, str] = {
+    Status.AGENT_SUCCESS: "passed",
+    Status.AGENT_FAILURE: "failed",
+    Status.AGENT_INCOMPLETE: "failed",
+    Status.BUDGET_EXHAUSTED: "failed",
+    Status.VERIFIER_FAILURE: "error",
+    Status.INFRA_FAILURE: "error",
+    Status.POLICY_DENIED: "error",
+    Status.AGENT_ABORTED: "failed",
+}
+
+#: One-line meaning of each class, shown in reports.
+MEANING: dict[Status, str] = {
+    Status.AGENT_SUCCESS: "the subject stopped, the verifier ran and passed",
+    Status.AGENT_FAILURE: "the subject stopped, the verifier ran and rejected the result",
+    Status.AGENT_INCOMPLETE: "the subject did not finish (timeout, crash, non-zero exit) and did not pass",
+    Status.BUDGET_EXHAUSTED: "a budget set by the experimenter ran out before success",
+    Status.VERIFIER_FAILURE: "the verifier could not give a verdict",
+    Status.INFRA_FAILURE: "the platform failed before a fair result",
+    Status.POLICY_DENIED: "a safety policy stopped the attempt",
+    Status.AGENT_ABORTED: "cancelled by the user or the system",
+}
+
+
+@dataclass(frozen=True)
+class SubjectOutcome:
+    """What happened to the subject's run (measured by the harness, not claimed)."""
+
+    exit_code: int | None = None
+    timed_out: bool = False
+    started: bool = True
+
+
+@dataclass(frozen=True)
+class VerifierOutcome:
+    """What the verifier produced. ``passed`` is None when it gave no verdict."""
+
+    ran: bool = True
+    timed_out: bool = False
+    passed: bool | None = None
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """Everything classify() looks at. Each field is a fact the harness observed."""
+
+    subject: SubjectOutcome | None = None
+    verifier: VerifierOutcome | None = None
+    infra_error: str | None = None
+    policy_denied: str | None = None
+    budget_exceeded: str | None = None
+    aborted: bool = False
+
+
+def classify(facts: AttemptFacts) -> Status:
+    """Map the facts of one attempt to exactly one taxonomy class.
+
+    Order matters: cancellation, policy and infrastructure come first because no fair
+    verdict exists then; next the verifier is the only authority on pass/fail; only
+    when it rejected the result do we ask why the subject did not succeed.
+    """
+    if facts.aborted:
+        return Status.AGENT_ABORTED
+    if facts.policy_denied:
+        return Status.POLICY_DENIED
+    if facts.budget_exceeded and (facts.subject is None or not facts.subject.started):
+        return Status.BUDGET_EXHAUSTED
+    if facts.infra_error or facts.subject is None or not facts.subject.started:
+        return Status.INFRA_FAILURE
+    verifier = facts.verifier
+    if verifier is None or not verifier.ran or verifier.timed_out or verifier.passed is None:
+        return Status.VERIFIER_FAILURE
+    if verifier.passed:
+        return Status.AGENT_SUCCESS
+    if facts.budget_exceeded:
+        return Status.BUDGET_EXHAUSTED
+    if facts.subject.timed_out or facts.subject.exit_code != 0:
+        return Status.AGENT_INCOMPLETE
+    return Status.AGENT_FAILURE
+
+
+def is_retryable(status: Status, *, retry_verifier: bool = False) -> bool:
+    """Only infrastructure failures (and verifier failures, if the policy says so) earn another attempt."""
+    return status is Status.INFRA_FAILURE or (retry_verifier and status is Status.VERIFIER_FAILURE)

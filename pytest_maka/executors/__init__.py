@@ -1,0 +1,1 @@
+"""Executors: where an attempt runs (local sandbox, docker, ... via plugins)."""

@@ -1,0 +1,117 @@
+"""The executor interface: a session-wide Executor hands out one fresh Sandbox per attempt.
+
+Contract every executor keeps (checked by tests/conformance for each one):
+- ``lease()`` yields a fresh environment built from the task; nothing a previous attempt
+  did is visible in it. Leaving the context removes it, on success, error or Ctrl-C.
+- ``exec()`` returns only when every process the command started is gone, also on timeout
+  (the whole process tree is killed, then the call returns with ``timed_out=True``).
+- Output beyond ``max_output_bytes`` per stream is dropped and flagged, never buffered.
+- Only the variables in ``env`` reach the command; the host environment does not.
+- ``network=False`` means the command cannot reach any network, loopback of the host included.
+- ``put`` overwrites what is at the destination; ``get`` never follows a symlink out of
+  the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from ..core.cell import Cell
+from ..core.task import Task
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did, as measured by the executor."""
+
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+@dataclass
+class LeaseRequest:
+    """What an attempt asks of an executor."""
+
+    cell: Cell
+    attempt: int
+    #: Host directory for this attempt's artifacts (executor may write logs there).
+    attempt_dir: Path
+    #: Host scratch directory the executor may use and must not outlive the lease.
+    scratch_dir: Path
+    #: Extra read-only uploads wanted before the subject starts: sandbox path -> host path.
+    uploads: Mapping[str, Path] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One attempt's environment: exec, put, get, and a description of its isolation."""
+
+    def exec(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        timeout_sec: float | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        network: bool = False,
+        cwd: str | None = None,
+        max_output_bytes: int = 8 * 1024 * 1024,
+    ) -> ExecResult: ...
+
+    def put(self, host_path: Path, sandbox_path: str) -> None: ...
+
+    def get(self, sandbox_path: str, host_path: Path) -> bool:
+        """Copy out; False when nothing is at ``sandbox_path``."""
+        ...
+
+    def remove(self, sandbox_path: str) -> None: ...
+
+    def workspace_snapshot(self, dest: Path) -> Path:
+        """A host directory holding the workdir's current content (may be ``dest`` or a live path)."""
+        ...
+
+    def baseline_workspace(self) -> Path | None:
+        """A host directory with the workdir as it was before the subject started, if known."""
+        ...
+
+    def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
+        """What this sandbox really provides, for the record."""
+        ...
+
+
+class Executor(Protocol):
+    """Session-wide: created once per process from the spec's ``executor:`` entry."""
+
+    kind: ClassVar[str]
+    #: Validates the spec's ``executor:`` options (all keys but ``kind``).
+    Options: ClassVar[type[BaseModel]]
+
+    def check(self) -> None:
+        """Raise ExecutorUnavailable with a one-line reason if this executor cannot run here."""
+        ...
+
+    @property
+    def isolated(self) -> bool:
+        """False when commands run without a sandbox (model-backed subjects need an opt-out)."""
+        ...
+
+    def prepare(self, tasks: list[Task]) -> None:
+        """Once per process before cells run (e.g. check images); may be a no-op."""
+        ...
+
+    def lease(self, request: LeaseRequest) -> AbstractContextManager[Sandbox]: ...
+
+    def close(self) -> None: ...
+
+
+LeaseIterator = Iterator[Sandbox]

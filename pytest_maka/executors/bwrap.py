@@ -1,0 +1,248 @@
+"""Build bubblewrap command lines and stop what runs inside them.
+
+Facts this module relies on (checked on Linux 6.x, bwrap 0.8):
+- bwrap cannot create mount points under a read-only bind of ``/``, so the root is a tmpfs
+  and the host's system directories are bound read-only into it.
+- With ``--unshare-pid`` the sandbox's pid 1 is bwrap itself; when the command exits, pid 1
+  exits and the kernel kills and reaps every other process of the namespace before the
+  outer bwrap sees the exit. Killing pid 1 has the same effect, immediately.
+- When bwrap runs as root it keeps every capability unless told otherwise, and uid 0 can
+  write most of ``/proc/sys`` by plain file permissions: hence ``--cap-drop ALL`` and a
+  read-only ``/proc/sys``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from .process import wait_for
+
+#: Host system directories bound read-only into the sandbox (symlinked when the host's are links).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Secrets under /etc hidden from the sandbox (files become empty, directories empty tmpfs).
+MASKED_PATTERNS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh",
+                   "/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private")
+#: Sandbox paths that belong to the sandbox's own plumbing, never to uploads.
+RESERVED_TOPS = frozenset({"proc", "dev", "sys", "tmp"})
+
+NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                   "--new-session", "--cap-drop", "ALL")
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """What of the host gets bound, computed once per process (the hot path only reads it)."""
+
+    #: (path, symlink target or None) for each existing system directory.
+    system: tuple[tuple[str, str | None], ...]
+    masked_files: tuple[str, ...]
+    masked_dirs: tuple[str, ...]
+    #: Top-level host entries for sandbox="none": (path, symlink target or None, is_dir).
+    top_level: tuple[tuple[str, str | None, bool], ...]
+    #: Where /etc/resolv.conf really points when that is outside the bound directories.
+    resolv_target: str | None
+
+    @property
+    def system_tops(self) -> frozenset[str]:
+        return frozenset(p.lstrip("/") for p, _ in self.system)
+
+
+@cache
+def host_layout() -> HostLayout:
+    """Inspect the host once: which system directories exist and which are symlinks."""
+    system = tuple((p, _link(p)) for p in SYSTEM_DIRS if os.path.lexists(p))
+    masked = [p for p in MASKED_PATTERNS if os.path.lexists(p) and not os.path.islink(p)]
+    top = []
+    with os.scandir("/") as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            if entry.name not in {"proc", "dev"}:
+                top.append((entry.path, _link(entry.path), entry.is_dir(follow_symlinks=False)))
+    resolv = os.path.realpath("/etc/resolv.conf") if os.path.islink("/etc/resolv.conf") else None
+    if resolv and (not os.path.exists(resolv) or _under_any(resolv, [p for p, _ in system])):
+        resolv = None
+    return HostLayout(
+        system=system,
+        masked_files=tuple(p for p in masked if not os.path.isdir(p)),
+        masked_dirs=tuple(p for p in masked if os.path.isdir(p)),
+        top_level=tuple(top),
+        resolv_target=resolv,
+    )
+
+
+def _link(path: str) -> str | None:
+    return os.readlink(path) if os.path.islink(path) else None
+
+
+def _under_any(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str]) -> list[str]:
+    """The static part of a sandbox="bwrap" command line: namespaces and the read-only host."""
+    argv = ["bwrap", "--die-with-parent", *NAMESPACE_FLAGS, "--tmpfs", "/"]
+    for path, target in layout.system:
+        argv += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
+    for path in layout.masked_files:
+        argv += ["--ro-bind", str(empty_file), path]
+    for path in layout.masked_dirs:
+        argv += ["--tmpfs", path, "--remount-ro", path]
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
+             "--tmpfs", "/tmp"]
+    for path in ro_binds:
+        argv += ["--ro-bind", path, path]
+    return argv
+
+
+def open_prefix(layout: HostLayout, taken: Iterable[str], ro_binds: Iterable[str]) -> list[str]:
+    """The static part of a sandbox="none" command line: the host's directories read-write.
+
+    ``taken`` are the top-level names the task's own paths occupy (e.g. ``app``, ``logs``).
+    """
+    taken = set(taken)
+    argv = ["bwrap", "--die-with-parent", "--tmpfs", "/"]
+    for path, target, is_dir in layout.top_level:
+        if path.lstrip("/") in taken:
+            continue
+        if target is not None:
+            argv += ["--symlink", target, path]
+        elif is_dir or os.path.isfile(path):
+            argv += ["--bind", path, path]
+    argv += ["--dev-bind", "/dev", "/dev", "--bind", "/proc", "/proc"]
+    for path in ro_binds:
+        argv += ["--ro-bind", path, path]
+    return argv
+
+
+def command_argv(
+    prefix: list[str],
+    *,
+    binds: Mapping[str, Path],
+    network: bool,
+    isolated: bool,
+    resolv_target: str | None,
+    cwd: str,
+    env: Mapping[str, str],
+    command: str,
+    info_fd: int | None,
+) -> list[str]:
+    """The per-exec part: network, task binds (in order), working directory, environment."""
+    argv = list(prefix)
+    if isolated and not network:
+        argv.append("--unshare-net")
+    if isolated and network and resolv_target:
+        argv += ["--ro-bind", resolv_target, resolv_target]
+    for dest, src in binds.items():
+        argv += ["--bind", str(src), dest]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += ["--chdir", cwd, "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--", "/bin/sh", "-c", command]
+    return argv
+
+
+class NamespaceStopper:
+    """Stops everything in a bwrap pid namespace; the namespace is learnt from ``--info-fd``."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], info_read_fd: int) -> None:
+        self._proc = proc
+        self._info_fd = info_read_fd
+        self._info: tuple[int, str] | None = None
+
+    def _namespace(self) -> tuple[int, str] | None:
+        """(host pid of the sandbox's pid 1, pid namespace link text), once bwrap reported it."""
+        if self._info is None:
+            os.set_blocking(self._info_fd, False)
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                data = json.loads(os.read(self._info_fd, 65536))
+                self._info = (int(data["child-pid"]), f"pid:[{int(data['pid-namespace'])}]")
+        return self._info
+
+    def _members(self) -> list[int]:
+        info = self._namespace()
+        return namespace_pids(info[1]) if info else []
+
+    def terminate(self) -> None:
+        info = self._namespace()
+        if info is None:  # not set up yet: the outer bwrap takes the sandbox down with it
+            _killpg(self._proc.pid, signal.SIGTERM)
+            return
+        for pid in self._members():
+            if pid != info[0]:  # pid 1 (bwrap) would just die and skip the grace period
+                _kill(pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        info = self._namespace()
+        if info is not None and _pid_namespace(info[0]) == info[1]:
+            _kill(info[0], signal.SIGKILL)  # pid 1 dies: the kernel kills the namespace
+        if not wait_for(self._proc, 2.0):
+            _killpg(self._proc.pid, signal.SIGKILL)  # --die-with-parent does the rest
+            self._proc.wait()
+        self.reap()
+
+    def reap(self) -> None:
+        """Wait (bounded) until no live process is left in the namespace."""
+        deadline = time.monotonic() + 5.0
+        while self._members() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+class GroupStopper:
+    """Best effort for sandbox="none": signal the process group (setsid escapes it)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    def terminate(self) -> None:
+        _killpg(self._proc.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        _killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()
+
+    def reap(self) -> None:
+        _killpg(self._proc.pid, signal.SIGKILL)
+
+
+def namespace_pids(ns_link: str) -> list[int]:
+    """Host pids of the live processes whose pid namespace is ``ns_link`` (``pid:[N]``)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _pid_namespace(int(name)) == ns_link and not _is_zombie(int(name)):
+            pids.append(int(name))
+    return pids
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

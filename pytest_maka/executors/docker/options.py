@@ -1,0 +1,97 @@
+"""Options of ``executor: {kind: docker, ...}``: engines, capacity, limits, retention."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: What agents need: file ownership and permissions, switching users, signalling their own
+#: processes, binding low ports, chroot. Dropped from Docker's default set: NET_RAW (raw
+#: sockets), MKNOD, SETFCAP, AUDIT_WRITE.
+DEFAULT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+)
+_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://", "npipe://")
+
+
+class EngineOptions(BaseModel):
+    """One Docker engine: its URL and, optionally, how many containers it may hold at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    slots: int | None = Field(default=None, ge=1, le=1024)
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not v.startswith(_SCHEMES):
+            raise ValueError(f"engine URL must start with one of {', '.join(_SCHEMES)}: {v!r}")
+        return v.rstrip("/") if not v.startswith("unix://") else v
+
+
+class DockerOptions(BaseModel):
+    """Every key is optional; the defaults are the safe ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Engine URLs (or ``{url, slots}``). Empty: ``$DOCKER_HOST`` or the local socket.
+    engines: list[EngineOptions | str] = Field(default_factory=list)
+    #: Containers per engine at once, across all xdist workers (default: the worker count).
+    slots_per_engine: int | None = Field(default=None, ge=1, le=1024)
+    #: Limits used when the task gives none (None: unlimited).
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, ge=16)
+    pids_limit: int = Field(default=4096, ge=16)
+    cap_add: list[str] = Field(default_factory=list)
+    #: Network a command joins when the policy allows it network access.
+    network: str = "bridge"
+    no_new_privileges: bool = True
+    #: Keep the container (stopped) when the attempt ends with an exception.
+    keep_on_failure: bool = False
+    #: Seconds to wait for a free slot before the attempt fails as infra_failure.
+    lease_timeout_sec: float = Field(default=3600.0, gt=0)
+    #: Seconds an engine that stopped answering stays out of rotation before it is tried again.
+    engine_retry_sec: float = Field(default=60.0, ge=0)
+    #: Host directory for slot locks, build locks and cached baselines (shared by workers).
+    state_dir: Path | None = None
+    #: Prefix of the tags of images built from task environments.
+    image_prefix: str = Field(default="pytest-maka-env", pattern=r"^[a-z0-9][a-z0-9._/-]*$")
+
+    @field_validator("cap_add")
+    @classmethod
+    def _caps(cls, v: list[str]) -> list[str]:
+        out = []
+        for cap in v:
+            name = cap.upper().removeprefix("CAP_")
+            if name in {"SYS_ADMIN", "ALL"}:
+                raise ValueError(f"capability {cap!r} would undo the sandbox; refused")
+            out.append(name)
+        return out
+
+    def engine_list(self) -> list[EngineOptions]:
+        """The configured engines, or the one the environment points at."""
+        raw = self.engines or [os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"]
+        return [e if isinstance(e, EngineOptions) else EngineOptions(url=e) for e in raw]
+
+    def default_slots(self) -> int:
+        if self.slots_per_engine is not None:
+            return self.slots_per_engine
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        return Path(tempfile.gettempdir()) / f"pytest-maka-{os.getuid()}" / "docker"

@@ -1,0 +1,390 @@
+"""The local executor: every command runs in a fresh bubblewrap sandbox on this machine.
+
+A lease is a scratch directory on the host (workspace, logs, uploads); each ``exec`` is a
+new bwrap invocation that binds those directories at the task's paths over a tmpfs root
+with the host's system directories read-only, no network, no host environment, and a pid
+namespace so that stopping the command stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..core.errors import ExecutorUnavailable, InfraError
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
+from . import bwrap
+from .base import ExecResult, LeaseRequest
+from .process import run_process
+
+MISSING_BWRAP = (
+    "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
+)
+DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+
+
+class LocalOptions(BaseModel):
+    """The spec's ``executor:`` options for ``kind: local``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: "none" is an explicit opt-out of isolation: host filesystem read-write, host network.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    #: Extra host paths bound read-only at the same path (e.g. where an agent CLI is installed).
+    ro_binds: list[str] = Field(default_factory=list)
+    #: Seconds between SIGTERM and SIGKILL when a command times out.
+    kill_grace_sec: float = Field(default=1.0, ge=0)
+
+    @field_validator("ro_binds")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/"):
+                raise ValueError(f"ro_binds entries must be absolute paths, got {path!r}")
+        return [os.path.normpath(p) for p in paths]
+
+
+class LocalExecutor:
+    """Runs attempts on this machine, each command in a new bwrap sandbox."""
+
+    kind: ClassVar[str] = "local"
+    Options: ClassVar[type[BaseModel]] = LocalOptions
+
+    def __init__(self, options: LocalOptions | None = None) -> None:
+        self.options = options or LocalOptions()
+
+    @property
+    def isolated(self) -> bool:
+        return self.options.sandbox == "bwrap"
+
+    def check(self) -> None:
+        """Raise ExecutorUnavailable unless a trivial sandbox runs here."""
+        if shutil.which("bwrap") is None:
+            raise ExecutorUnavailable(MISSING_BWRAP)
+        for path in self.options.ro_binds:
+            if not os.path.exists(path):
+                raise ExecutorUnavailable(f"local executor option ro_binds: {path} does not exist")
+        with tempfile.TemporaryDirectory(prefix="maka-check-") as tmp:
+            root = Path(tmp)
+            task = Task(id="maka-check", path=root, instruction="", digest="")
+            sandbox = LocalSandbox(task, root / "scratch", self.options)
+            try:
+                result = sandbox.exec("true", env={}, timeout_sec=30, stdout_path=root / "out",
+                                      stderr_path=root / "err")
+            finally:
+                sandbox.close()
+            if result.exit_code != 0:
+                lines = (root / "err").read_text(errors="replace").strip().splitlines()
+                cause = lines[0] if lines else f"exit code {result.exit_code}"
+                raise ExecutorUnavailable(f"bubblewrap (bwrap) cannot create a sandbox here: {cause}")
+
+    def prepare(self, tasks: list[Task]) -> None:
+        """Nothing to build: the host is the image."""
+
+    @contextmanager
+    def lease(self, request: LeaseRequest) -> Iterator[LocalSandbox]:
+        """A fresh sandbox in ``request.scratch_dir``, removed on exit whatever happens."""
+        sandbox = LocalSandbox(request.cell.task, request.scratch_dir, self.options)
+        try:
+            for dest, src in request.uploads.items():
+                sandbox.put(Path(src), dest)
+            yield sandbox
+        finally:
+            sandbox.close()
+
+    def close(self) -> None:
+        """Nothing is held between leases."""
+
+
+class LocalSandbox:
+    """One attempt's environment: host directories bound into a new bwrap per command."""
+
+    def __init__(self, task: Task, scratch: Path, options: LocalOptions) -> None:
+        self.task = task
+        self.options = options
+        self._scratch = scratch
+        self._layout = bwrap.host_layout()
+        self._workdir = os.path.normpath(task.workdir)
+        self._closed = False
+        self._check_workdir()
+        scratch.mkdir(parents=True, exist_ok=True)
+        self._workspace = scratch / "workspace"
+        self._logs = scratch / "logs"
+        self._mounts = scratch / "mounts"  # uploads outside workdir and /logs: one bind per top dir
+        self._empty = scratch / "empty"  # bound over masked secret files
+        self._mount_tops: list[str] = []
+        self._lay_out()
+        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds)
+
+    def _check_workdir(self) -> None:
+        top = PurePosixPath(self._workdir).parts[1:2]
+        if top and top[0] in self._layout.system_tops and not os.path.isdir(self._workdir):
+            raise InfraError(
+                f"the local executor cannot mount workdir {self._workdir}: it lies under the host's "
+                "read-only system directories (use the docker executor for this task)"
+            )
+
+    def _lay_out(self) -> None:
+        for path in (self._workspace, self._logs, self._mounts):
+            if os.path.lexists(path):
+                remove_path(path)
+        if self.task.workspace_dir is not None:
+            shutil.copytree(self.task.workspace_dir, self._workspace, symlinks=True)
+        else:
+            self._workspace.mkdir()
+        for sub in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR):
+            (self._logs / PurePosixPath(sub).relative_to(LOGS_DIR)).mkdir(parents=True)
+        self._mounts.mkdir()
+        self._empty.touch()
+        self._empty.chmod(0o444)
+
+    # -- running commands ---------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        timeout_sec: float | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        network: bool = False,
+        cwd: str | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
+        """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
+        self._require_open()
+        isolated = self.options.sandbox == "bwrap"
+        read_fd, write_fd = os.pipe()
+        try:
+            argv = bwrap.command_argv(
+                self._prefix if isolated else self._open_prefix(),
+                binds=self._binds(), network=network, isolated=isolated,
+                resolv_target=self._layout.resolv_target, cwd=cwd or self._workdir, env=env,
+                command=command, info_fd=write_fd if isolated else None,
+            )
+
+            def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
+                return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
+
+            return run_process(
+                argv, timeout_sec=timeout_sec, stdout_path=stdout_path, stderr_path=stderr_path,
+                max_output_bytes=max_output_bytes, grace_sec=self.options.kill_grace_sec,
+                make_stopper=stopper, pass_fds=(write_fd,) if isolated else (),
+            )
+        finally:
+            os.close(read_fd)
+            os.close(write_fd)
+
+    def _binds(self) -> dict[str, Path]:
+        """Sandbox path -> host path, in mount order (outer directories first)."""
+        binds = {f"/{top}": self._mounts / top for top in self._mount_tops}
+        for dest, src in sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)),
+                                key=lambda b: len(b[0])):
+            binds[dest] = src
+        return binds
+
+    def _open_prefix(self) -> list[str]:
+        taken = {PurePosixPath(d).parts[1] for d in self._binds()}
+        return bwrap.open_prefix(self._layout, taken, self.options.ro_binds)
+
+    # -- moving files -------------------------------------------------------------------
+
+    def put(self, host_path: Path, sandbox_path: str) -> None:
+        """Copy a file or directory to ``sandbox_path``, replacing whatever is there."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        if not parts:  # the workdir or /logs itself: replace its content
+            if not host_path.is_dir():
+                raise ValueError(f"cannot replace directory {sandbox_path} with a file")
+            clear_dir(base)
+            shutil.copytree(host_path, base, symlinks=True, dirs_exist_ok=True)
+            return
+        parent = _descend(base, parts[:-1], make=True)
+        assert parent is not None
+        target = parent / parts[-1]
+        if os.path.lexists(target):
+            remove_path(target)
+        if host_path.is_dir():
+            shutil.copytree(host_path, target, symlinks=True)
+        else:
+            shutil.copy2(host_path, target)
+        if base == self._mounts and parts[0] not in self._mount_tops:
+            self._mount_tops.append(parts[0])
+
+    def get(self, sandbox_path: str, host_path: Path) -> bool:
+        """Copy out without following symlinks; False when nothing is at ``sandbox_path``."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        parent = _descend(base, parts[:-1], make=False) if parts else base.parent
+        source = base if not parts else (parent / parts[-1] if parent is not None else None)
+        if source is None or not os.path.lexists(source):
+            return False
+        if os.path.lexists(host_path):
+            remove_path(host_path)
+        host_path.parent.mkdir(parents=True, exist_ok=True)
+        return copy_out(source, host_path)
+
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        if not parts:
+            clear_dir(base)
+            return
+        parent = _descend(base, parts[:-1], make=False, unlink_blockers=True)
+        if parent is not None and os.path.lexists(parent / parts[-1]):
+            remove_path(parent / parts[-1])
+
+    def _locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
+        """The host directory holding ``sandbox_path`` and the path's parts below it."""
+        path = PurePosixPath(sandbox_path)
+        if not path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
+        roots = sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)),
+                       key=lambda r: -len(r[0]))
+        for root, host in roots:
+            if path == PurePosixPath(root) or PurePosixPath(root) in path.parents:
+                return host, list(path.relative_to(root).parts)
+        top = path.parts[1] if len(path.parts) > 1 else ""
+        if not top or top in bwrap.RESERVED_TOPS or top in self._layout.system_tops:
+            raise ValueError(f"the local executor cannot place files at {sandbox_path}")
+        return self._mounts, list(path.parts[1:])
+
+    def workspace_snapshot(self, dest: Path) -> Path:
+        """The live workspace directory on the host (no copy)."""
+        return self._workspace
+
+    def baseline_workspace(self) -> Path | None:
+        return self.task.workspace_dir
+
+    # -- description and teardown ------------------------------------------------------
+
+    def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
+        """What this sandbox really provides, for the record."""
+        if self.options.sandbox == "none":
+            return {
+                "executor": "local", "sandbox": "none",
+                "network": {"agent": "host", "verifier": "host"},
+                "env": "allowlist", "pid_namespace": False,
+                "kill": "process group, best effort (a process that calls setsid survives)",
+                "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
+                "mounts": self._mount_list(),
+            }
+        net = {True: "host", False: "none"}
+        return {
+            "executor": "local", "sandbox": "bwrap",
+            "network": {"agent": net[agent_network], "verifier": net[verifier_network]},
+            "env": "allowlist", "pid_namespace": True, "capabilities": "all dropped",
+            "kill": "whole pid namespace",
+            "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
+            "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
+            "mounts": self._mount_list(),
+        }
+
+    def _mount_list(self) -> list[str]:
+        if self.options.sandbox == "bwrap":
+            mounts = ["/ (tmpfs)"]
+            mounts += [f"{p} -> {t}" if t else f"{p} (host, ro)" for p, t in self._layout.system]
+            mounts += ["/proc (pid namespace)", "/dev (minimal)", "/tmp (tmpfs)"]
+        else:
+            mounts = ["/ (host top-level directories, rw)"]
+        mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
+        labels = {self._workdir: "workspace", LOGS_DIR: "logs"}
+        return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self._binds()]
+
+    def close(self) -> None:
+        """Remove the scratch directory (also what the subject made read-only)."""
+        if not self._closed:
+            self._closed = True
+            if os.path.lexists(self._scratch):
+                remove_path(self._scratch)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this sandbox's lease has ended")
+
+
+# -- host-side file helpers (never follow a link the subject planted) --------------------
+
+
+def _descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool = False) -> Path | None:
+    """Walk ``parts`` below ``base`` through real directories only.
+
+    A symlink or file standing where a directory should be is replaced by a directory
+    (``make``), deleted (``unlink_blockers``), or makes the walk return None.
+    """
+    current = base
+    for name in parts:
+        current = current / name
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            continue
+        if mode is not None and (make or unlink_blockers):
+            remove_path(current)
+        if not make:
+            return None
+        current.mkdir()
+    return current
+
+
+def copy_out(source: Path, dest: Path) -> bool:
+    """Copy regular files, directories and symlinks (as links); skip fifos, sockets, devices."""
+    st = os.lstat(source)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(source), dest)
+    elif stat.S_ISDIR(st.st_mode):
+        _ensure_mode(source, st.st_mode, 0o500)
+        dest.mkdir()
+        with os.scandir(source) as entries:
+            for entry in entries:
+                copy_out(Path(entry.path), dest / entry.name)
+        dest.chmod(stat.S_IMODE(st.st_mode) | 0o700)
+    elif stat.S_ISREG(st.st_mode):
+        _ensure_mode(source, st.st_mode, 0o400)
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as src, open(dest, "xb") as dst:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                return False
+            shutil.copyfileobj(src, dst, 1024 * 1024)
+        dest.chmod(stat.S_IMODE(st.st_mode) | 0o600)
+    else:
+        return False
+    return True
+
+
+def _ensure_mode(path: Path, mode: int, bits: int) -> None:
+    """Give the owner ``bits`` on ``path`` if the subject took them away."""
+    if stat.S_IMODE(mode) & bits != bits:
+        path.chmod(stat.S_IMODE(mode) | bits)
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, link or whole tree, even where the subject removed write permission."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        path.unlink()
+        return
+    os.chmod(path, 0o700)
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            full = os.path.join(root, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path)
+
+
+def clear_dir(path: Path) -> None:
+    """Empty a directory but keep it (it is a bind source)."""
+    for entry in os.listdir(path):
+        remove_path(path / entry)

@@ -1,0 +1,167 @@
+"""Run one process with a deadline, a whole-tree stop and capped output streamed to files.
+
+Generic part of the local executor: how the process tree is signalled is delegated to a
+``Stopper`` (a pid namespace for bwrap, a process group otherwise), so this module only
+knows about deadlines, pipes and files.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from .base import ExecResult
+
+_CHUNK = 64 * 1024
+#: How long to wait for the output pipes to close once the process tree is gone.
+_PIPE_CLOSE_SEC = 2.0
+
+
+class Stopper(Protocol):
+    """Knows how to find and signal every process a started command created."""
+
+    def terminate(self) -> None:
+        """Ask every process of the tree to stop (SIGTERM)."""
+        ...
+
+    def kill(self) -> None:
+        """Force every process of the tree to stop (SIGKILL); returns once they are gone."""
+        ...
+
+    def reap(self) -> None:
+        """After a normal exit: make sure nothing the command left behind survives."""
+        ...
+
+
+@dataclass
+class _Sink:
+    """One output stream: a pipe drained into a file up to a byte cap."""
+
+    fd: int
+    file: BinaryIO
+    cap: int
+    written: int = 0
+    truncated: bool = False
+
+    def feed(self, data: bytes) -> None:
+        room = self.cap - self.written
+        if len(data) > room:
+            self.truncated = True
+            data = data[: max(room, 0)]
+        if data:
+            self.file.write(data)
+            self.written += len(data)
+
+
+class OutputPump:
+    """A thread draining pipes into capped files; the rest is read and dropped, never buffered."""
+
+    def __init__(self, sinks: Sequence[_Sink]) -> None:
+        self._sinks = {s.fd: s for s in sinks}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="maka-output", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            for fd in self._sinks:
+                sel.register(fd, selectors.EVENT_READ)
+            open_fds = set(self._sinks)
+            while open_fds and not self._stop.is_set():
+                for key, _ in sel.select(timeout=0.1):
+                    data = os.read(key.fd, _CHUNK)
+                    if data:
+                        self._sinks[key.fd].feed(data)
+                    else:
+                        sel.unregister(key.fd)
+                        open_fds.discard(key.fd)
+
+    def finish(self, timeout: float) -> None:
+        """Wait for end-of-file on every pipe (at most ``timeout``), then stop draining."""
+        self._thread.join(timeout)
+        self._stop.set()
+        self._thread.join()
+        for sink in self._sinks.values():
+            sink.file.flush()
+
+
+def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
+    """True if ``proc`` exited within ``timeout`` seconds (None: wait forever)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    timeout_sec: float | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    max_output_bytes: int,
+    grace_sec: float,
+    make_stopper: Callable[[subprocess.Popen[bytes]], Stopper],
+    pass_fds: Sequence[int] = (),
+) -> ExecResult:
+    """Run ``argv`` in its own session; on timeout or interrupt stop the whole tree.
+
+    Returns only when the stopper reports every process gone and the output is flushed.
+    """
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    stderr_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes),
+                 _Sink(proc.stderr.fileno(), err, max_output_bytes)]
+        pump = OutputPump(sinks)
+        pump.start()
+        stopper = make_stopper(proc)
+        timed_out = False
+        try:
+            if wait_for(proc, timeout_sec):
+                stopper.reap()
+            else:
+                timed_out = True
+                _stop(proc, stopper, grace_sec)
+        except BaseException:
+            stopper.kill()
+            raise
+        finally:
+            pump.finish(_PIPE_CLOSE_SEC)
+            proc.stdout.close()
+            proc.stderr.close()
+    return ExecResult(
+        exit_code=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        stdout_truncated=sinks[0].truncated,
+        stderr_truncated=sinks[1].truncated,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes], stopper: Stopper, grace_sec: float) -> None:
+    """SIGTERM the tree, give it ``grace_sec`` to exit, then SIGKILL whatever is left."""
+    stopper.terminate()
+    if not wait_for(proc, grace_sec):
+        stopper.kill()
+    stopper.reap()

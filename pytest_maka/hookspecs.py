@@ -1,0 +1,71 @@
+"""pytest-maka hooks. Every name starts with ``pytest_maka_`` so pytest registers it.
+
+Implement them in a conftest.py or in a plugin registered through the
+``pytest_maka.adapters`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from .core.cell import Cell
+    from .core.cohort import Cohort
+    from .core.spec import TaskSource
+    from .core.task import Task
+    from .core.taxonomy import AttemptFacts, Status
+    from .executors.base import Executor, LeaseRequest, Sandbox
+
+
+@pytest.hookspec(historic=True)
+def pytest_maka_configure(config: pytest.Config, cohort: Cohort) -> None:
+    """The cohort is loaded and validated; called once per process (late plugins too)."""
+
+
+@pytest.hookspec
+def pytest_maka_task_formats() -> list[str]:
+    """Names of the task formats this plugin can load (for error messages and detection)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
+    """Load the tasks of one ``tasks:`` entry; return None if this adapter does not handle it.
+
+    ``source.format`` is None when the spec did not name one: detect it from the files.
+    Raise core.errors.TaskError for an invalid task.
+    """
+
+
+@pytest.hookspec
+def pytest_maka_subject_kinds() -> dict[str, type]:
+    """Subject classes by kind name (see subjects/base.py for the protocol)."""
+
+
+@pytest.hookspec
+def pytest_maka_executor_kinds() -> dict[str, type]:
+    """Executor classes by kind name (see executors/base.py for the protocol)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_maka_acquire_lease(executor: Executor, request: LeaseRequest) -> AbstractContextManager[Sandbox] | None:
+    """Return the context manager that leases one attempt's sandbox (default: executor.lease)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_maka_classify(facts: AttemptFacts, cell: Cell) -> Status | None:
+    """Classify one attempt. The default is the kernel's core.taxonomy.classify()."""
+
+
+@pytest.hookspec
+def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
+    """Annotate an attempt record (add keys; never rename the schema's) before it is written."""
+
+
+@pytest.hookspec
+def pytest_maka_report(out_dir: Path, records: list[dict[str, Any]], cohort: Cohort) -> None:
+    """The derived files have been written for ``records`` (controller only): add your own views."""

@@ -1,0 +1,106 @@
+"""pytest entry point: options, spec → items, hook wiring. Controller-side reporting lives in reporter.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import builtins, hookspecs
+from .collect import CellItem, CohortFile
+from .core.taxonomy import HARNESS_SIDE, Status
+from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
+from .session import MakaSession
+
+ENTRY_POINT_GROUP = "pytest_maka.adapters"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+    pluginmanager.register(builtins, "maka-builtins")
+    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("maka", "pytest-maka: AI-agent evaluations")
+    group.addoption("--maka-spec", metavar="PATH", help="cohort spec (YAML); its cells become the test items")
+    group.addoption(
+        "--maka-out", metavar="DIR", help="output directory (default: reports/<cohort name>); rerunning into it resumes"
+    )
+    group.addoption(
+        "--maka-exit",
+        choices=("harness", "pass", "never"),
+        default=None,
+        help="exit-code policy: 'harness' (default) exits 7 when a cell has no official result "
+        "(infra, verifier or policy failure); 'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
+    )
+    parser.addini("maka_exit", "default for --maka-exit", default="harness")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    spec_option = config.getoption("maka_spec", None)
+    if not spec_option:
+        return
+    spec_path = (config.invocation_params.dir / spec_option).resolve()
+    maka = MakaSession.create(config, spec_path, config.getoption("maka_out"))
+    config.stash[MAKA_KEY] = maka
+    _point_collection_at(config, spec_path)
+    config.hook.pytest_maka_configure.call_historic(kwargs={"config": config, "cohort": maka.cohort})
+    if not hasattr(config, "workerinput"):
+        from .reporter import MakaReporter
+
+        config.pluginmanager.register(MakaReporter(config, maka), "maka-reporter")
+
+
+def _point_collection_at(config: pytest.Config, spec_path: Path) -> None:
+    """Collect the spec: instead of testpaths when no paths were given, else in addition."""
+    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+    if not explicit:
+        config.args = [str(spec_path)]
+        return
+    base = config.invocation_params.dir
+    if not any((base / arg.split("::", 1)[0]).resolve() == spec_path for arg in config.args):
+        config.args = [*config.args, str(spec_path)]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    maka = parent.config.stash.get(MAKA_KEY, None)
+    if maka is None or file_path.resolve() != maka.cohort.loaded.path:
+        return None
+    node = CohortFile.from_parent(parent, path=file_path)
+    node.maka = maka
+    return node
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if isinstance(item, CellItem) and call.when == "call" and item.maka_record is not None:
+        record = item.maka_record
+        report.maka = record  # type: ignore[attr-defined]  # xdist ships report.__dict__ to the controller
+        item.user_properties.extend(
+            [
+                ("maka_status", record["status"]),
+                ("maka_score", record.get("score")),
+                ("maka_cell_key", record["cell_key"]),
+            ]
+        )
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    """Verifier, infra and policy failures show as errors: not the subject's fault."""
+    record = getattr(report, "maka", None)
+    if record and report.when == "call" and report.failed and Status(record["status"]) in HARNESS_SIDE:
+        return "error", "E", "ERROR"
+    return None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    maka = config.stash.get(MAKA_KEY, None)
+    if maka is not None:
+        maka.close()

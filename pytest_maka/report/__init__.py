@@ -1,0 +1,87 @@
+"""Derived views of a cohort's cell records: ``report.html``, ``summary.md`` and the terminal table.
+
+The records (``results.jsonl``) are the truth; every view here is rebuilt from them and
+written atomically, so a reader never sees a half-written report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..core.stats import summarize
+from .html import render_html
+from .markdown import render_markdown
+from .terminal import format_duration, terminal_lines
+
+HTML_FILE = "report.html"
+MARKDOWN_FILE = "summary.md"
+
+__all__ = ["HTML_FILE", "MARKDOWN_FILE", "run_window", "terminal_lines", "write_atomic", "write_views"]
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temp file in the same directory and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _parse(ts: object) -> datetime | None:
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+
+
+def run_window(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """``<first start> → <last finish> (wall 4m05s)`` over the records, or None if unknown."""
+    starts = [t for t in (_parse(r.get("started_at")) for r in records) if t is not None]
+    ends = [t for t in (_parse(r.get("finished_at")) for r in records) if t is not None]
+    if not starts or not ends:
+        return None
+    first, last = min(starts), max(ends)
+    wall = format_duration(max(0.0, (last - first).total_seconds()))
+    return f"{first.isoformat(timespec='seconds')} → {last.isoformat(timespec='seconds')} (wall {wall})"
+
+
+def write_views(
+    out_dir: Path, records: list[dict], *, cohort: str, meta: dict | None = None
+) -> dict[str, Path]:
+    """Write ``report.html`` and ``summary.md`` into ``out_dir``; return ``{"html": ..., "markdown": ...}``.
+
+    ``meta`` is shown in the report header (key: value); its ``run_time`` entry, when
+    absent, is derived from the records' timestamps.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = dict(meta or {})
+    if not info.get("run_time"):
+        window = run_window(records)
+        if window:
+            info["run_time"] = window
+        else:
+            info.pop("run_time", None)
+    summary = summarize(records)
+    html = render_html(summary, records, cohort=cohort, out_dir=out_dir, meta=info)
+    markdown = render_markdown(summary, cohort=cohort, meta=info)
+    return {
+        "html": write_atomic(out_dir / HTML_FILE, html),
+        "markdown": write_atomic(out_dir / MARKDOWN_FILE, markdown),
+    }

@@ -1,0 +1,215 @@
+"""Controller-side reporting: gathers cell records, reconciles crashes, writes derived files,
+prints the terminal summary and applies the exit-code policy. Never runs on xdist workers."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import __version__
+from .core.cell import Cell
+from .core.records import attempt_record
+from .core.taxonomy import HARNESS_SIDE, Status
+from .session import COHORT_STARTED_KEY, MakaSession
+from .store.ledger import write_results
+
+EXIT_NO_OFFICIAL_RESULT = 7
+EXIT_NOT_ALL_PASSED = 8
+
+
+class MakaReporter:
+    """Registered as a plugin on the controller (or the only process without xdist)."""
+
+    def __init__(self, config: pytest.Config, maka: MakaSession) -> None:
+        self.config = config
+        self.maka = maka
+        self.records: dict[str, dict[str, Any]] = {}
+        self.expected: set[str] | None = None
+        self.other_failures = 0
+        self.cells_by_nodeid: dict[str, Cell] = {}
+        self.run_started = time.time()
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
+
+    # -- collection ----------------------------------------------------------------------
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from .collect import CellItem
+
+        cells = [i for i in session.items if isinstance(i, CellItem)]
+        if cells or self.expected is None:
+            self.cells_by_nodeid.update({i.nodeid: i.cell for i in cells})
+            if not hasattr(self.config, "workerinput") and not _xdist_active(self.config):
+                self.expected = {i.nodeid for i in cells}
+
+    def set_expected(self, nodeids: list[str]) -> None:
+        if self.expected is None:
+            by_id = self.maka.cohort.cell_by_id()
+            self.expected = {n for n in nodeids if _cell_of(n, by_id) is not None}
+            for n in self.expected:
+                cell = _cell_of(n, by_id)
+                if cell is not None:
+                    self.cells_by_nodeid[n] = cell
+
+    # -- reports -------------------------------------------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, "maka", None)
+        if record is not None:
+            self.records[report.nodeid] = record
+            return
+        cell = self._cell(report.nodeid)
+        if cell is None:
+            if report.failed:
+                self.other_failures += 1
+            return
+        if report.failed and report.when == "???":  # xdist: the worker died running this cell
+            self.records[report.nodeid] = self._record_lost(cell, "the worker running this cell crashed")
+
+    def _cell(self, nodeid: str) -> Cell | None:
+        if nodeid in self.cells_by_nodeid:
+            return self.cells_by_nodeid[nodeid]
+        return _cell_of(nodeid, self.maka.cohort.cell_by_id())
+
+    def _record_lost(self, cell: Cell, why: str) -> dict[str, Any]:
+        """An infra_failure attempt for a cell whose process vanished: nothing is lost silently."""
+        previous = [r for r in self.maka.ledger.read() if r["cell_key"] == cell.key]
+        now = time.time()
+        record = attempt_record(
+            cell,
+            cohort=self.maka.cohort.name,
+            attempt=max((r["attempt"] for r in previous), default=0) + 1,
+            status=Status.INFRA_FAILURE,
+            started=now,
+            finished=now,
+            error={"type": "infra_failure", "message": why},
+        )
+        self.maka.ledger.append(record)
+        return record
+
+    # -- end of session ------------------------------------------------------------------
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail
+        if self.expected and not interrupted:
+            for nodeid in sorted(self.expected - set(self.records)):
+                cell = self._cell(nodeid)
+                if cell is not None:
+                    self.records[nodeid] = self._record_lost(cell, "no report came back for this cell (worker lost)")
+        self.write_outputs()
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and self.records:
+            session.exitstatus = self.exit_code(session.exitstatus)
+
+    def exit_code(self, current: int) -> int:
+        policy = self.config.getoption("maka_exit") or self.config.getini("maka_exit")
+        if self.other_failures:
+            return current
+        if policy == "never":
+            return pytest.ExitCode.OK
+        statuses = [Status(r["status"]) for r in self.records.values()]
+        if any(s in HARNESS_SIDE for s in statuses):
+            return EXIT_NO_OFFICIAL_RESULT
+        if policy == "pass" and any(s is not Status.AGENT_SUCCESS for s in statuses):
+            return EXIT_NOT_ALL_PASSED
+        return pytest.ExitCode.OK
+
+    def cohort_records(self) -> list[dict[str, Any]]:
+        """One record per cell of the current cohort definition that has any attempt."""
+        keys = [c.key for c in self.maka.cohort.cells]
+        by_key = {r["cell_key"]: r for r in self.maka.ledger.cell_records(keys)}
+        for record in self.records.values():  # resumed cells carry their flag
+            if record.get("resumed") and record["cell_key"] in by_key:
+                by_key[record["cell_key"]]["resumed"] = True
+        order = {k: i for i, k in enumerate(keys)}
+        return sorted(by_key.values(), key=lambda r: order.get(r["cell_key"], 0))
+
+    def write_outputs(self) -> None:
+        from .report import write_views
+
+        out = self.maka.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        records = self.cohort_records()
+        write_results(out, records)
+        meta = self._provenance()
+        _write_lock(out / "lock.json", meta)
+        if records:
+            write_views(out, records, cohort=self.maka.cohort.name, meta=meta)
+        self.config.hook.pytest_maka_report(out_dir=out, records=records, cohort=self.maka.cohort)
+
+    def _provenance(self) -> dict[str, Any]:
+        loaded = self.maka.cohort.loaded
+        return {
+            "cohort": self.maka.cohort.name,
+            "spec": str(loaded.path),
+            "executor": loaded.executor.kind,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.run_started)),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "argv": list(self.config.invocation_params.args),
+            "versions": {
+                "pytest_maka": __version__,
+                "pytest": pytest.__version__,
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+            },
+            "cells": len(self.maka.cohort.cells),
+            "tasks": len(self.maka.cohort.tasks),
+            "subjects": [s.name for s in loaded.subjects],
+            "repetitions": loaded.spec.repetitions,
+        }
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from .report.terminal import terminal_lines
+
+        records = [r for r in self.records.values()]
+        if not records:
+            return
+        terminalreporter.section("pytest-maka", sep="=")
+        for line in terminal_lines(records):
+            terminalreporter.write_line(line)
+        resumed = sum(1 for r in records if r.get("resumed"))
+        if resumed:
+            terminalreporter.write_line(
+                f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"
+            )
+        terminalreporter.write_line(
+            f"results: {self.maka.out_dir_display}/results.jsonl  report: {self.maka.out_dir_display}/report.html"
+        )
+
+
+class _XdistHooks:
+    """xdist-only hooks, registered only when xdist is present (pluggy rejects unknown hooks)."""
+
+    def __init__(self, reporter: MakaReporter) -> None:
+        self.reporter = reporter
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[COHORT_STARTED_KEY] = self.reporter.maka.started
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.reporter.set_expected(ids)
+
+
+def _xdist_active(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
+
+
+def _cell_of(nodeid: str, by_id: dict[str, Cell]) -> Cell | None:
+    return by_id.get(nodeid.rsplit("::", 1)[-1])
+
+
+def _write_lock(path: Path, meta: dict[str, Any]) -> None:
+    """lock.json: the provenance of every run into this directory, newest last."""
+    runs: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            runs = json.loads(path.read_text()).get("runs", [])
+        except (ValueError, AttributeError):
+            runs = []
+    data = {"schema": "pytest-maka/lock/1", "cohort": meta["cohort"], "runs": [*runs, meta]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)

@@ -1,0 +1,296 @@
+"""The steps of one attempt and the facts they gather for classify() and the record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.cell import Cell
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
+from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..executors.base import Executor, LeaseRequest, Sandbox
+from ..subjects.base import RunContext, Subject
+from .freeze import read_json_file, read_usage, redact_tree, workspace_diff
+from .grading import Verdict, read_reward
+
+if TYPE_CHECKING:
+    from .lifecycle import RunSettings
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
+
+
+def base_env(task: Task) -> dict[str, str]:
+    """The variables every command gets; nothing from the host environment."""
+    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+
+
+@dataclass
+class AttemptWork:
+    """Mutable state of one attempt: what happened, measured by the harness."""
+
+    cell: Cell
+    subject: Subject
+    executor: Executor
+    settings: RunSettings
+    attempt_dir: Path
+    subject_outcome: SubjectOutcome | None = None
+    verifier_outcome: VerifierOutcome | None = None
+    infra_error: str | None = None
+    policy_denied: str | None = None
+    budget_exceeded: str | None = None
+    aborted: bool = False
+    verdict: Verdict | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    claim: Any = None
+    agent_info: dict[str, Any] = field(default_factory=dict)
+    verifier_info: dict[str, Any] = field(default_factory=dict)
+    isolation: dict[str, Any] = field(default_factory=dict)
+    budget_info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def facts_update(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self, key, value)
+
+    def facts(self) -> AttemptFacts:
+        return AttemptFacts(
+            subject=self.subject_outcome,
+            verifier=self.verifier_outcome,
+            infra_error=self.infra_error,
+            policy_denied=self.policy_denied,
+            budget_exceeded=self.budget_exceeded,
+            aborted=self.aborted,
+        )
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - t0
+
+    def error_for(self, status: Status, facts: AttemptFacts) -> dict[str, str] | None:
+        """A one-line cause for every non-pass, in the reader's terms."""
+        if status is Status.AGENT_SUCCESS:
+            return None
+        score = self.verdict.score if self.verdict else None
+        message = {
+            Status.AGENT_ABORTED: "cancelled by the user or the system",
+            Status.POLICY_DENIED: facts.policy_denied,
+            Status.INFRA_FAILURE: facts.infra_error or "the subject could not be started",
+            Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}",
+            Status.VERIFIER_FAILURE: self._verifier_problem(),
+            Status.AGENT_INCOMPLETE: self._incomplete_reason(),
+            Status.AGENT_FAILURE: f"the verifier rejected the result (reward {score})",
+        }[status]
+        return {"type": status.value, "message": message or status.value}
+
+    def _verifier_problem(self) -> str:
+        if self.verifier_outcome is not None and self.verifier_outcome.timed_out:
+            return f"the verifier timed out after {self.verifier_info.get('timeout_sec')} s"
+        if self.verdict is not None and self.verdict.error:
+            return self.verdict.error
+        return "the verifier gave no verdict"
+
+    def _incomplete_reason(self) -> str:
+        if self.subject_outcome is not None and self.subject_outcome.timed_out:
+            return f"the subject timed out after {self.agent_info.get('timeout_sec')} s"
+        code = self.subject_outcome.exit_code if self.subject_outcome else None
+        return f"the subject exited with code {code}"
+
+    def artifacts(self, out_dir: Path) -> dict[str, str]:
+        """Paths (relative to the output directory) of what this attempt left."""
+        d = self.attempt_dir
+        wanted = {
+            "instruction": d / "instruction.md",
+            "agent_log": d / "agent.stdout.txt",
+            "agent_stderr": d / "agent.stderr.txt",
+            "agent_logs": d / "agent",
+            "trajectory": d / "agent" / "trajectory.json",
+            "diff": d / "workspace.diff",
+            "verifier_output": d / "verifier.stdout.txt",
+            "verifier_stderr": d / "verifier.stderr.txt",
+            "verifier_logs": d / "verifier",
+            "harness_error": d / "harness-error.txt",
+        }
+        out = {"dir": d.relative_to(out_dir).as_posix()}
+        out.update({k: p.relative_to(out_dir).as_posix() for k, p in wanted.items() if p.exists()})
+        return out
+
+
+def _timeout(task_value: float | None, override: float | None, multiplier: float) -> float | None:
+    value = override if override is not None else task_value
+    return None if value is None else value * multiplier
+
+
+def run_attempt_steps(
+    work: AttemptWork,
+    lease: Callable[[LeaseRequest], AbstractContextManager[Sandbox]],
+    request: LeaseRequest,
+    *,
+    deadline: tuple[float, str] | None,
+) -> None:
+    """prepare → run subject → stop → freeze → restore → verify, filling ``work``."""
+    task, settings, d = work.cell.task, work.settings, work.attempt_dir
+    budgets, policy = settings.budgets, settings.policy
+    (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
+    stack = ExitStack()
+    try:
+        with work.timed("setup"):
+            sandbox = stack.enter_context(lease(request))
+            sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
+            work.isolation = sandbox.isolation(
+                agent_network=policy.agent_network, verifier_network=policy.verifier_network
+            )
+        agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
+        work.budget_info = {
+            "agent_timeout_sec": agent_timeout,
+            "verifier_timeout_sec": _timeout(
+                task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier
+            ),
+            "cell_timeout_sec": budgets.cell_timeout_sec,
+            "max_tokens": budgets.max_tokens,
+            "max_cost_usd": budgets.max_cost_usd,
+            "max_output_bytes": budgets.max_output_bytes,
+        }
+        if agent_timeout is not None and agent_timeout <= 0:
+            work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
+            return
+        _run_subject(work, sandbox, agent_timeout, limit_name)
+        with work.timed("freeze"):
+            _freeze(work, sandbox, request.scratch_dir)
+        with work.timed("restore"):
+            _restore(sandbox, task, request.scratch_dir)
+        _verify(work, sandbox)
+    finally:
+        with work.timed("teardown"):
+            _close(stack, work)
+        redact_tree(d, work.subject.secrets())
+
+
+def _close(stack: ExitStack, work: AttemptWork) -> None:
+    """Release the lease; a cleanup failure after a verdict is noted, not fatal to the verdict."""
+    try:
+        stack.close()
+    except Exception as e:
+        if work.verifier_outcome is None:
+            raise
+        work.isolation["teardown_error"] = f"{type(e).__name__}: {e}"
+
+
+def _restore(sandbox: Sandbox, task: Task, scratch: Path) -> None:
+    """Clear stale verifier outputs and copy the hidden tests in fresh, over anything planted."""
+    sandbox.remove(VERIFIER_LOGS_DIR)
+    empty = scratch / "empty-verifier-dir"
+    empty.mkdir(exist_ok=True)
+    sandbox.put(empty, VERIFIER_LOGS_DIR)
+    sandbox.remove(TESTS_DIR)
+    if task.tests_dir is not None:
+        sandbox.put(task.tests_dir, TESTS_DIR)
+
+
+def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
+    """The task's agent timeout, cut short by an experimenter deadline when that comes first."""
+    timeout = _timeout(task.agent_timeout_sec, budgets.agent_timeout_sec, budgets.timeout_multiplier)
+    if deadline is None:
+        return timeout, None
+    left = deadline[0] - time.time()
+    if timeout is None or left < timeout:
+        return left, deadline[1]
+    return timeout, None
+
+
+def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> None:
+    task, d, cell = work.cell.task, work.attempt_dir, work.cell
+    env = {
+        **base_env(task),
+        "MAKA_INSTRUCTION": task.instruction,
+        "MAKA_INSTRUCTION_FILE": INSTRUCTION_FILE,
+        "MAKA_TASK_ID": task.id,
+        "MAKA_WORKDIR": task.workdir,
+        "MAKA_LOGS_DIR": AGENT_LOGS_DIR,
+        "MAKA_SUBJECT": cell.subject.name,
+        "MAKA_REPETITION": str(cell.repetition),
+        **work.subject.env(),
+    }
+    ctx = RunContext(
+        env=env,
+        timeout_sec=timeout,
+        stdout_path=d / "agent.stdout.txt",
+        stderr_path=d / "agent.stderr.txt",
+        max_output_bytes=work.settings.budgets.max_output_bytes,
+        network=work.settings.policy.agent_network,
+    )
+    with work.timed("agent"):
+        result = work.subject.run(sandbox, task, ctx)
+    work.subject_outcome = SubjectOutcome(exit_code=result.exit_code, timed_out=result.timed_out)
+    work.agent_info = {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "timeout_sec": timeout,
+        "duration_s": round(result.duration_s, 4),
+        "output_truncated": result.stdout_truncated or result.stderr_truncated,
+        "env_passed": sorted(work.subject.env()),
+    }
+    if result.timed_out and limit_name:
+        work.budget_exceeded = limit_name
+
+
+def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
+    d = work.attempt_dir
+    sandbox.get(AGENT_LOGS_DIR, d / "agent")
+    diff, counts = workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after"))
+    (d / "workspace.diff").write_text(diff, encoding="utf-8")
+    work.agent_info["workspace_changes"] = counts
+    work.usage = read_usage(d / "agent")
+    work.claim = read_json_file(d / "agent" / "claim.json")
+    budgets = work.settings.budgets
+    tokens = (work.usage.get("input_tokens") or 0) + (work.usage.get("output_tokens") or 0)
+    if budgets.max_tokens is not None and tokens > budgets.max_tokens:
+        work.budget_exceeded = work.budget_exceeded or "max_tokens"
+    cost = work.usage.get("cost_usd")
+    if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:
+        work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
+
+
+def _verify(work: AttemptWork, sandbox: Sandbox) -> None:
+    task, d, settings = work.cell.task, work.attempt_dir, work.settings
+    timeout = _timeout(
+        task.verifier_timeout_sec, settings.budgets.verifier_timeout_sec, settings.budgets.timeout_multiplier
+    )
+    with work.timed("verify"):
+        result = sandbox.exec(
+            task.verifier_command,
+            env={**base_env(task), **task.verifier_env},
+            timeout_sec=timeout,
+            stdout_path=d / "verifier.stdout.txt",
+            stderr_path=d / "verifier.stderr.txt",
+            network=settings.policy.verifier_network,
+            cwd=task.workdir,
+            max_output_bytes=settings.budgets.max_output_bytes,
+        )
+    with work.timed("collect"):
+        sandbox.get(VERIFIER_LOGS_DIR, d / "verifier")
+        sandbox.get(ARTIFACTS_DIR, d / "artifacts")
+    verdict = read_reward(d / "verifier")
+    work.verdict = verdict
+    work.verifier_outcome = VerifierOutcome(
+        ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
+    )
+    work.verifier_info = {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "timeout_sec": timeout,
+        "duration_s": round(result.duration_s, 4),
+        "reward": verdict.score,
+        "rewards": verdict.rewards,
+        "reward_source": verdict.source,
+        "error": verdict.error,
+        "output_path": (d / "verifier.stdout.txt").relative_to(settings.out_dir).as_posix(),
+    }

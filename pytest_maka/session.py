@@ -1,0 +1,160 @@
+"""Per-process state of a maka run: the cohort, subjects, executor, runner and output paths."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .core.cell import Cell
+from .core.cohort import Cohort, build_cohort
+from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
+from .core.spec import LoadedSpec, load_spec
+from .executors.base import Executor
+from .run.lifecycle import CellRunner, RunSettings
+from .store.ledger import Ledger
+from .subjects.base import Subject
+
+COHORT_STARTED_KEY = "maka_cohort_started"
+
+
+def _kinds(hook_results: list[dict[str, type]]) -> dict[str, type]:
+    merged: dict[str, type] = {}
+    for result in hook_results:
+        merged.update(result or {})
+    return merged
+
+
+def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[str, type], dict[str, type]]:
+    """Validate the spec and load its tasks through the adapter hooks."""
+    hook = config.hook
+    subject_kinds = _kinds(hook.pytest_maka_subject_kinds())
+    executor_kinds = _kinds(hook.pytest_maka_executor_kinds())
+    loaded = load_spec(
+        spec_path,
+        {k: cls.Options for k, cls in subject_kinds.items()},
+        {k: cls.Options for k, cls in executor_kinds.items()},
+    )
+    formats = sorted({f for fs in hook.pytest_maka_task_formats() for f in fs})
+    per_source = []
+    for i, source in enumerate(loaded.spec.tasks):
+        if source.format is not None and source.format not in formats:
+            raise SpecError(
+                loaded.path,
+                f"tasks[{i}].format",
+                f"unknown format {source.format!r}; expected one of: {', '.join(formats)}",
+            )
+        path = loaded.source_path(source)
+        try:
+            tasks = hook.pytest_maka_load_tasks(source=source, path=path, spec_path=loaded.path)
+        except MakaUserError as e:
+            if e.key and e.key.startswith("tasks[]"):
+                e.key = e.key.replace("tasks[]", f"tasks[{i}]", 1)
+            raise
+        if tasks is None:
+            raise SpecError(
+                loaded.path,
+                f"tasks[{i}].path",
+                f"{path} is not a task source any adapter recognises (formats: {', '.join(formats)})",
+            )
+        per_source.append(tasks)
+    return build_cohort(loaded, per_source), subject_kinds, executor_kinds
+
+
+@dataclass
+class MakaSession:
+    """Everything a process needs to collect and run the cells of one cohort."""
+
+    config: pytest.Config
+    cohort: Cohort
+    subjects: dict[str, Subject]
+    executor: Executor
+    out_dir: Path
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(cls, config: pytest.Config, spec_path: Path, out_option: str | None) -> MakaSession:
+        try:
+            cohort, subject_kinds, executor_kinds = load_cohort(config, spec_path)
+            subjects = {s.name: subject_kinds[s.kind](s) for s in cohort.loaded.subjects}
+        except MakaUserError as e:
+            raise pytest.UsageError(str(e)) from None
+        loaded: LoadedSpec = cohort.loaded
+        executor = executor_kinds[loaded.executor.kind](loaded.executor.options)
+        if not hasattr(config, "workerinput"):
+            try:
+                executor.check()
+            except ExecutorUnavailable as e:
+                raise pytest.UsageError(f"{loaded.path}: executor: {e}") from None
+        out_dir = Path(out_option) if out_option else config.rootpath / "reports" / cohort.name
+        workerinput = getattr(config, "workerinput", {})
+        started = float(workerinput.get(COHORT_STARTED_KEY) or time.time())
+        return cls(
+            config=config,
+            cohort=cohort,
+            subjects=subjects,
+            executor=executor,
+            out_dir=out_dir.resolve(),
+            started=started,
+        )
+
+    @property
+    def out_dir_display(self) -> str:
+        try:
+            return str(self.out_dir.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.out_dir)
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        return Ledger(self.out_dir)
+
+    @cached_property
+    def runner(self) -> CellRunner:
+        spec = self.cohort.loaded.spec
+        settings = RunSettings(
+            cohort=self.cohort.name,
+            out_dir=self.out_dir,
+            budgets=spec.budgets,
+            policy=spec.policy,
+            retries=spec.retries,
+            cohort_started=self.started,
+        )
+        hook = self.config.hook
+        self.executor.prepare(list(self.cohort.tasks))
+        return CellRunner(
+            settings,
+            self.executor,
+            self.subjects,
+            self.ledger,
+            classify_fn=lambda facts, cell: hook.pytest_maka_classify(facts=facts, cell=cell),
+            annotate_fn=lambda record, cell: hook.pytest_maka_record(record=record, cell=cell),
+        )
+
+    @cached_property
+    def scratch_root(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="maka-"))
+
+    def skip_reason(self, cell: Cell) -> str | None:
+        if cell.task.unsupported:
+            return f"{cell.task.id}: {cell.task.unsupported}"
+        return self.subjects[cell.subject.name].unsupported(cell.task)
+
+    def cells_by_nodeid_suffix(self) -> dict[str, Cell]:
+        return {cell.id: cell for cell in self.cohort.cells}
+
+    def close(self) -> None:
+        import shutil
+
+        if "scratch_root" in self.__dict__:
+            shutil.rmtree(self.scratch_root, ignore_errors=True)
+        self.executor.close()
+
+
+def describe_kinds(kinds: dict[str, Any]) -> str:
+    return ", ".join(sorted(kinds))

@@ -1,0 +1,1 @@
+"""Store: the attempts ledger, the derived results file, artifacts and the provenance lock."""

@@ -1,0 +1,1 @@
+"""Subjects: the things under test (oracle, nop, command, ... via plugins)."""

@@ -1,0 +1,49 @@
+"""Reference subjects: ``oracle`` runs the task's own solution, ``nop`` does nothing.
+
+They calibrate a benchmark: a task that fails with oracle or passes with nop is broken.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from ..core.task import SOLUTION_DIR, Task
+from ..executors.base import ExecResult, Sandbox
+from .base import RunContext, SubjectBase
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Oracle(SubjectBase):
+    """Runs ``solution/solve.sh``, uploaded to /solution for this subject only."""
+
+    kind = "oracle"
+    reference = True
+    Options = NoOptions
+
+    def unsupported(self, task: Task) -> str | None:
+        return None if task.solution_dir is not None else "the task has no reference solution (solution/solve.sh)"
+
+    def uploads(self, task: Task) -> dict[str, Path]:
+        assert task.solution_dir is not None
+        return {SOLUTION_DIR: task.solution_dir}
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
+        return self._exec(sandbox, f"bash {SOLUTION_DIR}/solve.sh", task, ctx)
+
+
+class Nop(SubjectBase):
+    """Does nothing: the verifier sees the task's initial state."""
+
+    kind = "nop"
+    reference = True
+    Options = NoOptions
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
+        ctx.stdout_path.write_bytes(b"")
+        ctx.stderr_path.write_bytes(b"")
+        return ExecResult(exit_code=0, timed_out=False, duration_s=0.0)

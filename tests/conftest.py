@@ -1,0 +1,127 @@
+"""Shared helpers for the plugin's own tests: build Harbor-layout tasks and cohort specs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+HAS_BWRAP = shutil.which("bwrap") is not None
+needs_bwrap = pytest.mark.skipif(
+    not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
+
+PASS_TEST = (
+    "mkdir -p /logs/verifier; if [ -f /app/done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+)
+
+
+def write_task(
+    root: Path,
+    name: str,
+    *,
+    instruction: str = "Create /app/done.txt.",
+    test: str = PASS_TEST,
+    solve: str | None = "echo ok > /app/done.txt\n",
+    workspace: dict[str, str] | None = None,
+    agent_timeout: float = 30,
+    verifier_timeout: float = 30,
+    extra_toml: str = "",
+) -> Path:
+    """Write one Harbor-layout task directory and return it."""
+    task = root / name
+    (task / "tests").mkdir(parents=True, exist_ok=True)
+    (task / "environment" / "workspace").mkdir(parents=True, exist_ok=True)
+    (task / "task.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            version = "1.0"
+            [metadata]
+            difficulty = "easy"
+            [agent]
+            timeout_sec = {agent_timeout}
+            [verifier]
+            timeout_sec = {verifier_timeout}
+            [environment]
+            workdir = "/app"
+            """
+        )
+        + extra_toml
+    )
+    (task / "instruction.md").write_text(instruction)
+    (task / "tests" / "test.sh").write_text("#!/bin/sh\n" + test)
+    if solve is not None:
+        (task / "solution").mkdir(exist_ok=True)
+        (task / "solution" / "solve.sh").write_text("#!/bin/sh\n" + solve)
+    for rel, content in (workspace or {}).items():
+        path = task / "environment" / "workspace" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return task
+
+
+def write_spec(path: Path, **spec: Any) -> Path:
+    """Write a cohort spec; defaults: tasks from ./tasks, oracle + nop, local executor."""
+    data: dict[str, Any] = {
+        "name": "t",
+        "tasks": [{"path": "tasks"}],
+        "subjects": [{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}],
+        "executor": {"kind": "local"},
+    }
+    data.update(spec)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Cohort:
+    """A cohort in a pytester directory: tasks/, cohort.yaml, out/."""
+
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        self.root = pytester.path
+        self.tasks = self.root / "tasks"
+        self.tasks.mkdir(exist_ok=True)
+        self.spec = self.root / "cohort.yaml"
+        self.out = self.root / "out"
+
+    def task(self, name: str, **kw: Any) -> Path:
+        return write_task(self.tasks, name, **kw)
+
+    def write(self, **spec: Any) -> Path:
+        return write_spec(self.spec, **spec)
+
+    def args(self, *extra: str) -> list[str]:
+        return [f"--maka-spec={self.spec}", f"--maka-out={self.out}", "-p", "no:randomly", *extra]
+
+    def run(self, *extra: str) -> pytest.RunResult:
+        return self.pytester.runpytest(*self.args(*extra))
+
+    def run_subprocess(self, *extra: str, timeout: float = 120) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess(*self.args(*extra), timeout=timeout)
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        return {r["cell_id"]: r for r in read_jsonl(self.out / "results.jsonl")}
+
+    def attempts(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.out / "attempts.jsonl")
+
+    def status(self) -> dict[str, str]:
+        return {cid: r["status"] for cid, r in self.results().items()}
+
+
+@pytest.fixture
+def cohort(pytester: pytest.Pytester) -> Cohort:
+    return Cohort(pytester)
+
+
+CohortFactory = Callable[..., Cohort]

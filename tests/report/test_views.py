@@ -1,0 +1,266 @@
+"""report.html, summary.md and the terminal table, built from realistic records."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from pytest_maka.core.cell import Cell
+from pytest_maka.core.records import attempt_record, cell_record
+from pytest_maka.core.spec import SubjectSpec
+from pytest_maka.core.task import Task
+from pytest_maka.core.taxonomy import MEANING, Status
+from pytest_maka.report import write_views
+from pytest_maka.report.html import read_tail, safe_rel_path
+from pytest_maka.report.terminal import terminal_lines
+
+S = Status
+T0 = 1_700_000_000.0
+EVIL = "<script>alert('pwned')</script>"
+
+
+class NoOptions(BaseModel):
+    pass
+
+
+def make_cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
+    t = Task(id=task, path=Path("/tasks") / task, instruction="do it",
+             digest=hashlib.sha256(task.encode()).hexdigest())
+    spec = SubjectSpec(name=subject, kind=kind, options=NoOptions(), declared_in=Path("/cohort.yaml"),
+                       digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest())
+    return Cell(t, spec, rep)
+
+
+def make_record(
+    out: Path | None,
+    task: str,
+    subject: str,
+    status: Status,
+    *,
+    kind: str = "command",
+    rep: int = 1,
+    agent_log: str | None = None,
+    verifier_log: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """A cell record with its artifacts written under ``out/cells/<key>/attempt-1``."""
+    cell = make_cell(task, subject, kind, rep)
+    rel = f"cells/{cell.key}/attempt-1"
+    artifacts: dict[str, str] = {"dir": rel}
+    if out is not None:
+        (out / rel).mkdir(parents=True, exist_ok=True)
+        if agent_log is not None:
+            (out / rel / "agent.log").write_text(agent_log, encoding="utf-8")
+            artifacts["agent_log"] = f"{rel}/agent.log"
+        if verifier_log is not None:
+            (out / rel / "verifier.txt").write_text(verifier_log, encoding="utf-8")
+            artifacts["verifier_output"] = f"{rel}/verifier.txt"
+    artifacts.update(kw.pop("artifacts", {}))
+    attempt = attempt_record(cell, cohort="demo", attempt=1, status=status, started=T0,
+                             finished=T0 + kw.pop("duration", 12.5), artifacts=artifacts, **kw)
+    return cell_record([attempt])
+
+
+@pytest.fixture
+def cohort(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET-do-not-leak\n")
+    (out / "leak.log").symlink_to(secret)
+    records = [
+        make_record(out, "fix-perms", "claude", S.AGENT_SUCCESS, score=1.0, agent_log="done\n",
+                    verifier_log="1 passed\n", usage={"cost_usd": 0.5, "input_tokens": 1000}),
+        make_record(out, "fix-perms", "claude", S.AGENT_SUCCESS, rep=2, score=1.0, agent_log="ok\n",
+                    usage={"cost_usd": 0.25}),
+        make_record(out, "parse-log", "claude", S.AGENT_SUCCESS, score=1.0, agent_log="ok\n"),
+        make_record(out, "parse-log", "claude", S.AGENT_FAILURE, rep=2, score=0.0,
+                    agent_log="\x1b[31mred\x1b[0m line\nprogress 10%\rprogress 100%\n" + EVIL + "\n",
+                    verifier_log="FAILED test_parse - assert 1 == 2\n" + EVIL,
+                    error={"type": "VerifierRejected", "message": "tests failed " + EVIL}),
+        make_record(out, "parse-log", "claude", S.INFRA_FAILURE, rep=3,
+                    error={"type": "DockerError", "message": "engine went away"},
+                    artifacts={"agent_log": "leak.log", "diff": "../secret.txt",
+                               "trajectory": "/etc/passwd"}),
+        make_record(out, "fix-perms", "nop", S.AGENT_SUCCESS, kind="nop"),
+        make_record(out, "parse-log", "nop", S.AGENT_FAILURE, kind="nop"),
+        make_record(out, "parse-log", "oracle", S.AGENT_FAILURE, kind="oracle"),
+        make_record(out, "fix-perms", "oracle", S.AGENT_SUCCESS, kind="oracle"),
+    ]
+    return out, records
+
+
+class _Checker(HTMLParser):
+    """Collects what the checks below need and catches unbalanced tables."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts = 0
+        self.resource_attrs: list[str] = []
+        self.hrefs: list[str] = []
+        self.depth = {"table": 0, "tbody": 0}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "script":
+            self.scripts += 1
+        for name, value in attrs:
+            if name in {"src", "srcset", "data", "poster", "action"}:
+                self.resource_attrs.append(f"{tag}.{name}={value}")
+            if name == "href" and value is not None:
+                self.hrefs.append(value)
+        if tag == "link":
+            self.resource_attrs.append("link")
+        if tag in self.depth:
+            self.depth[tag] += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.depth:
+            self.depth[tag] -= 1
+
+
+def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    paths = write_views(out, records, cohort="demo-cohort", meta={"executor": "docker"})
+    assert paths == {"html": out / "report.html", "markdown": out / "summary.md"}
+    html = paths["html"].read_text(encoding="utf-8")
+
+    # header
+    assert "demo-cohort" in html and "docker" in html and str(out) in html
+    assert "9 cells" in html and "2023-11-14T22:13:20" in html  # run window from the records
+    # per-subject rates with denominators and Wilson intervals (claude: 3 pass of 4 official, 5 cells)
+    assert "3/4 = 75.0%" in html and "[30.1%, 95.4%]" in html
+    assert "3/5 = 60.0%" in html
+    assert "$0.75 (2/5 cells)" in html
+    # the grid: one square per cell, linked to its row
+    squares = re.findall(r'<a class="sq s-(\w+)" href="#(c\d+)"', html)
+    assert len(squares) == len(records)
+    assert {a for _, a in squares} == {f"c{i}" for i in range(len(records))}
+    assert sum(1 for cls, _ in squares if cls == "agent_success") == 5
+    # health flags beside the tasks
+    assert "broken: passes with nop" in html and "broken: oracle fails" in html
+    # legend: every class and its meaning
+    for status in Status:
+        assert MEANING[status] in html
+    # one row per cell
+    assert html.count("<tbody id=\"c") == len(records)
+    assert "VerifierRejected" in html and "engine went away" in html
+
+
+def test_html_is_self_contained_and_escapes_subject_output(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    html = write_views(out, records, cohort="demo")["html"].read_text(encoding="utf-8")
+    checker = _Checker()
+    checker.feed(html)
+    assert checker.depth == {"table": 0, "tbody": 0}
+    # only our own inline script; the subject's lands escaped in the drill-down
+    assert checker.scripts == 1
+    assert EVIL not in html
+    assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
+    # no network: no external resources of any kind
+    assert "http://" not in html and "https://" not in html
+    assert checker.resource_attrs == []
+    assert "@import" not in html and "url(" not in html
+    for href in checker.hrefs:
+        assert href.startswith("#") or safe_rel_path(href.replace("%2F", "/")) is not None, href
+    # artifacts: linked relative to the out dir; tails of output and verifier output inlined
+    assert any(h.endswith("/agent.log") and h.startswith("cells/") for h in checker.hrefs)
+    assert "FAILED test_parse - assert 1 == 2" in html
+    # terminal escapes stripped, carriage-return overwrites applied
+    assert "\x1b" not in html and "red line" in html
+    assert "progress 100%" in html and "progress 10%" not in html
+
+
+def test_unsafe_artifact_paths_are_neither_linked_nor_read(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    html = write_views(out, records, cohort="demo")["html"].read_text(encoding="utf-8")
+    assert "TOPSECRET" not in html  # symlink refused
+    assert 'href="../secret.txt"' not in html and 'href="/etc/passwd"' not in html
+    assert read_tail(out, "leak.log") is None
+    assert read_tail(out, "../secret.txt") is None
+    assert read_tail(out, "cells") is None  # a directory is not a file
+    assert read_tail(out, "no/such/file") is None
+
+
+def test_drill_down_shows_only_a_tail(tmp_path: Path) -> None:
+    big = "".join(f"line {i:06d}\n" for i in range(20_000))  # ~240 KB
+    rec = make_record(tmp_path, "t", "a", S.AGENT_FAILURE, agent_log=big)
+    html = write_views(tmp_path, [rec], cohort="demo")["html"].read_text(encoding="utf-8")
+    assert "line 019999" in html and "line 000000" not in html
+    assert "earlier bytes not shown" in html
+    assert len(html) < 60_000
+
+
+@pytest.mark.parametrize(
+    "value", ["../x", "/abs", "a/../../b", "http://evil/x", "javascript:alert(1)", "a\\b", "", None, 3]
+)
+def test_safe_rel_path_rejects(value: object) -> None:
+    assert safe_rel_path(value) is None
+
+
+def test_markdown_summary(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    md = write_views(out, records, cohort="demo")["markdown"].read_text(encoding="utf-8")
+    assert md.startswith("## pytest-maka: demo")
+    table = [line for line in md.splitlines() if line.startswith("| **claude**")]
+    assert len(table) == 1
+    assert "3/4 = 75.0%" in table[0] and "[30.1%, 95.4%]" in table[0] and "3/5 = 60.0%" in table[0]
+    header = next(line for line in md.splitlines() if line.startswith("| subject"))
+    assert header.count("|") == table[0].count("|")
+    assert "`infra_failure`" in header and "`policy_denied`" not in header  # only classes present
+    assert "broken: passes with nop" in md and "broken: oracle fails" in md
+    assert "<script" not in md
+
+
+def test_terminal_lines_are_fixed_width(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    _, records = cohort
+    lines = terminal_lines(records)
+    header, rule, *rest = lines
+    rows = rest[:3]
+    assert [r.split()[0] for r in rows] == ["claude", "nop", "oracle"]
+    assert "3/4 = 75.0%" in rows[0] and "3/5 = 60.0%" in rows[0]
+    # columns line up: every column starts where the header's does
+    for name in ("cells", "official pass rate", "95% CI", "strict pass rate"):
+        col = header.index(name)
+        assert all(r[col - 1] == " " for r in rows)
+    assert len(rule) >= len(header.rstrip())
+    assert any("task health" in line for line in lines)
+    assert terminal_lines([]) == []
+
+
+def test_views_are_written_atomically(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    (out / "report.html").write_text("old")
+    write_views(out, records, cohort="demo")
+    write_views(out, records, cohort="demo")
+    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_empty_cohort_renders(tmp_path: Path) -> None:
+    paths = write_views(tmp_path, [], cohort="empty")
+    assert "no cells" in paths["html"].read_text()
+    assert "**0** cells" in paths["markdown"].read_text()
+
+
+def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
+    statuses = list(Status)
+    records = []
+    for i in range(10_000):
+        rec = make_record(None, f"task-{i // 20:04d}", f"subject-{i % 4}", statuses[i % len(statuses)],
+                          rep=(i // 4) % 5 + 1, score=float(i % 2), error={"type": "X", "message": "m" * 50})
+        rec["artifacts"]["agent_log"] = "missing.log"
+        records.append(rec)
+    start = time.perf_counter()
+    html = write_views(tmp_path, records, cohort="big")["html"].read_text(encoding="utf-8")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 20, elapsed
+    assert html.count('<tbody id="c') == 10_000
+    assert len(html.encode()) < 25 * 1024 * 1024
