@@ -72,8 +72,8 @@ class CellItem(pytest.Item):
             return describe(excinfo.value.args[0], self.maka.out_dir_display)
         return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
 
-    def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"maka cell {self.cell.id}"
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, 0, f"maka cell {self.cell.id}"
 
 
 def describe(record: dict[str, Any], out_dir: str) -> str:

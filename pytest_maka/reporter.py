@@ -14,7 +14,7 @@ import pytest
 
 from . import __version__
 from .core.cell import Cell
-from .core.records import attempt_record
+from .core.records import attempt_record, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
@@ -94,8 +94,10 @@ class MakaReporter:
     # -- end of session ------------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.config.option.collectonly:
+            return
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail
-        if self.expected and not interrupted:
+        if self.expected and not interrupted and _xdist_active(self.config):
             for nodeid in sorted(self.expected - set(self.records)):
                 cell = self._cell(nodeid)
                 if cell is not None:
@@ -146,8 +148,8 @@ class MakaReporter:
             "cohort": self.maka.cohort.name,
             "spec": str(loaded.path),
             "executor": loaded.executor.kind,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.run_started)),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "started_at": utc_iso(self.run_started),
+            "finished_at": utc_iso(time.time()),
             "argv": list(self.config.invocation_params.args),
             "versions": {
                 "pytest_maka": __version__,

@@ -66,6 +66,19 @@ def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[st
     return build_cohort(loaded, per_source), subject_kinds, executor_kinds
 
 
+def _make_subjects(loaded: LoadedSpec, kinds: dict[str, type]) -> dict[str, Subject]:
+    """Instantiate each subject; its errors get the key path of its entry in the spec."""
+    subjects: dict[str, Subject] = {}
+    for i, spec in enumerate(loaded.subjects):
+        try:
+            subjects[spec.name] = kinds[spec.kind](spec)
+        except SpecError as e:
+            in_spec = spec.declared_in == loaded.path
+            key = f"subjects[{i}].{e.key}" if in_spec and e.key else e.key
+            raise SpecError(spec.declared_in, key, e.message) from None
+    return subjects
+
+
 @dataclass
 class MakaSession:
     """Everything a process needs to collect and run the cells of one cohort."""
@@ -81,7 +94,7 @@ class MakaSession:
     def create(cls, config: pytest.Config, spec_path: Path, out_option: str | None) -> MakaSession:
         try:
             cohort, subject_kinds, executor_kinds = load_cohort(config, spec_path)
-            subjects = {s.name: subject_kinds[s.kind](s) for s in cohort.loaded.subjects}
+            subjects = _make_subjects(cohort.loaded, subject_kinds)
         except MakaUserError as e:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded

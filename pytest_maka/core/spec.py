@@ -152,7 +152,9 @@ def key_path(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
     return out
 
 
-def _first_error(exc: ValidationError, file: Path, prefix: str = "", model: type | None = None) -> SpecError:
+def _first_error(
+    exc: ValidationError, file: Path, prefix: str = "", model: type | None = None, also: tuple[str, ...] = ()
+) -> SpecError:
     errors = exc.errors(include_url=False)
     # For union entries (subjects) pydantic reports one error per branch; prefer the
     # branch that is a mapping, since that is what a user who wrote a mapping meant.
@@ -164,7 +166,7 @@ def _first_error(exc: ValidationError, file: Path, prefix: str = "", model: type
         allowed = sorted(model.model_fields) if model is not None else []
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         if parent and model is not None:
-            allowed = _allowed_keys_at(model, err["loc"][:-1])
+            allowed = sorted({*_allowed_keys_at(model, err["loc"][:-1]), *also})
         msg = "unknown key" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
     elif etype == "missing":
         msg = "missing required key"
@@ -279,7 +281,7 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
     try:
         options = model.model_validate(extras, context={"base_dir": file.parent})
     except ValidationError as e:
-        raise _first_error(e, file, prefix=prefix, model=model) from None
+        raise _first_error(e, file, prefix=prefix, model=model, also=("name", "kind")) from None
     material = _canonical({"kind": entry.kind, "options": options.model_dump(mode="json")})
     digest = hashlib.sha256(material.encode()).hexdigest()
     return SubjectSpec(name=entry.name, kind=entry.kind, options=options, declared_in=file, digest=digest)

@@ -29,13 +29,30 @@ from .process import wait_for
 #: Host system directories bound read-only into the sandbox (symlinked when the host's are links).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: Secrets under /etc hidden from the sandbox (files become empty, directories empty tmpfs).
-MASKED_PATTERNS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh",
-                   "/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private")
+MASKED_PATTERNS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+)
+#: Root-writable /proc entries covered read-only (uid 0 may write them without capabilities).
+PROC_COVERED = ("/proc/sys", "/proc/sysrq-trigger")
 #: Sandbox paths that belong to the sandbox's own plumbing, never to uploads.
 RESERVED_TOPS = frozenset({"proc", "dev", "sys", "tmp"})
 
-NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                   "--new-session", "--cap-drop", "ALL")
+NAMESPACE_FLAGS = (
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,7 @@ class HostLayout:
     system: tuple[tuple[str, str | None], ...]
     masked_files: tuple[str, ...]
     masked_dirs: tuple[str, ...]
+    proc_covered: tuple[str, ...]
     #: Top-level host entries for sandbox="none": (path, symlink target or None, is_dir).
     top_level: tuple[tuple[str, str | None, bool], ...]
     #: Where /etc/resolv.conf really points when that is outside the bound directories.
@@ -73,6 +91,7 @@ def host_layout() -> HostLayout:
         system=system,
         masked_files=tuple(p for p in masked if not os.path.isdir(p)),
         masked_dirs=tuple(p for p in masked if os.path.isdir(p)),
+        proc_covered=tuple(p for p in PROC_COVERED if os.path.exists(p)),
         top_level=tuple(top),
         resolv_target=resolv,
     )
@@ -95,8 +114,10 @@ def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str
         argv += ["--ro-bind", str(empty_file), path]
     for path in layout.masked_dirs:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
-             "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc"]
+    for path in layout.proc_covered:
+        argv += ["--ro-bind", path, path]
+    argv += ["--dev", "/dev", "--tmpfs", "/tmp"]
     for path in ro_binds:
         argv += ["--ro-bind", path, path]
     return argv
@@ -191,10 +212,20 @@ class NamespaceStopper:
         self.reap()
 
     def reap(self) -> None:
-        """Wait (bounded) until no live process is left in the namespace."""
+        """Wait (bounded) until no live process is left in the namespace.
+
+        The outer bwrap exits as soon as it knows the command's exit code, possibly before
+        the sandbox's pid 1 has finished killing the rest of the namespace. The kernel keeps
+        pid 1 alive until every other member is gone, so pid 1 dead means the namespace is.
+        """
+        info = self._namespace()
         deadline = time.monotonic() + 5.0
-        while self._members() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while time.monotonic() < deadline:
+            if info is not None and not _alive_in(info[0], info[1]):
+                return
+            if info is None and not self._members():
+                return
+            time.sleep(0.0005)
 
 
 class GroupStopper:
@@ -221,6 +252,11 @@ def namespace_pids(ns_link: str) -> list[int]:
         if name.isdigit() and _pid_namespace(int(name)) == ns_link and not _is_zombie(int(name)):
             pids.append(int(name))
     return pids
+
+
+def _alive_in(pid: int, ns_link: str) -> bool:
+    """``pid`` is a live (not zombie) process of the pid namespace ``ns_link``."""
+    return _pid_namespace(pid) == ns_link and not _is_zombie(pid)
 
 
 def _pid_namespace(pid: int) -> str | None:

@@ -25,9 +25,7 @@ from . import bwrap
 from .base import ExecResult, LeaseRequest
 from .process import run_process
 
-MISSING_BWRAP = (
-    "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
-)
+MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 
 
@@ -77,8 +75,9 @@ class LocalExecutor:
             task = Task(id="maka-check", path=root, instruction="", digest="")
             sandbox = LocalSandbox(task, root / "scratch", self.options)
             try:
-                result = sandbox.exec("true", env={}, timeout_sec=30, stdout_path=root / "out",
-                                      stderr_path=root / "err")
+                result = sandbox.exec(
+                    "true", env={}, timeout_sec=30, stdout_path=root / "out", stderr_path=root / "err"
+                )
             finally:
                 sandbox.close()
             if result.exit_code != 0:
@@ -167,18 +166,28 @@ class LocalSandbox:
         try:
             argv = bwrap.command_argv(
                 self._prefix if isolated else self._open_prefix(),
-                binds=self._binds(), network=network, isolated=isolated,
-                resolv_target=self._layout.resolv_target, cwd=cwd or self._workdir, env=env,
-                command=command, info_fd=write_fd if isolated else None,
+                binds=self._binds(),
+                network=network,
+                isolated=isolated,
+                resolv_target=self._layout.resolv_target,
+                cwd=cwd or self._workdir,
+                env=env,
+                command=command,
+                info_fd=write_fd if isolated else None,
             )
 
             def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
                 return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
 
             return run_process(
-                argv, timeout_sec=timeout_sec, stdout_path=stdout_path, stderr_path=stderr_path,
-                max_output_bytes=max_output_bytes, grace_sec=self.options.kill_grace_sec,
-                make_stopper=stopper, pass_fds=(write_fd,) if isolated else (),
+                argv,
+                timeout_sec=timeout_sec,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                max_output_bytes=max_output_bytes,
+                grace_sec=self.options.kill_grace_sec,
+                make_stopper=stopper,
+                pass_fds=(write_fd,) if isolated else (),
             )
         finally:
             os.close(read_fd)
@@ -187,8 +196,7 @@ class LocalSandbox:
     def _binds(self) -> dict[str, Path]:
         """Sandbox path -> host path, in mount order (outer directories first)."""
         binds = {f"/{top}": self._mounts / top for top in self._mount_tops}
-        for dest, src in sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)),
-                                key=lambda b: len(b[0])):
+        for dest, src in sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda b: len(b[0])):
             binds[dest] = src
         return binds
 
@@ -205,6 +213,7 @@ class LocalSandbox:
         if not parts:  # the workdir or /logs itself: replace its content
             if not host_path.is_dir():
                 raise ValueError(f"cannot replace directory {sandbox_path} with a file")
+            _descend(base, [], make=True)
             clear_dir(base)
             shutil.copytree(host_path, base, symlinks=True, dirs_exist_ok=True)
             return
@@ -238,6 +247,7 @@ class LocalSandbox:
         self._require_open()
         base, parts = self._locate(sandbox_path)
         if not parts:
+            _descend(base, [], make=True)
             clear_dir(base)
             return
         parent = _descend(base, parts[:-1], make=False, unlink_blockers=True)
@@ -249,8 +259,7 @@ class LocalSandbox:
         path = PurePosixPath(sandbox_path)
         if not path.is_absolute() or ".." in path.parts:
             raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
-        roots = sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)),
-                       key=lambda r: -len(r[0]))
+        roots = sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda r: -len(r[0]))
         for root, host in roots:
             if path == PurePosixPath(root) or PurePosixPath(root) in path.parents:
                 return host, list(path.relative_to(root).parts)
@@ -272,18 +281,23 @@ class LocalSandbox:
         """What this sandbox really provides, for the record."""
         if self.options.sandbox == "none":
             return {
-                "executor": "local", "sandbox": "none",
+                "executor": "local",
+                "sandbox": "none",
                 "network": {"agent": "host", "verifier": "host"},
-                "env": "allowlist", "pid_namespace": False,
+                "env": "allowlist",
+                "pid_namespace": False,
                 "kill": "process group, best effort (a process that calls setsid survives)",
                 "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
                 "mounts": self._mount_list(),
             }
         net = {True: "host", False: "none"}
         return {
-            "executor": "local", "sandbox": "bwrap",
+            "executor": "local",
+            "sandbox": "bwrap",
             "network": {"agent": net[agent_network], "verifier": net[verifier_network]},
-            "env": "allowlist", "pid_namespace": True, "capabilities": "all dropped",
+            "env": "allowlist",
+            "pid_namespace": True,
+            "capabilities": "all dropped",
             "kill": "whole pid namespace",
             "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
             "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
@@ -320,9 +334,13 @@ def _descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool 
     """Walk ``parts`` below ``base`` through real directories only.
 
     A symlink or file standing where a directory should be is replaced by a directory
-    (``make``), deleted (``unlink_blockers``), or makes the walk return None.
+    (``make``), deleted (``unlink_blockers``), or makes the walk return None. Directories
+    on the way get back the owner permissions the walk needs, should the subject have
+    removed them.
     """
+    need = 0o700 if make or unlink_blockers else 0o500
     current = base
+    _ensure_mode(base, os.lstat(base).st_mode, need)
     for name in parts:
         current = current / name
         try:
@@ -330,6 +348,7 @@ def _descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool 
         except FileNotFoundError:
             mode = None
         if mode is not None and stat.S_ISDIR(mode):
+            _ensure_mode(current, mode, need)
             continue
         if mode is not None and (make or unlink_blockers):
             remove_path(current)

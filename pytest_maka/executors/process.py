@@ -8,6 +8,7 @@ knows about deadlines, pipes and files.
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import subprocess
 import threading
@@ -95,11 +96,30 @@ class OutputPump:
 
 
 def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
-    """True if ``proc`` exited within ``timeout`` seconds (None: wait forever)."""
+    """True if ``proc`` exited within ``timeout`` seconds (None: wait forever).
+
+    Waits on a pidfd when the kernel has them: ``Popen.wait(timeout)`` polls with growing
+    sleeps and would add milliseconds to every short command.
+    """
+    if timeout is None or proc.poll() is not None:
+        proc.wait()
+        return True
     try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        return False
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(max(timeout, 0.0) * 1000):
+            return False
+    finally:
+        os.close(pidfd)
+    proc.wait()
     return True
 
 
@@ -129,10 +149,10 @@ def run_process(
             stderr=subprocess.PIPE,
             start_new_session=True,
             pass_fds=tuple(pass_fds),
+            env={},  # the sandbox's pid 1 keeps its own environ: it must hold no host secret
         )
         assert proc.stdout is not None and proc.stderr is not None
-        sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes),
-                 _Sink(proc.stderr.fileno(), err, max_output_bytes)]
+        sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
         pump = OutputPump(sinks)
         pump.start()
         stopper = make_stopper(proc)

@@ -51,13 +51,17 @@ def _parse(ts: object) -> datetime | None:
 
 
 def run_window(records: Sequence[Mapping[str, Any]]) -> str | None:
-    """``<first start> → <last finish> (wall 4m05s)`` over the records, or None if unknown."""
+    """``<first start> → <last finish> (wall 4m05s)`` over the records (or one meta dict), or None."""
     starts = [t for t in (_parse(r.get("started_at")) for r in records) if t is not None]
     ends = [t for t in (_parse(r.get("finished_at")) for r in records) if t is not None]
     if not starts or not ends:
         return None
-    first, last = min(starts), max(ends)
-    wall = format_duration(max(0.0, (last - first).total_seconds()))
+    try:
+        first, last = min(starts), max(ends)
+        wall_s = (last - first).total_seconds()
+    except TypeError:  # naive and aware timestamps mixed: no honest window
+        return None
+    wall = format_duration(max(0.0, wall_s))
     return f"{first.isoformat(timespec='seconds')} → {last.isoformat(timespec='seconds')} (wall {wall})"
 
 
@@ -66,14 +70,15 @@ def write_views(
 ) -> dict[str, Path]:
     """Write ``report.html`` and ``summary.md`` into ``out_dir``; return ``{"html": ..., "markdown": ...}``.
 
-    ``meta`` is shown in the report header (key: value); its ``run_time`` entry, when
-    absent, is derived from the records' timestamps.
+    ``meta`` is shown in the report header (key: value, nested values flattened). Its
+    ``run_time`` entry, when absent, is derived from meta's ``started_at``/``finished_at``,
+    else from the records' timestamps.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = dict(meta or {})
     if not info.get("run_time"):
-        window = run_window(records)
+        window = run_window([info]) or run_window(records)
         if window:
             info["run_time"] = window
         else:

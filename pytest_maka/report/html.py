@@ -136,6 +136,26 @@ def error_text(record: Mapping[str, Any]) -> str:
     return f"{kind}: {msg}" if kind and msg else kind or msg
 
 
+#: Meta keys the page already shows elsewhere (title, counts, run window).
+_SHOWN_ELSEWHERE = frozenset({"cohort", "run_time", "started_at", "finished_at", "cells", "tasks", "subjects"})
+
+
+def header_facts(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``meta`` as (label, text) pairs for the header; nested values flattened one level."""
+    facts = []
+    for key, value in meta.items():
+        if key in _SHOWN_ELSEWHERE or value is None or value == "":
+            continue
+        if isinstance(value, Mapping):
+            text = " · ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            text = " ".join(str(v) for v in value)
+        else:
+            text = str(value)
+        facts.append((str(key), _cap(text, 500)))
+    return facts
+
+
 @dataclass
 class CellView:
     """What one row of the per-cell table shows."""
@@ -171,10 +191,10 @@ def _drill(view: CellView, out_dir: Path | None, budget: list[int]) -> None:
     history = record.get("attempts") or []
     if len(history) > 1:
         lines = [f"attempt {a.get('attempt')}: {a.get('status')}  {error_text(a)}".rstrip() for a in history]
-        view.drill.append(("attempts", "\n".join(lines)))
+        view.drill.append(("attempts", _cap("\n".join(_cap(line, 300) for line in lines), DRILL_TEXT_CHARS)))
     verifier = {k: v for k, v in (record.get("verifier") or {}).items() if not isinstance(v, (dict, list))}
     if verifier:
-        view.drill.append(("verifier", "  ".join(f"{k}={v}" for k, v in verifier.items())))
+        view.drill.append(("verifier", _cap("  ".join(f"{k}={v}" for k, v in verifier.items()), 1000)))
     if record.get("subject_claim") is not None:
         claim = json.dumps(record["subject_claim"], ensure_ascii=False, default=str, indent=1)
         view.drill.append(("subject's claim (not authoritative)", _cap(claim, TAIL_BYTES)))
@@ -235,16 +255,15 @@ def render_html(
 ) -> str:
     """The whole ``report.html`` text. ``out_dir`` is where artifact paths are resolved."""
     meta = dict(meta or {})
-    run_time = meta.pop("run_time", None)
     cells = cell_views(records, out_dir)
     anchors = {id(v.record): v.anchor for v in cells}
     present = [s for s in Status if summary.counts[s]]
     return _environment().get_template(TEMPLATE).render(
         cohort=cohort,
-        run_time=run_time,
+        run_time=meta.get("run_time"),
         out_dir=str(out_dir) if out_dir is not None else None,
         generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
-        meta=meta,
+        facts=header_facts(meta),
         summary=summary,
         present=present,
         cells=cells,

@@ -66,13 +66,11 @@ class Command(SubjectBase):
         super().__init__(spec)
         opts: CommandOptions = spec.options  # type: ignore[assignment]
         self.opts = opts
-        missing = [n for n in opts.env if n not in os.environ]
-        if missing:
-            raise SpecError(
-                spec.declared_in,
-                f"subject {spec.name!r} env",
-                f"host variable {missing[0]} is not set (listed to be passed to the subject)",
-            )
+        for i, name in enumerate(opts.env):
+            if name not in os.environ:
+                raise SpecError(
+                    spec.declared_in, f"env[{i}]", f"host variable {name} is not set (listed to be passed to the subject)"
+                )
         self._passed = {n: os.environ[n] for n in opts.env}
 
     def uploads(self, task: Task) -> dict[str, Path]:

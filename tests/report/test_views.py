@@ -135,6 +135,7 @@ def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     # header
     assert "demo-cohort" in html and "docker" in html and str(out) in html
     assert "9 cells" in html and "2023-11-14T22:13:20" in html  # run window from the records
+    assert "2023-11-14T22:13:20+00:00 → 2023-11-14T22:13:32+00:00 (wall 12.5s)" in html
     # per-subject rates with denominators and Wilson intervals (claude: 3 pass of 4 official, 5 cells)
     assert "3/4 = 75.0%" in html and "[30.1%, 95.4%]" in html
     assert "3/5 = 60.0%" in html
@@ -152,6 +153,21 @@ def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     # one row per cell
     assert html.count("<tbody id=\"c") == len(records)
     assert "VerifierRejected" in html and "engine went away" in html
+
+
+def test_meta_in_header(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, records = cohort
+    meta = {
+        "cohort": "demo",
+        "started_at": "2024-01-01T00:00:00Z",
+        "finished_at": "2024-01-01T00:10:00Z",
+        "versions": {"pytest": "9.2.0", "python": "3.11.9"},
+        "argv": ["--maka-spec", "cohort.yaml", "<b>"],
+    }
+    html = write_views(out, records, cohort="demo", meta=meta)["html"].read_text(encoding="utf-8")
+    assert "(wall 10m00s)" in html  # the run window comes from meta when it has one
+    assert "pytest 9.2.0 · python 3.11.9" in html
+    assert "--maka-spec cohort.yaml &lt;b&gt;" in html
 
 
 def test_html_is_self_contained_and_escapes_subject_output(cohort: tuple[Path, list[dict[str, Any]]]) -> None:

@@ -47,6 +47,10 @@ class DockerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: Image for tasks with neither ``environment/Dockerfile`` nor ``docker_image``.
+    default_image: str | None = "python:3.11-slim"
+    #: Seconds between SIGTERM and SIGKILL when a command times out.
+    kill_grace_sec: float = Field(default=1.0, ge=0, le=60)
     #: Engine URLs (or ``{url, slots}``). Empty: ``$DOCKER_HOST`` or the local socket.
     engines: list[EngineOptions | str] = Field(default_factory=list)
     #: Containers per engine at once, across all xdist workers (default: the worker count).
@@ -69,6 +73,13 @@ class DockerOptions(BaseModel):
     state_dir: Path | None = None
     #: Prefix of the tags of images built from task environments.
     image_prefix: str = Field(default="pytest-maka-env", pattern=r"^[a-z0-9][a-z0-9._/-]*$")
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        if v == "host" or v.startswith("container:"):
+            raise ValueError("host and container network modes cannot be joined per command; use a network name")
+        return v
 
     @field_validator("cap_add")
     @classmethod

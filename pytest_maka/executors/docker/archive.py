@@ -1,0 +1,98 @@
+"""Tar archives in and out of containers: host files in as root, container files out safely.
+
+Extraction never writes outside its destination: absolute names, ``..``, devices and links
+that leave the tree are skipped, so ``get`` cannot be tricked into following a symlink out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+
+def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def pack(entries: Iterable[tuple[Path | None, str]]) -> IO[bytes]:
+    """A tar (in a temporary file, rewound) holding each host path under its sandbox path.
+
+    ``None`` as host path makes an empty directory. Parents are not archived: the engine
+    creates missing ones and leaves existing ones as they are.
+    """
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for host_path, sandbox_path in entries:
+            arcname = str(PurePosixPath(sandbox_path)).lstrip("/")
+            if not arcname:
+                raise ValueError("cannot put onto /")
+            if host_path is None:
+                info = _as_root(tarfile.TarInfo(arcname))
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                tar.add(str(host_path), arcname=arcname, recursive=True, filter=_as_root)
+    out.seek(0)
+    return out
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    parts = PurePosixPath(rel).parts
+    if not parts or any(p in ("..", "") for p in parts) or parts[0] == "/":
+        return None
+    return root.joinpath(*parts)
+
+
+def extract_archive(chunks: Iterable[bytes], dest: Path) -> None:
+    """Extract an engine archive so that the archived path itself lands at ``dest``."""
+    with tempfile.TemporaryFile() as spool:
+        for chunk in chunks:
+            spool.write(chunk)
+        spool.seek(0)
+        with tarfile.open(fileobj=spool, mode="r|") as tar:
+            for member in tar:
+                _extract_one(tar, member, dest)
+
+
+def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
+    parts = PurePosixPath(member.name).parts
+    rel = "/".join(parts[1:])
+    target = dest if not rel else _inside(dest, rel)
+    if target is None:
+        return
+    if target != dest and not target.parent.is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+    if member.isdir():
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            target.unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        os.chmod(target, 0o700 | (member.mode & 0o755))
+    elif member.isfile():
+        _clear(target)
+        src = tar.extractfile(member)
+        if src is None:
+            return
+        with src, open(target, "wb") as f:
+            shutil.copyfileobj(src, f)
+        os.chmod(target, 0o600 | (member.mode & 0o755))
+    elif member.issym():
+        link = PurePosixPath(member.linkname)
+        if link.is_absolute() or ".." in link.parts:
+            return  # only links that stay below their own directory
+        _clear(target)
+        os.symlink(member.linkname, target)
+    # hard links, devices and fifos are skipped: nothing a verifier's output needs
+
+
+def _clear(target: Path) -> None:
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)

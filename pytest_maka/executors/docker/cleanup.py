@@ -1,0 +1,86 @@
+"""Remove what dead runs left on Docker engines.
+
+    python -m pytest_maka.executors.docker.cleanup [--engine URL ...] [--all] [--images] [--dry-run]
+
+Without ``--all`` only containers whose owning process (on this host) is gone are removed,
+so it is safe while other runs are going. ``--all`` removes every container this plugin
+made, ``--images`` also the images built from task environments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import docker.errors
+
+from . import labels as L
+from .engines import Engine, one_line
+from .options import DockerOptions
+
+
+def sweep(engine: Engine, *, everything: bool = False, images: bool = False,
+          dry_run: bool = False) -> list[str]:
+    """Remove leftovers on one engine; returns what was (or would be) removed."""
+    api = engine.api
+    removed: list[str] = []
+    with engine.guard("listing leftovers"):
+        containers = api.containers(all=True, filters={"label": f"{L.MANAGED}=1"})
+    for c in containers:
+        labels = c.get("Labels") or {}
+        if not (everything or L.owner_is_dead(labels)):
+            continue
+        name = f"container {c['Id'][:12]} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
+        if not dry_run:
+            try:
+                api.remove_container(c["Id"], force=True, v=True)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                name += f": not removed: {one_line(exc)}"
+        removed.append(name)
+    if images:
+        with engine.guard("listing images"):
+            found = api.images(filters={"label": f"{L.MANAGED}=1"})
+        for img in found:
+            tags = ", ".join(img.get("RepoTags") or []) or img["Id"][:19]
+            if not dry_run:
+                try:
+                    api.remove_image(img["Id"], force=True)
+                except docker.errors.APIError as exc:
+                    tags += f": not removed: {one_line(exc)}"
+            removed.append(f"image {tags}")
+    return removed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``maka docker-cleanup``."""
+    parser = argparse.ArgumentParser(prog="maka docker-cleanup", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", action="append", default=[], metavar="URL",
+                        help="engine URL (repeatable; default: $DOCKER_HOST or the local socket)")
+    parser.add_argument("--all", action="store_true", help="also containers of live or remote runs")
+    parser.add_argument("--images", action="store_true", help="also images built from task environments")
+    parser.add_argument("--dry-run", action="store_true", help="list, do not remove")
+    args = parser.parse_args(argv)
+    options = DockerOptions(engines=args.engine)
+    status = 0
+    for opts in options.engine_list():
+        engine = Engine(opts, slots=1, state_dir=options.resolved_state_dir(), retry_sec=0)
+        reason = engine.ping()
+        if reason is not None:
+            print(f"{engine.url}: not answering: {reason}", file=sys.stderr)
+            status = 1
+            continue
+        done = sweep(engine, everything=args.all, images=args.images, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        for item in done:
+            print(f"{engine.url}: {verb} {item}")
+        if not done:
+            print(f"{engine.url}: nothing to remove")
+        engine.close()
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Docker engines: one API client per URL, health checks, and rotation shared by workers.
+
+An engine that stops answering is marked down in a small file under the state directory,
+so every worker of the run stops leasing on it; it is probed again after
+``engine_retry_sec``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from ...core.errors import InfraError
+from .options import DockerOptions, EngineOptions
+
+#: Exceptions that mean "the engine did not answer" (as opposed to "the engine said no").
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    ConnectionError,
+    TimeoutError,
+)
+API_TIMEOUT_SEC = 60.0
+
+
+def one_line(exc: BaseException) -> str:
+    """A short single-line description of an engine error."""
+    api_error = isinstance(exc, docker.errors.APIError)
+    text = str(exc.explanation or exc) if api_error else (str(exc) or type(exc).__name__)
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class EngineDown(InfraError):
+    """The engine stopped answering; it has been taken out of rotation."""
+
+
+class Engine:
+    """One Docker engine: a lazily created API client and a shared up/down marker."""
+
+    def __init__(self, opts: EngineOptions, *, slots: int, state_dir: Path, retry_sec: float) -> None:
+        self.url = opts.url
+        self.slots = opts.slots or slots
+        self.key = hashlib.sha256(self.url.encode()).hexdigest()[:12]
+        self._marker = state_dir / "engines" / f"{self.key}.down"
+        self._retry_sec = retry_sec
+        self._client: docker.APIClient | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Engine({self.url})"
+
+    @property
+    def api(self) -> docker.APIClient:
+        with self._lock:
+            if self._client is None:
+                with self.guard("connect"):
+                    self._client = docker.APIClient(
+                        base_url=self.url,
+                        version="auto",
+                        timeout=API_TIMEOUT_SEC,
+                        use_ssh_client=self.url.startswith("ssh://"),
+                        max_pool_size=32,
+                    )
+            return self._client
+
+    def ping(self, timeout: float = 5.0) -> str | None:
+        """None when the engine answers, else a one-line reason."""
+        try:
+            client = docker.APIClient(
+                base_url=self.url, version="auto", timeout=timeout,
+                use_ssh_client=self.url.startswith("ssh://"),
+            )
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as exc:  # any failure to answer is a reason, not a crash
+            return one_line(exc)
+        return None
+
+    # --- rotation -------------------------------------------------------------------
+    def mark_down(self, reason: str) -> None:
+        self._marker.parent.mkdir(parents=True, exist_ok=True)
+        self._marker.write_text(reason + "\n")
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def down_reason(self) -> str | None:
+        """Why the engine is out of rotation, or None when it may be used."""
+        try:
+            age = time.time() - self._marker.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        if age < self._retry_sec:
+            return self._marker.read_text().strip() or "not answering"
+        reason = self.ping()
+        if reason is None:
+            self._marker.unlink(missing_ok=True)
+            return None
+        self.mark_down(reason)
+        return reason
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn engine errors into InfraError; a silent engine is taken out of rotation."""
+        try:
+            yield
+        except CONNECTION_ERRORS as exc:
+            reason = one_line(exc)
+            self.mark_down(reason)
+            raise EngineDown(f"docker engine {self.url} stopped answering during {what}: {reason}") from exc
+        except docker.errors.DockerException as exc:
+            if "Error while fetching server API version" in str(exc):
+                self.mark_down(one_line(exc))
+                raise EngineDown(f"docker engine {self.url} is not answering: {one_line(exc)}") from exc
+            raise InfraError(f"docker engine {self.url}: {what} failed: {one_line(exc)}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def make_engines(options: DockerOptions) -> list[Engine]:
+    state = options.resolved_state_dir()
+    slots = options.default_slots()
+    return [
+        Engine(e, slots=slots, state_dir=state, retry_sec=options.engine_retry_sec)
+        for e in options.engine_list()
+    ]

@@ -1,0 +1,257 @@
+"""One attempt's container: exec with real timeouts, tar put/get, and a description of its isolation."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker.errors
+
+from ...core.errors import InfraError
+from ..base import ExecResult
+from .archive import extract_archive, pack
+from .engines import Engine
+from .execs import CLEAR_PATH, SIGNAL_ALL, Capture
+
+DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+
+
+def _check_path(path: str) -> str:
+    p = PurePosixPath(path)
+    if not p.is_absolute() or ".." in p.parts or str(p) == "/":
+        raise ValueError(f"sandbox paths must be absolute, without '..', and not /: {path!r}")
+    return str(p)
+
+
+class DockerSandbox:
+    """A running container leased for one attempt (created and removed by the executor)."""
+
+    def __init__(self, engine: Engine, container_id: str, *, workdir: str, network: str,
+                 kill_grace_sec: float, baseline: Callable[[], Path | None], info: dict[str, Any]) -> None:
+        self.engine = engine
+        self.id = container_id
+        self.workdir = workdir
+        self._network = network
+        self._grace = kill_grace_sec
+        self._baseline = baseline
+        self._info = info
+        self._keepers: set[str] = set()
+        self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
+        self._dirty = False  # an exec ran: the subject may have planted links
+        self.networks_used: set[str] = set()
+        self.restarts = 0
+
+    @property
+    def api(self) -> Any:
+        return self.engine.api
+
+    # --- start and stop ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start the container and note its two own processes (docker-init and the keeper)."""
+        with self.engine.guard("starting the container"):
+            self.api.start(self.id)
+            deadline = time.monotonic() + 10
+            while True:
+                self._keepers = self._processes()
+                if len(self._keepers) >= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+
+    def _processes(self) -> set[str]:
+        """Host pids of the container's live (non-zombie) processes."""
+        top = self.api.top(self.id, ps_args="-o pid,stat")
+        return {pid for pid, stat, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
+
+    def _running(self) -> bool:
+        return bool(self.api.inspect_container(self.id)["State"]["Running"])
+
+    def _restart(self) -> None:
+        """Kill the whole container (every process in it) and start it again."""
+        self.restarts += 1
+        with contextlib.suppress(docker.errors.APIError):  # already stopped
+            self.api.kill(self.id)
+        self.api.wait(self.id, timeout=30)
+        self.start()
+
+    def stop_all(self, grace: float = 0.0) -> None:
+        """Stop every process a command started; returns only when none is left."""
+        with self.engine.guard("stopping processes"):
+            if not self._running():
+                self._restart()
+                return
+            if not (self._processes() - self._keepers):
+                return
+            if grace > 0:
+                self._run(["sh", "-c", SIGNAL_ALL, "sh", "TERM"])
+                end = time.monotonic() + grace
+                while time.monotonic() < end and self._processes() - self._keepers:
+                    time.sleep(0.05)
+            self._run(["sh", "-c", SIGNAL_ALL, "sh", "KILL"])
+            if not self._running() or self._processes() - self._keepers:
+                self._restart()
+
+    def _run(self, argv: list[str]) -> tuple[int | None, bytes]:
+        """A short internal command (no caps, no timeout); restarts a stopped container once."""
+        for attempt in (1, 2):
+            try:
+                eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True)["Id"]
+                break
+            except docker.errors.APIError as exc:
+                if attempt == 2 or exc.status_code != 409:
+                    raise
+                self._restart()
+        out = self.api.exec_start(eid)
+        return self.api.exec_inspect(eid).get("ExitCode"), out
+
+    # --- exec -------------------------------------------------------------------------
+    def exec(self, command: str, *, env: Mapping[str, str], timeout_sec: float | None, stdout_path: Path,
+             stderr_path: Path, network: bool = False, cwd: str | None = None,
+             max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> ExecResult:
+        """``sh -c command``; returns once every process it started is gone (also on timeout)."""
+        self._dirty, self._fresh = True, set()
+        started = time.monotonic()
+        with self.engine.guard("running a command"):
+            if network:
+                self.api.connect_container_to_network(self.id, self._network)
+                self.networks_used.add(self._network)
+            try:
+                return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd,
+                                  max_output_bytes, started)
+            finally:
+                if network:
+                    self.api.disconnect_container_from_network(self.id, self._network, force=True)
+
+    def _exec(self, command: str, env: Mapping[str, str], timeout_sec: float | None, stdout_path: Path,
+              stderr_path: Path, cwd: str | None, cap: int, started: float) -> ExecResult:
+        argv = ["sh", "-c", command]
+        environment = [f"{k}={v}" for k, v in env.items()]
+        for attempt in (1, 2):
+            try:
+                eid = self.api.exec_create(self.id, argv, environment=environment, workdir=cwd or self.workdir,
+                                           stdout=True, stderr=True)["Id"]
+                break
+            except docker.errors.APIError as exc:
+                if attempt == 2 or exc.status_code != 409:
+                    raise
+                self._restart()  # the previous command killed the keeper: start over
+        sock = self.api.exec_start(eid, socket=True)
+        self.api._disable_socket_timeout(sock)
+        capture = Capture(sock, stdout_path, stderr_path, cap)
+        capture.start()
+        deadline = None if timeout_sec is None else started + timeout_sec
+        timed_out, exit_code = False, None
+        try:
+            interval = 0.02
+            while True:
+                wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+                if capture.wait(wait):
+                    exit_code = self._exit_code(eid)
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                info = self.api.exec_inspect(eid)
+                if not info["Running"]:  # background processes still hold the output open
+                    exit_code = info.get("ExitCode")
+                    break
+                interval = min(interval * 2, 0.5)
+        except BaseException:
+            capture.close()
+            raise
+        self.stop_all(grace=self._grace if timed_out else 0.0)
+        if not capture.wait(10):
+            capture.close()
+        return ExecResult(
+            exit_code=None if timed_out else exit_code,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            stdout_truncated=capture.truncated[0],
+            stderr_truncated=capture.truncated[1],
+        )
+
+    def _exit_code(self, eid: str) -> int | None:
+        for _ in range(200):
+            info = self.api.exec_inspect(eid)
+            if not info["Running"]:
+                return info.get("ExitCode")
+            time.sleep(0.005)
+        return None
+
+    # --- files ------------------------------------------------------------------------
+    def _exists(self, path: str) -> bool:
+        url = self.api._url("/containers/{0}/archive", self.id)
+        res = self.api.head(url, params={"path": path})
+        if res.status_code == 404:
+            return False
+        self.api._raise_for_status(res)
+        return True
+
+    def _clear(self, path: str, *, make_parent: bool) -> None:
+        code, out = self._run(["sh", "-c", CLEAR_PATH, "sh", path, "1" if make_parent else "0"])
+        if code != 0:
+            raise InfraError(f"could not clear {path} in the container: {out.decode(errors='replace')[:300]}")
+
+    def put(self, host_path: Path, sandbox_path: str) -> None:
+        """Copy a host file or directory to ``sandbox_path``, replacing whatever is there."""
+        path = _check_path(sandbox_path)
+        with self.engine.guard(f"copying {path} into the container"):
+            if path not in self._fresh and self._dirty:
+                self._clear(path, make_parent=True)
+            elif path not in self._fresh and self._exists(path):
+                self._clear(path, make_parent=False)
+            with pack([(host_path, path)]) as tar:
+                self.api.put_archive(self.id, "/", tar)
+            self._fresh.discard(path)
+
+    def put_many(self, entries: list[tuple[Path, str]]) -> None:
+        """Copy several host paths into a fresh container in one archive (lease start only)."""
+        with self.engine.guard("copying files into the container"), pack(entries) as tar:
+            self.api.put_archive(self.id, "/", tar)
+
+    def get(self, sandbox_path: str, host_path: Path) -> bool:
+        """Copy out; False when nothing is at ``sandbox_path``. Links leaving the copy are dropped."""
+        path = _check_path(sandbox_path)
+        with self.engine.guard(f"copying {path} out of the container"):
+            try:
+                chunks, _stat = self.api.get_archive(self.id, path)
+            except docker.errors.NotFound:
+                return False
+            if host_path.is_symlink() or host_path.is_file():
+                host_path.unlink()
+            elif host_path.exists():
+                shutil.rmtree(host_path)
+            host_path.parent.mkdir(parents=True, exist_ok=True)
+            extract_archive(chunks, host_path)
+        return True
+
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (a symlink on the way is deleted, never followed)."""
+        path = _check_path(sandbox_path)
+        with self.engine.guard(f"removing {path}"):
+            if self._exists(path):  # a dangling link counts: the engine does not follow the last part
+                self._clear(path, make_parent=False)
+            self._fresh.add(path)
+
+    def workspace_snapshot(self, dest: Path) -> Path:
+        """A host copy of the workdir as it is now."""
+        if not self.get(self.workdir, dest):
+            dest.mkdir(parents=True, exist_ok=True)
+        return dest
+
+    def baseline_workspace(self) -> Path | None:
+        """The workdir as the attempt started (image content plus the task's workspace)."""
+        return self._baseline()
+
+    def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
+        """What this container really provides, for the record."""
+        net = {True: self._network, False: "none"}
+        return {
+            **self._info,
+            "network": {"agent": net[agent_network], "verifier": net[verifier_network]},
+            "networks_joined": sorted(self.networks_used),
+            "container_restarts": self.restarts,
+        }

@@ -1,0 +1,43 @@
+"""The shared executor conformance suite, against the Docker executor on a real engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from pytest_maka.executors.docker import DockerExecutor
+from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, ExecutorConformance
+
+pytestmark = pytest.mark.docker
+
+
+class TestDockerConformance(ExecutorConformance):
+    #: Commands with network join a Docker network, not the host's: host 127.0.0.1 stays unreachable.
+    supports_host_network = False
+
+    @pytest.fixture
+    def executor(self, make_executor: Callable[..., DockerExecutor]) -> DockerExecutor:
+        executor = make_executor()
+        executor.check()
+        return executor
+
+    def test_env_contains_only_what_was_passed(self, sandbox, tmp_path, monkeypatch, docker_api) -> None:  # type: ignore[override]
+        """As the suite's, except that variables the image itself sets (``ENV``) are allowed.
+
+        The base images of provision-docker.sh set SSL_CERT_FILE & co, which the CI host has
+        too; the suite's heuristic (a name also in the host environment = a leak) misfires.
+        """
+        monkeypatch.setenv(SECRET_NAME, SECRET_VALUE)
+        image = sandbox.isolation(agent_network=False, verifier_network=False)["image"]
+        image_env = dict(e.split("=", 1) for e in docker_api.inspect_image(image)["Config"]["Env"] or [])
+        env = {"PATH": self.path_env, "MAKA_GIVEN": "a value with spaces = and equals"}
+        run = self.run(sandbox, "env", tmp_path, env=env)
+        assert SECRET_VALUE not in run.stdout and SECRET_NAME not in run.stdout
+        seen = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+        assert seen["MAKA_GIVEN"] == env["MAKA_GIVEN"]
+        runtime = {"PWD", "OLDPWD", "SHLVL", "_", "HOME", "HOSTNAME", "PATH", "TERM"}
+        leaked = {k for k in seen if k in os.environ and k not in env and k not in runtime
+                  and seen[k] != image_env.get(k)}
+        assert not leaked, f"host variables reached the command: {sorted(leaked)}"
