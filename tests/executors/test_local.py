@@ -50,6 +50,32 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
         executor.check()
         return executor
 
+    # Isolation tests do not apply to an executor that opts out of isolation: instead of
+    # skipping them, assert what it honestly does and says.
+    test_network_off_cannot_reach_host_loopback = None  # type: ignore[assignment]
+    test_timeout_kills_everything = None  # type: ignore[assignment]
+    test_no_survivors_after_normal_exit = None  # type: ignore[assignment]
+    test_host_filesystem_not_writable = None  # type: ignore[assignment]
+
+    def test_shares_the_host_network_and_says_so(
+        self, sandbox: Sandbox, tmp_path: Path, host_server: int
+    ) -> None:
+        run = self.run(sandbox, self._probe(host_server), tmp_path, network=False)
+        assert run.result.exit_code == 0, "no network namespace: the host is reachable"
+        isolation = sandbox.isolation(agent_network=False, verifier_network=False)
+        assert isolation["sandbox"] == "none"
+        assert isolation["network"] == {"agent": "host", "verifier": "host"}
+
+    def test_timeout_kills_the_process_group(self, sandbox: Sandbox, task: Task, tmp_path: Path) -> None:
+        beat = f"{task.workdir}/beat"
+        command = f"trap '' TERM; (trap '' TERM; while :; do date +%s%N > {beat}; sleep 0.05; done) & sleep 60"
+        run = self.run(sandbox, command, tmp_path, timeout_sec=1)
+        assert run.result.timed_out
+        snapshot = sandbox.workspace_snapshot(tmp_path / "ws") / "beat"
+        first = snapshot.read_text()
+        time.sleep(0.4)
+        assert snapshot.read_text() == first, "a background child in the process group survived the timeout"
+
 
 # -- helpers -------------------------------------------------------------------------------
 

@@ -119,7 +119,8 @@ class ImageStore:
                 info = json.loads(failed.read_text())
                 build_log.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(info["log"], build_log)
-                raise InfraError(info["message"].replace(info["task"], task.id, 1))
+                message = info["message"].replace(info["task"], task.id, 1)
+                raise InfraError(f"{message} (build log: {build_log})")
             try:
                 return self._build(engine, task, context, dockerfile, digest, tag, build_log)
             except EngineDown:
@@ -128,7 +129,7 @@ class ImageStore:
                 keep = base.with_suffix(".log")
                 shutil.copyfile(build_log, keep)
                 failed.write_text(json.dumps({"message": str(exc), "task": task.id, "log": str(keep)}))
-                raise
+                raise InfraError(f"{exc} (build log: {build_log})") from None
 
     def _build(
         self, engine: Engine, task: Task, context: Path, dockerfile: Path, digest: str, tag: str,
@@ -172,7 +173,7 @@ class ImageStore:
                     return image_id
                 error = "the build ended without an image"
             log.write(f"# pytest-maka: build failed at {step}: {error}\n")
-        raise InfraError(f"task {task.id}: image build failed at {step}: {error} (log: {build_log})")
+        raise InfraError(f"task {task.id}: image build failed at {step}: {error}")
 
     # --- baselines --------------------------------------------------------------------
     def baseline(self, engine: Engine, image_id: str, task: Task) -> Path:

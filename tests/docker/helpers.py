@@ -1,0 +1,52 @@
+"""Small helpers shared by the Docker tests: tasks, lease requests, running a command."""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from pytest_maka.core.task import Task, digest_tree
+from pytest_maka.executors.base import ExecResult, LeaseRequest, Sandbox
+from pytest_maka.testing.conformance import make_cell
+
+_n = itertools.count()
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def task_with_dockerfile(root: Path, dockerfile: str, *, task_id: str = "docker-task", **fields: Any) -> Task:
+    """A task whose environment is built from ``dockerfile``."""
+    env = root / "environment"
+    env.mkdir(parents=True, exist_ok=True)
+    (env / "Dockerfile").write_text(textwrap.dedent(dockerfile))
+    tests = root / "tests"
+    tests.mkdir(exist_ok=True)
+    (tests / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    return Task(id=task_id, path=root, instruction="x", digest=digest_tree(root), environment_dir=env,
+                dockerfile=env / "Dockerfile", tests_dir=tests, **fields)
+
+
+def plain_task(root: Path, *, task_id: str = "plain-task", **fields: Any) -> Task:
+    """A task with no environment: it runs in the executor's default image."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Task(id=task_id, path=root, instruction="x", digest=digest_tree(root), **fields)
+
+
+def request(task: Task, tmp_path: Path, **kw: Any) -> LeaseRequest:
+    n = next(_n)
+    return LeaseRequest(cell=make_cell(task, tmp_path), attempt=1, attempt_dir=tmp_path / f"attempt-{n}",
+                        scratch_dir=tmp_path / f"scratch-{n}", **kw)
+
+
+def run(sandbox: Sandbox, command: str, tmp_path: Path, **kw: Any) -> tuple[ExecResult, str, str]:
+    n = next(_n)
+    out, err = tmp_path / f"o{n}", tmp_path / f"e{n}"
+    kw.setdefault("timeout_sec", 60)
+    result = sandbox.exec(command, env={"PATH": PATH}, stdout_path=out, stderr_path=err, **kw)
+    return result, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+
+def containers_of(api: Any, task_id: str) -> list[dict[str, Any]]:
+    """Containers (any state) this plugin made for ``task_id``."""
+    return api.containers(all=True, filters={"label": [f"io.pytest-maka.task={task_id}"]})

@@ -1,0 +1,205 @@
+"""Containers: limits and labels, real timeouts, network off, cleanup on every kind of exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_maka.core.errors import ExecutorUnavailable
+from pytest_maka.executors.docker import DockerExecutor, DockerOptions
+from pytest_maka.executors.docker.cleanup import main as cleanup_main
+
+from .helpers import containers_of, plain_task, request, run
+
+pytestmark = pytest.mark.docker
+
+
+def test_container_settings(make_executor, docker_api, tmp_path: Path) -> None:
+    task = plain_task(tmp_path / "t", task_id="limits-task", cpus=1.0, memory_mb=256)
+    with make_executor(pids_limit=300).lease(request(task, tmp_path)) as sandbox:
+        cfg = docker_api.inspect_container(sandbox.id)
+        host = cfg["HostConfig"]
+        assert (host["NanoCpus"], host["Memory"], host["PidsLimit"]) == (10**9, 256 * 2**20, 300)
+        assert host["Privileged"] is False and host["CapDrop"] == ["ALL"] and "NET_RAW" not in host["CapAdd"]
+        assert "no-new-privileges:true" in host["SecurityOpt"] and host["Init"] is True
+        labels = cfg["Config"]["Labels"]
+        assert labels["io.pytest-maka.cell"] == "limits-task[conformance-r1]"
+        assert labels["io.pytest-maka.owner-pid"] == str(os.getpid()) and labels["io.pytest-maka.run"]
+        result, out, _ = run(sandbox, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
+                             tmp_path)
+        assert out.strip() == "300"
+        isolation = sandbox.isolation(agent_network=False, verifier_network=False)
+        assert isolation["limits"]["memory_mb"] == 256 and isolation["network"]["agent"] == "none"
+
+
+def test_timeout_kills_a_sigterm_ignoring_process_tree(make_executor, docker_api, tmp_path: Path) -> None:
+    task = plain_task(tmp_path / "t")
+    with make_executor(kill_grace_sec=0.5).lease(request(task, tmp_path)) as sandbox:
+        command = ("trap '' TERM; (trap '' TERM; setsid sh -c 'trap \"\" TERM; while :; do date +%s%N > /tmp/beat; "
+                   "sleep 0.05; done' &) ; while :; do sleep 1; done")
+        started = time.monotonic()
+        result, _, _ = run(sandbox, command, tmp_path, timeout_sec=1.0)
+        assert result.timed_out and result.exit_code is None
+        assert time.monotonic() - started < 6
+        procs = docker_api.top(sandbox.id, ps_args="-o pid,stat,args")["Processes"]
+        commands = [p[2] for p in procs if not p[1].startswith("Z")]
+        assert sorted(commands) == ["/sbin/docker-init -- sleep infinity", "sleep infinity"], commands
+        _, first, _ = run(sandbox, "cat /tmp/beat", tmp_path)
+        time.sleep(0.3)
+        assert run(sandbox, "cat /tmp/beat", tmp_path)[1] == first
+        assert run(sandbox, "echo still usable", tmp_path)[1] == "still usable\n"
+
+
+def test_a_command_that_kills_everything_does_not_break_the_sandbox(make_executor, tmp_path: Path) -> None:
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        run(sandbox, "echo kept > /app/file; kill -9 -1", tmp_path)
+        result, out, _ = run(sandbox, "cat /app/file", tmp_path)
+        assert (result.exit_code, out) == (0, "kept\n")
+
+
+@pytest.fixture
+def bridge_server() -> Iterator[tuple[str, int]]:
+    """A TCP server on all host addresses; returns (bridge gateway address, port)."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"maka-bridge-token\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    gateway = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)
+    if gateway.returncode != 0:
+        pytest.skip("no docker0 bridge on this host")
+    yield gateway.stdout.split()[3].split("/")[0], server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+PROBE = ("python3 -c \"import socket,sys\ntry:\n s=socket.create_connection(('{host}',{port}),timeout=3)\n"
+         " print(s.recv(100).decode().strip())\nexcept OSError as e:\n print('unreachable', e); sys.exit(1)\"")
+
+
+def test_network_off_blocks_and_on_reaches(make_executor, tmp_path: Path, bridge_server) -> None:
+    host, port = bridge_server
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        result, out, err = run(sandbox, PROBE.format(host=host, port=port), tmp_path, network=False)
+        assert result.exit_code == 1 and "unreachable" in out, out + err
+        _, links, _ = run(sandbox, "cat /proc/net/dev", tmp_path)
+        assert "eth0" not in links
+        result, out, err = run(sandbox, PROBE.format(host=host, port=port), tmp_path, network=True)
+        assert out.strip() == "maka-bridge-token", out + err
+        result, out, _ = run(sandbox, PROBE.format(host=host, port=port), tmp_path, network=False)
+        assert result.exit_code == 1, "the network stayed attached after the command"
+        assert sandbox.isolation(agent_network=True, verifier_network=False)["networks_joined"] == ["bridge"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_container_removed_on_exceptions(make_executor, docker_api, tmp_path: Path, exc: BaseException) -> None:
+    task = plain_task(tmp_path / "t", task_id=f"cleanup-{type(exc).__name__}")
+    with pytest.raises(type(exc)), make_executor().lease(request(task, tmp_path)) as sandbox:
+        run(sandbox, "sleep 100 &", tmp_path)
+        assert containers_of(docker_api, task.id)
+        raise exc
+    assert containers_of(docker_api, task.id) == []
+
+
+def test_keep_on_failure_keeps_a_stopped_container(make_executor, docker_api, tmp_path: Path) -> None:
+    task = plain_task(tmp_path / "t", task_id="kept-task")
+    with pytest.raises(RuntimeError), make_executor(keep_on_failure=True).lease(request(task, tmp_path)):
+        raise RuntimeError("keep me")
+    kept = containers_of(docker_api, task.id)
+    assert [c["State"] for c in kept] == ["exited"]
+    for c in kept:
+        docker_api.remove_container(c["Id"], force=True)
+
+
+CRASH_IN_CHILD = """
+import os, sys
+from pathlib import Path
+from pytest_maka.executors.docker import DockerExecutor, DockerOptions
+from tests.docker.helpers import plain_task, request
+root, state = Path(sys.argv[1]), Path(sys.argv[2])
+ex = DockerExecutor(DockerOptions(state_dir=state, slots_per_engine=1))
+with ex.lease(request(plain_task(root / "t", task_id="crashed-task"), root)) as sb:
+    print(sb.id, flush=True)
+    os._exit(9)  # a worker crash: no finally runs
+"""
+
+
+def test_leftover_of_a_crashed_worker_is_removed_by_the_next_holder_of_its_slot(
+    docker_api, state_dir: Path, tmp_path: Path
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(state_dir)], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    cid = proc.stdout.strip()
+    assert [c["Id"] for c in containers_of(docker_api, "crashed-task")] == [cid]
+    executor = DockerExecutor(DockerOptions(state_dir=state_dir, slots_per_engine=1))
+    with executor.lease(request(plain_task(tmp_path / "u"), tmp_path)):
+        assert containers_of(docker_api, "crashed-task") == []
+
+
+def test_cleanup_command_removes_containers_of_dead_processes(
+    docker_api, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    other_state = tmp_path / "other-state"  # a slot nobody will take again
+    proc = subprocess.run([sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(other_state)], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    assert containers_of(docker_api, "crashed-task")
+    assert cleanup_main(["--dry-run"]) == 0
+    assert "would remove container" in capsys.readouterr().out
+    assert containers_of(docker_api, "crashed-task")
+    assert cleanup_main([]) == 0
+    assert "crashed-task" in capsys.readouterr().out
+    assert containers_of(docker_api, "crashed-task") == []
+
+
+def test_unreachable_engine_fails_check_with_one_line(tmp_path: Path) -> None:
+    executor = DockerExecutor(DockerOptions(engines=[f"unix://{tmp_path}/no.sock"], state_dir=tmp_path))
+    with pytest.raises(ExecutorUnavailable) as info:
+        executor.check()
+    assert "no Docker engine answers" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_sigint_during_exec_removes_the_container(docker_api, state_dir: Path, tmp_path: Path) -> None:
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from pytest_maka.executors.docker import DockerExecutor, DockerOptions\n"
+        "from tests.docker.helpers import plain_task, request, run\n"
+        "root, state = Path(sys.argv[1]), Path(sys.argv[2])\n"
+        "ex = DockerExecutor(DockerOptions(state_dir=state))\n"
+        "with ex.lease(request(plain_task(root / 't', task_id='sigint-task'), root)) as sb:\n"
+        "    print('started', flush=True)\n"
+        "    run(sb, 'sleep 600', root)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(state_dir)], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert containers_of(docker_api, "sigint-task") == []
