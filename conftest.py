@@ -1,3 +1,17 @@
-"""Top-level conftest: enables pytester for the plugin's own tests."""
+"""Project conftest: the place to extend or override pytest-maka's fixtures and hooks for
+the cohorts in this repository. For example, to log every lease:
 
-pytest_plugins = ["pytester"]
+    import pytest
+
+    @pytest.fixture
+    def executor_lease(executor_lease):
+        def lease(request):
+            print("leasing", request.cell.id, "attempt", request.attempt)
+            return executor_lease(request)
+        return lease
+
+and to annotate every record:
+
+    def pytest_maka_record(record, cell):
+        record["team"] = "evals"
+"""

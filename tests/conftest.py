@@ -101,7 +101,13 @@ class Cohort:
         return write_spec(self.spec, **spec)
 
     def args(self, *extra: str) -> list[str]:
-        return [f"--maka-spec={self.spec}", f"--maka-out={self.out}", "-W", "ignore::pytest.PytestAssertRewriteWarning", *extra]
+        return [
+            f"--maka-spec={self.spec}",
+            f"--maka-out={self.out}",
+            "-W",
+            "ignore::pytest.PytestAssertRewriteWarning",
+            *extra,
+        ]
 
     def run(self, *extra: str) -> pytest.RunResult:
         return self.pytester.runpytest(*self.args(*extra))

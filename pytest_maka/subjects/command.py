@@ -69,7 +69,9 @@ class Command(SubjectBase):
         for i, name in enumerate(opts.env):
             if name not in os.environ:
                 raise SpecError(
-                    spec.declared_in, f"env[{i}]", f"host variable {name} is not set (listed to be passed to the subject)"
+                    spec.declared_in,
+                    f"env[{i}]",
+                    f"host variable {name} is not set (listed to be passed to the subject)",
                 )
         self._passed = {n: os.environ[n] for n in opts.env}
 

@@ -21,10 +21,12 @@ def command(name: str, cmd: str, **extra: object) -> dict[str, object]:
 
 
 TAMPERERS = {
-    "reward-file": "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json",
+    "reward-file": (
+        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+    ),
     "planted-tests": "mkdir -p /tests && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh; echo planted",
     "daemon-rewriting-reward": (
-        "setsid sh -c 'trap \"\" TERM; while true; do mkdir -p /logs/verifier; "
+        'setsid sh -c \'trap "" TERM; while true; do mkdir -p /logs/verifier; '
         "echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' >/dev/null 2>&1 & sleep 0.3"
     ),
     "fake-output": "echo 'PASSED all tests'; echo 'reward=1'; echo '1 passed in 0.01s'",
@@ -43,7 +45,10 @@ def test_tampering_never_passes(cohort: Cohort, name: str) -> None:
 
 
 def test_tests_are_hidden_from_the_subject_and_fresh_for_the_verifier(cohort: Cohort) -> None:
-    verifier = "mkdir -p /logs/verifier; if grep -q ORIGINAL /tests/marker.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    verifier = (
+        "mkdir -p /logs/verifier; if grep -q ORIGINAL /tests/marker.txt; then echo 1; else echo 0; fi"
+        " > /logs/verifier/reward.txt\n"
+    )
     task = cohort.task("hidden", test=verifier)
     (task / "tests" / "marker.txt").write_text("ORIGINAL\n")
     probe = "ls /tests > $MAKA_LOGS_DIR/saw.txt 2>&1; ls /solution >> $MAKA_LOGS_DIR/saw.txt 2>&1; true"
@@ -61,7 +66,9 @@ def test_host_secret_is_invisible_and_passed_secrets_are_redacted(
     monkeypatch.setenv("MAKA_HOST_SECRET", "host-secret-value-123")
     monkeypatch.setenv("MAKA_GIVEN_KEY", "given-key-value-456")
     cohort.task("t")
-    dump = "env > $MAKA_LOGS_DIR/env.txt; env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; echo done > /app/done.txt"
+    dump = (
+        "env > $MAKA_LOGS_DIR/env.txt; env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; echo done > /app/done.txt"
+    )
     cohort.write(subjects=[command("env-dumper", dump, env=["MAKA_GIVEN_KEY"])])
     cohort.run().assert_outcomes(passed=1)
     record = cohort.results()["t[env-dumper-r0]"]
@@ -122,7 +129,9 @@ def test_agent_network_policy_lets_the_subject_reach_the_host(
 ) -> None:
     port, seen = host_server
     cohort.task("t")
-    probe = f"python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), timeout=2); s.send(b'hello')\""
+    probe = (
+        f"python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), timeout=2); s.send(b'hello')\""
+    )
     cohort.write(subjects=[command("caller", probe)], policy={"agent_network": True})
     cohort.run().assert_outcomes(failed=1)
     assert seen == [b"hello"]
@@ -153,7 +162,7 @@ def test_output_is_capped(cohort: Cohort) -> None:
 
 def test_claim_is_recorded_beside_the_verdict_and_never_changes_it(cohort: Cohort) -> None:
     cohort.task("t")
-    claim = "echo '{\"status\": \"complete\", \"message\": \"all tests pass\"}' > $MAKA_LOGS_DIR/claim.json"
+    claim = 'echo \'{"status": "complete", "message": "all tests pass"}\' > $MAKA_LOGS_DIR/claim.json'
     cohort.write(subjects=[command("boaster", claim)])
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[boaster-r0]"]

@@ -65,7 +65,7 @@ def test_nonzero_exit_is_incomplete(cohort: Cohort) -> None:
     [
         ("echo 'I forgot the reward'\n", "the verifier wrote no reward"),
         ("mkdir -p /logs/verifier; echo maybe > /logs/verifier/reward.txt\n", "reward.txt is not a number"),
-        ("mkdir -p /logs/verifier; echo '{\"a\": 1, \"b\": 0}' > /logs/verifier/reward.json\n", "no 'reward' key"),
+        ('mkdir -p /logs/verifier; echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json\n', "no 'reward' key"),
         ("exit 2\n", "the verifier wrote no reward"),
     ],
 )
@@ -91,7 +91,7 @@ def test_verifier_timeout(cohort: Cohort) -> None:
 
 
 def test_reward_json_with_several_keys(cohort: Cohort) -> None:
-    test = "mkdir -p /logs/verifier; echo '{\"reward\": 0.5, \"style\": 1}' > /logs/verifier/reward.json\n"
+    test = 'mkdir -p /logs/verifier; echo \'{"reward": 0.5, "style": 1}\' > /logs/verifier/reward.json\n'
     cohort.task("partial", test=test)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     cohort.run().assert_outcomes(failed=1)

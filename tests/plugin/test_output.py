@@ -16,9 +16,26 @@ from ..conftest import Cohort, needs_bwrap
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
 
 RECORD_FIELDS = {
-    "schema", "cell_id", "task", "subject", "repetition", "attempt_count", "status", "passed", "official",
-    "score", "duration_s", "started_at", "finished_at", "usage", "verifier", "subject_claim", "isolation",
-    "budget", "artifacts", "error",
+    "schema",
+    "cell_id",
+    "task",
+    "subject",
+    "repetition",
+    "attempt_count",
+    "status",
+    "passed",
+    "official",
+    "score",
+    "duration_s",
+    "started_at",
+    "finished_at",
+    "usage",
+    "verifier",
+    "subject_claim",
+    "isolation",
+    "budget",
+    "artifacts",
+    "error",
 }
 
 
@@ -29,7 +46,7 @@ def test_output_layout_and_record_schema(cohort: Cohort) -> None:
     for name in ("results.jsonl", "attempts.jsonl", "report.html", "summary.md", "lock.json"):
         assert (cohort.out / name).is_file(), name
     for record in cohort.results().values():
-        assert RECORD_FIELDS <= set(record), RECORD_FIELDS - set(record)
+        assert set(record) >= RECORD_FIELDS, RECORD_FIELDS - set(record)
         assert set(record["usage"]) >= {"input_tokens", "output_tokens", "cost_usd"}
         attempt_dir = cohort.out / record["artifacts"]["dir"]
         assert attempt_dir.name == "attempt-1" and attempt_dir.parent.name == record["cell_key"]
@@ -60,7 +77,9 @@ def test_terminal_summary_table(cohort: Cohort) -> None:
     cohort.task("t")
     cohort.write()
     result = cohort.run()
-    result.stdout.fnmatch_lines(["*pytest-maka*", "subject*official pass rate*strict pass rate*", "nop*0/1*", "oracle*1/1*"])
+    result.stdout.fnmatch_lines(
+        ["*pytest-maka*", "subject*official pass rate*strict pass rate*", "nop*0/1*", "oracle*1/1*"]
+    )
 
 
 def test_ctrl_c_aborts_the_run_and_records_the_attempt(cohort: Cohort) -> None:
@@ -80,6 +99,51 @@ def test_ctrl_c_aborts_the_run_and_records_the_attempt(cohort: Cohort) -> None:
     assert [a["status"] for a in attempts] == ["agent_aborted"], "the interrupted attempt is recorded"
     assert attempts[0]["duration_s"] < 30
     # The aborted cell is not final: the next run into the same directory executes it again.
-    cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 100"}], budgets={"agent_timeout_sec": 1})
+    cohort.write(
+        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 100"}], budgets={"agent_timeout_sec": 1}
+    )
     cohort.run().assert_outcomes(failed=1)
     assert [a["status"] for a in cohort.attempts()] == ["agent_aborted", "agent_incomplete"]
+
+
+def test_conftest_can_extend_the_cell_fixtures(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.pytester.makeconftest(
+        """
+        import json
+        import pytest
+
+        @pytest.fixture
+        def executor_lease(executor_lease, maka_cell):
+            def lease(request):
+                with open("leases.log", "a") as fh:
+                    fh.write(json.dumps([maka_cell.id, request.attempt]) + "\\n")
+                return executor_lease(request)
+            return lease
+
+        @pytest.fixture(autouse=True)
+        def stamp(request):
+            request.node.user_properties.append(("stamped", True))
+
+        def pytest_maka_record(record, cell):
+            record["team"] = "evals"
+        """
+    )
+    result = cohort.run(f"--junitxml={cohort.root / 'junit.xml'}")
+    result.assert_outcomes(passed=1)
+    assert (cohort.root / "leases.log").read_text() == '["t[oracle-r0]", 1]\n'
+    assert cohort.results()["t[oracle-r0]"]["team"] == "evals"
+    junit = (cohort.root / "junit.xml").read_text()
+    assert 'name="stamped"' in junit, "autouse fixtures apply to cells"
+    assert '<property name="maka_status" value="agent_success"' in junit
+
+
+def test_pytest_html_report_with_cells(cohort: Cohort) -> None:
+    pytest.importorskip("pytest_html", reason="pytest-html is part of the test extras")
+    cohort.task("t")
+    cohort.write()
+    result = cohort.run(f"--html={cohort.root / 'cells.html'}", "--self-contained-html")
+    result.assert_outcomes(passed=1, failed=1)
+    html = (cohort.root / "cells.html").read_text()
+    assert "t[oracle-r0]" in html and "agent_failure" in html

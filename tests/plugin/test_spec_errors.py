@@ -28,33 +28,50 @@ BASE = "name: t\ntasks: [{path: tasks}]\n"
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        (BASE + "subjects: [{name: a, kind: oracle}, {name: b, kind: robot}]\n",
-         "cohort.yaml: subjects[1].kind: unknown subject kind 'robot'; expected one of: command, nop, oracle"),
-        (BASE + "subjects: [{name: a, kind: oracle, colour: red}]\n",
-         "cohort.yaml: subjects[0].colour: unknown key"),
-        (BASE + "subjects: [{name: a, kind: oracle}, {name: a, kind: nop}]\n",
-         "cohort.yaml: subjects[1].name: duplicate subject name 'a'"),
-        (BASE + "subjects: [{name: a, kind: command}]\n",
-         "cohort.yaml: subjects[0].command: missing required key"),
-        (BASE + "subjects: [{name: a, kind: oracle}]\nrepetitons: 3\n",
-         "cohort.yaml: repetitons: unknown key; expected one of: budgets, description, executor, name, policy, "),
-        (BASE + "subjects: [{name: a, kind: oracle}]\nrepetitions: 0\n",
-         "cohort.yaml: repetitions: Input should be greater than or equal to 1"),
-        ("name: t\ntasks: [{path: nowhere}]\nsubjects: [{name: a, kind: oracle}]\n",
-         "cohort.yaml: tasks[0].path: no such file or directory"),
-        ("name: t\ntasks: [{path: tasks, include: ['zz*']}]\nsubjects: [{name: a, kind: oracle}]\n",
-         "cohort.yaml: tasks[0].include[0]: 'zz*' matches no task in tasks"),
-        ("name: t\ntasks: [{path: tasks, format: swe-bonch}]\nsubjects: [{name: a, kind: oracle}]\n",
-         "cohort.yaml: tasks[0].format: unknown format 'swe-bonch'; expected one of: harbor"),
-        (BASE + "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: cloud}\n",
-         "cohort.yaml: executor.kind: unknown executor kind 'cloud'; expected one of: "),
-        (BASE + "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: local, sandbox: maybe}\n",
-         "cohort.yaml: executor.sandbox: Input should be 'bwrap' or 'none'"),
-        ("name: t\ntasks: [{path: tasks}\nsubjects: []\n",
-         "cohort.yaml: line 3, column 1: invalid YAML"),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}, {name: b, kind: robot}]\n",
+            "cohort.yaml: subjects[1].kind: unknown subject kind 'robot'; expected one of: command, nop, oracle",
+        ),
+        (BASE + "subjects: [{name: a, kind: oracle, colour: red}]\n", "cohort.yaml: subjects[0].colour: unknown key"),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}, {name: a, kind: nop}]\n",
+            "cohort.yaml: subjects[1].name: duplicate subject name 'a'",
+        ),
+        (BASE + "subjects: [{name: a, kind: command}]\n", "cohort.yaml: subjects[0].command: missing required key"),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}]\nrepetitons: 3\n",
+            "cohort.yaml: repetitons: unknown key; expected one of: budgets, description, executor, name, policy, ",
+        ),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}]\nrepetitions: 0\n",
+            "cohort.yaml: repetitions: Input should be greater than or equal to 1",
+        ),
+        (
+            "name: t\ntasks: [{path: nowhere}]\nsubjects: [{name: a, kind: oracle}]\n",
+            "cohort.yaml: tasks[0].path: no such file or directory",
+        ),
+        (
+            "name: t\ntasks: [{path: tasks, include: ['zz*']}]\nsubjects: [{name: a, kind: oracle}]\n",
+            "cohort.yaml: tasks[0].include[0]: 'zz*' matches no task in tasks",
+        ),
+        (
+            "name: t\ntasks: [{path: tasks, format: swe-bonch}]\nsubjects: [{name: a, kind: oracle}]\n",
+            "cohort.yaml: tasks[0].format: unknown format 'swe-bonch'; expected one of: harbor",
+        ),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: cloud}\n",
+            "cohort.yaml: executor.kind: unknown executor kind 'cloud'; expected one of: ",
+        ),
+        (
+            BASE + "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: local, sandbox: maybe}\n",
+            "cohort.yaml: executor.sandbox: Input should be 'bwrap' or 'none'",
+        ),
+        ("name: t\ntasks: [{path: tasks}\nsubjects: []\n", "cohort.yaml: line 3, column 1: invalid YAML"),
         ("- just a list\n", "cohort.yaml: expected a mapping with keys name, tasks, subjects"),
-        ("name: t\ntasks: [{path: tasks}]\nsubjects: [subjects/missing.yaml]\n",
-         "subjects/missing.yaml: subject file not found"),
+        (
+            "name: t\ntasks: [{path: tasks}]\nsubjects: [subjects/missing.yaml]\n",
+            "subjects/missing.yaml: subject file not found",
+        ),
     ],
 )
 def test_spec_error_names_file_key_and_expectation(cohort: Cohort, spec: str, expected: str) -> None:

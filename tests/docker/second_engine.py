@@ -1,0 +1,93 @@
+"""Start a second Docker engine for a test: its own socket, data-root, exec-root and bridge."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+
+class SecondEngine:
+    """A throwaway ``dockerd``; ``kill()`` makes it stop answering, ``start()`` brings it back."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="maka-d2-", dir="/tmp"))
+        self.url = f"unix://{self.root}/docker.sock"
+        self.bridge = f"maka{uuid.uuid4().hex[:8]}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", "172.29.77.1/24", "dev", self.bridge], check=True)
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
+
+    def start(self, timeout: float = 60) -> None:
+        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - owned by the daemon process
+        self.proc = subprocess.Popen(
+            ["dockerd", "--host", self.url, "--data-root", str(self.root / "data"),
+             "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "docker.pid"),
+             "--bridge", self.bridge, "--iptables=false", "--ip-masq=false"],
+            stdout=log, stderr=log, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                client = docker.APIClient(base_url=self.url, version="auto", timeout=5)
+                client.ping()
+                client.close()
+                return
+            except Exception:
+                time.sleep(0.2)
+        raise RuntimeError(f"second dockerd did not come up; see {self.root / 'dockerd.log'}")
+
+    def load_from(self, source: docker.APIClient, image: str) -> None:
+        """Copy ``image`` from another engine (no registry is needed)."""
+        client = docker.APIClient(base_url=self.url, version="auto", timeout=300)
+        client.load_image(b"".join(source.get_image(image)))
+        client.close()
+
+    def kill(self) -> None:
+        """Stop answering at once (SIGKILL), as a machine that drops off the network."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        """Shut down cleanly (kills its containers) and remove everything it made."""
+        if self.proc is None and (self.root / "data").exists():
+            self.start()  # a clean shutdown also removes what a killed daemon left running
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._kill_strays()
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                  if line.split()[1].startswith(str(self.root))]
+        for mount in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mount], check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", self.bridge], check=False)
+
+    def _kill_strays(self) -> None:
+        """containerd and shims started for this engine (their command lines name its root)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(self.root).encode() in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
