@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -26,6 +24,7 @@ from ..core.cell import Cell
 from ..core.spec import SubjectSpec
 from ..core.task import Task, digest_tree
 from ..executors.base import ExecResult, Executor, LeaseRequest, Sandbox
+from .servers import tcp_server
 
 WORKSPACE_FILES = {"hello.txt": "hello from the task\n", "sub/nested.txt": "nested\n"}
 SECRET_NAME = "MAKA_TEST_SECRET"
@@ -141,25 +140,8 @@ class ExecutorConformance:
     @pytest.fixture
     def host_server(self) -> Iterator[int]:
         """A TCP server on the host's 127.0.0.1 that greets every client with TOKEN."""
-        server = socket.create_server(("127.0.0.1", 0))
-        server.settimeout(0.2)
-        stop = threading.Event()
-
-        def serve() -> None:
-            while not stop.is_set():
-                try:
-                    conn, _ = server.accept()
-                except TimeoutError:
-                    continue
-                with conn:
-                    conn.sendall(TOKEN + b"\n")
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        yield server.getsockname()[1]
-        stop.set()
-        thread.join()
-        server.close()
+        with tcp_server(greeting=TOKEN + b"\n") as server:
+            yield server.port
 
     def run(
         self,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
+
+from pytest_maka.testing.servers import tcp_server
 
 from ..conftest import Cohort, needs_bwrap
 
@@ -22,7 +22,8 @@ def command(name: str, cmd: str, **extra: object) -> dict[str, object]:
 
 TAMPERERS = {
     "reward-file": (
-        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
+        " echo '{\"reward\": 1}' > /logs/verifier/reward.json"
     ),
     "planted-tests": "mkdir -p /tests && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh; echo planted",
     "daemon-rewriting-reward": (
@@ -83,29 +84,9 @@ def test_host_secret_is_invisible_and_passed_secrets_are_redacted(
 
 @pytest.fixture
 def host_server() -> Iterator[tuple[int, list[bytes]]]:
-    """A real TCP server on the host's 127.0.0.1 recording every connection it accepts."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.2)
-    seen: list[bytes] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            seen.append(conn.recv(64))
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], seen
-    stop.set()
-    thread.join(2)
-    server.close()
+    """A real TCP server on the host's 127.0.0.1 recording what every client sends."""
+    with tcp_server() as server:
+        yield server.port, server.received
 
 
 def test_network_attempt_from_sandbox_is_blocked(cohort: Cohort, host_server: tuple[int, list[bytes]]) -> None:
