@@ -30,6 +30,13 @@ def pytest_maka_executor_kinds() -> dict[str, type]:
     return {LocalExecutor.kind: LocalExecutor}
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_maka_verifiers() -> dict[str, type]:
+    from .verifiers.reward import RewardVerifier
+
+    return {RewardVerifier.name: RewardVerifier}
+
+
 def pytest_maka_task_formats() -> list[str]:
     return [harbor.FORMAT]
 

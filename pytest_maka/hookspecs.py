@@ -47,6 +47,11 @@ def pytest_maka_subject_kinds() -> dict[str, type]:
 
 
 @pytest.hookspec
+def pytest_maka_verifiers() -> dict[str, type]:
+    """Verifier classes by name; a task selects one with ``Task.grading`` (see verifiers/base.py)."""
+
+
+@pytest.hookspec
 def pytest_maka_executor_kinds() -> dict[str, type]:
     """Executor classes by kind name (see executors/base.py for the protocol)."""
 

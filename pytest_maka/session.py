@@ -19,6 +19,7 @@ from .executors.base import Executor
 from .run.lifecycle import CellRunner, RunSettings
 from .store.ledger import Ledger
 from .subjects.base import Subject
+from .verifiers.base import Verifier
 
 COHORT_STARTED_KEY = "maka_cohort_started"
 
@@ -28,6 +29,16 @@ def _kinds(hook_results: list[dict[str, type]]) -> dict[str, type]:
     for result in hook_results:
         merged.update(result or {})
     return merged
+
+
+def _check_verifiers(cohort: Cohort, verifiers: dict[str, type]) -> None:
+    for task in cohort.tasks:
+        if task.grading not in verifiers:
+            raise SpecError(
+                task.path,
+                None,
+                f"the task needs verifier {task.grading!r}, which no plugin provides ({', '.join(verifiers)})",
+            )
 
 
 def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[str, type], dict[str, type]]:
@@ -86,6 +97,7 @@ class MakaSession:
     config: pytest.Config
     cohort: Cohort
     subjects: dict[str, Subject]
+    verifiers: dict[str, Verifier]
     executor: Executor
     out_dir: Path
     started: float = field(default_factory=time.time)
@@ -95,6 +107,8 @@ class MakaSession:
         try:
             cohort, subject_kinds, executor_kinds = load_cohort(config, spec_path)
             subjects = _make_subjects(cohort.loaded, subject_kinds)
+            verifier_classes = _kinds(config.hook.pytest_maka_verifiers())
+            _check_verifiers(cohort, verifier_classes)
         except MakaUserError as e:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded
@@ -107,10 +121,12 @@ class MakaSession:
         out_dir = Path(out_option) if out_option else config.rootpath / "reports" / cohort.name
         workerinput = getattr(config, "workerinput", {})
         started = float(workerinput.get(COHORT_STARTED_KEY) or time.time())
+        verifiers = {name: klass() for name, klass in verifier_classes.items()}
         return cls(
             config=config,
             cohort=cohort,
             subjects=subjects,
+            verifiers=verifiers,
             executor=executor,
             out_dir=out_dir.resolve(),
             started=started,
@@ -144,6 +160,7 @@ class MakaSession:
             settings,
             self.executor,
             self.subjects,
+            self.verifiers,
             self.ledger,
             classify_fn=lambda facts, cell: hook.pytest_maka_classify(facts=facts, cell=cell),
             annotate_fn=lambda record, cell: hook.pytest_maka_record(record=record, cell=cell),

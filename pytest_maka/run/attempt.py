@@ -14,8 +14,8 @@ from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject
+from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import read_json_file, read_usage, redact_tree, workspace_diff
-from .grading import Verdict, read_reward
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -35,6 +35,7 @@ class AttemptWork:
 
     cell: Cell
     subject: Subject
+    verifier: Verifier
     executor: Executor
     settings: RunSettings
     attempt_dir: Path
@@ -166,8 +167,8 @@ def run_attempt_steps(
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
         with work.timed("restore"):
-            _restore(sandbox, task, request.scratch_dir)
-        _verify(work, sandbox)
+            _restore(sandbox, work.verifier.tests_payload(task, request.scratch_dir), request.scratch_dir)
+        _verify(work, sandbox, work.verifier, request.scratch_dir)
     finally:
         with work.timed("teardown"):
             _close(stack, work)
@@ -184,15 +185,15 @@ def _close(stack: ExitStack, work: AttemptWork) -> None:
         work.isolation["teardown_error"] = f"{type(e).__name__}: {e}"
 
 
-def _restore(sandbox: Sandbox, task: Task, scratch: Path) -> None:
+def _restore(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
     """Clear stale verifier outputs and copy the hidden tests in fresh, over anything planted."""
     sandbox.remove(VERIFIER_LOGS_DIR)
     empty = scratch / "empty-verifier-dir"
     empty.mkdir(exist_ok=True)
     sandbox.put(empty, VERIFIER_LOGS_DIR)
     sandbox.remove(TESTS_DIR)
-    if task.tests_dir is not None:
-        sandbox.put(task.tests_dir, TESTS_DIR)
+    if tests is not None:
+        sandbox.put(tests, TESTS_DIR)
 
 
 def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
@@ -259,31 +260,32 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
 
 
-def _verify(work: AttemptWork, sandbox: Sandbox) -> None:
+def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path) -> None:
     task, d, settings = work.cell.task, work.attempt_dir, work.settings
-    timeout = _timeout(
-        task.verifier_timeout_sec, settings.budgets.verifier_timeout_sec, settings.budgets.timeout_multiplier
+    budgets = settings.budgets
+    timeout = _timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
+    ctx = VerifyContext(
+        env={**base_env(task), **task.verifier_env},
+        timeout_sec=timeout,
+        stdout_path=d / "verifier.stdout.txt",
+        stderr_path=d / "verifier.stderr.txt",
+        network=settings.policy.verifier_network,
+        max_output_bytes=budgets.max_output_bytes,
+        attempt_dir=d,
+        scratch_dir=scratch,
     )
     with work.timed("verify"):
-        result = sandbox.exec(
-            task.verifier_command,
-            env={**base_env(task), **task.verifier_env},
-            timeout_sec=timeout,
-            stdout_path=d / "verifier.stdout.txt",
-            stderr_path=d / "verifier.stderr.txt",
-            network=settings.policy.verifier_network,
-            cwd=task.workdir,
-            max_output_bytes=settings.budgets.max_output_bytes,
-        )
+        result = verifier.run(sandbox, task, ctx)
     with work.timed("collect"):
-        sandbox.get(VERIFIER_LOGS_DIR, d / "verifier")
+        sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir)
         sandbox.get(ARTIFACTS_DIR, d / "artifacts")
-    verdict = read_reward(d / "verifier")
+    verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
     )
     work.verifier_info = {
+        "kind": verifier.name,
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
         "timeout_sec": timeout,
@@ -292,5 +294,6 @@ def _verify(work: AttemptWork, sandbox: Sandbox) -> None:
         "rewards": verdict.rewards,
         "reward_source": verdict.source,
         "error": verdict.error,
-        "output_path": (d / "verifier.stdout.txt").relative_to(settings.out_dir).as_posix(),
+        "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        **verdict.details,
     }

@@ -23,6 +23,7 @@ from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..store.ledger import Ledger
 from ..subjects.base import Subject
+from ..verifiers.base import Verifier
 from .attempt import AttemptWork, run_attempt_steps
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
@@ -54,6 +55,7 @@ class CellRunner:
         settings: RunSettings,
         executor: Executor,
         subjects: dict[str, Subject],
+        verifiers: dict[str, Verifier],
         ledger: Ledger,
         *,
         classify_fn: ClassifyFn = default_classify,
@@ -62,6 +64,7 @@ class CellRunner:
         self.settings = settings
         self.executor = executor
         self.subjects = subjects
+        self.verifiers = verifiers
         self.ledger = ledger
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
@@ -113,7 +116,12 @@ class CellRunner:
             shutil.rmtree(attempt_dir)  # left by a crash before its ledger line: never counted
         attempt_dir.mkdir(parents=True)
         work = AttemptWork(
-            cell=cell, subject=subject, executor=self.executor, settings=settings, attempt_dir=attempt_dir
+            cell=cell,
+            subject=subject,
+            verifier=self.verifiers[cell.task.grading],
+            executor=self.executor,
+            settings=settings,
+            attempt_dir=attempt_dir,
         )
         started = time.time()
         aborted = False

@@ -1,24 +1,17 @@
-"""Reading the verifier's verdict: reward.json (preferred) or reward.txt in /logs/verifier."""
+"""Harbor's verifier: run tests/test.sh; read reward.json (preferred) or reward.txt from /logs/verifier."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
+
+from ..core.task import Task
+from ..executors.base import ExecResult, Sandbox
+from .base import Verdict, VerifyContext
 
 PASS_REWARD = 1.0
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The verifier's verdict; ``passed`` is None when there is none (then ``error`` says why)."""
-
-    passed: bool | None
-    score: float | None = None
-    rewards: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    source: str | None = None
 
 
 def _read_regular(path: Path) -> str | None:
@@ -78,3 +71,27 @@ def _from_json(text: str) -> Verdict:
             passed=None, error="reward.json has several keys but no 'reward' key", rewards=rewards, source="reward.json"
         )
     return Verdict(passed=score == PASS_REWARD, score=score, rewards=rewards, source="reward.json")
+
+
+class RewardVerifier:
+    """Runs ``task.verifier_command`` (``bash /tests/test.sh``) in the workdir; a reward of 1 passes."""
+
+    name: ClassVar[str] = "reward"
+
+    def tests_payload(self, task: Task, scratch: Path) -> Path | None:
+        return task.tests_dir
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
+        return sandbox.exec(
+            task.verifier_command,
+            env=ctx.env,
+            timeout_sec=ctx.timeout_sec,
+            stdout_path=ctx.stdout_path,
+            stderr_path=ctx.stderr_path,
+            network=ctx.network,
+            cwd=task.workdir,
+            max_output_bytes=ctx.max_output_bytes,
+        )
+
+    def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
+        return read_reward(ctx.verifier_dir)

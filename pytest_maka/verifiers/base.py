@@ -1,0 +1,65 @@
+"""The verifier interface. A task names its verifier (``Task.grading``); adapters register more.
+
+The kernel keeps the authority rules around every verifier: the subject's processes are all
+gone, ``/logs/verifier`` is emptied and ``/tests`` is replaced by a fresh copy of
+``tests_payload()`` before ``run()``; afterwards it copies ``/logs/verifier`` out to
+``ctx.attempt_dir / "verifier"`` and only then calls ``grade()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from ..core.task import Task
+from ..executors.base import ExecResult, Sandbox
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's verdict; ``passed`` is None when there is none (then ``error`` says why)."""
+
+    passed: bool | None
+    score: float | None = None
+    rewards: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    source: str | None = None
+    #: Verifier-specific facts for the record (e.g. per-test outcomes).
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VerifyContext:
+    """What the lifecycle gives a verifier."""
+
+    env: Mapping[str, str]
+    timeout_sec: float | None
+    stdout_path: Path
+    stderr_path: Path
+    network: bool
+    max_output_bytes: int
+    attempt_dir: Path
+    scratch_dir: Path
+
+    @property
+    def verifier_dir(self) -> Path:
+        """Where the kernel copies /logs/verifier before ``grade()``."""
+        return self.attempt_dir / "verifier"
+
+
+class Verifier(Protocol):
+    name: ClassVar[str]
+
+    def tests_payload(self, task: Task, scratch: Path) -> Path | None:
+        """The host directory copied fresh to /tests after the subject stopped (None: nothing)."""
+        ...
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
+        """Run the verification under ``ctx.timeout_sec``; return the measured result."""
+        ...
+
+    def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
+        """Read the verdict from what ``run()`` left (files under ``ctx``)."""
+        ...
