@@ -87,13 +87,15 @@ def _str_map(table: dict[str, Any], key: str, file: Path, section: str) -> dict[
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _network(env: dict[str, Any], agent: dict[str, Any]) -> str:
+def _network(env: dict[str, Any], agent: dict[str, Any], file: Path) -> str:
+    """What the task declares for its agent phase: public (Harbor's default), none or allowlist."""
     mode = agent.get("network_mode") or env.get("network_mode")
     if mode is None and "allow_internet" in env:
         mode = "public" if env["allow_internet"] else "no-network"
-    return {"public": "public", "no-network": "none", "allowlist": "allowlist"}.get(
-        str(mode), "public" if mode else "none"
-    )
+    known = {None: "public", "public": "public", "no-network": "none", "allowlist": "allowlist"}
+    if mode not in known:
+        raise TaskError(file, "environment.network_mode", f"expected public, no-network or allowlist (got {mode!r})")
+    return known[mode]
 
 
 def _unsupported(path: Path, verifier: dict[str, Any]) -> str | None:
@@ -159,7 +161,7 @@ def load_task(path: Path) -> Task:
         solution_dir=solution_dir if (solution_dir / "solve.sh").is_file() else None,
         verifier_env=_str_map(verifier, "env", toml_path, "verifier"),
         env=_str_map(env, "env", toml_path, "environment"),
-        network=_network(env, agent),
+        network=_network(env, agent, toml_path),
         metadata=dict(metadata),
         unsupported=_unsupported(path, verifier),
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.cell import Cell
+from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..executors.base import Executor, LeaseRequest, Sandbox
@@ -27,6 +28,11 @@ INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
 def base_env(task: Task) -> dict[str, str]:
     """The variables every command gets; nothing from the host environment."""
     return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+
+
+def agent_network(task: Task, policy: Policy) -> bool:
+    """The subject gets a network only if the task declares one and the spec allows it."""
+    return policy.agent_network and task.network != "none"
 
 
 @dataclass
@@ -147,7 +153,7 @@ def run_attempt_steps(
             sandbox = stack.enter_context(lease(request))
             sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
             work.isolation = sandbox.isolation(
-                agent_network=policy.agent_network, verifier_network=policy.verifier_network
+                agent_network=agent_network(task, policy), verifier_network=policy.verifier_network
             )
         agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
         work.budget_info = {
@@ -226,7 +232,7 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         stdout_path=d / "agent.stdout.txt",
         stderr_path=d / "agent.stderr.txt",
         max_output_bytes=work.settings.budgets.max_output_bytes,
-        network=work.settings.policy.agent_network,
+        network=agent_network(task, work.settings.policy),
     )
     with work.timed("agent"):
         result = work.subject.run(sandbox, task, ctx)

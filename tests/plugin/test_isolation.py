@@ -149,3 +149,15 @@ def test_claim_is_recorded_beside_the_verdict_and_never_changes_it(cohort: Cohor
     record = cohort.results()["t[boaster-r0]"]
     assert record["subject_claim"] == {"status": "complete", "message": "all tests pass"}
     assert record["status"] == "agent_failure"
+
+
+def test_task_without_network_keeps_it_off_even_when_policy_allows(
+    cohort: Cohort, host_server: tuple[int, list[bytes]]
+) -> None:
+    port, seen = host_server
+    cohort.task("offline", extra_toml='network_mode = "no-network"\n')
+    probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+    cohort.write(subjects=[command("caller", probe)], policy={"agent_network": True})
+    cohort.run().assert_outcomes(failed=1)
+    assert seen == []
+    assert cohort.results()["offline[caller-r0]"]["isolation"]["network"]["agent"] == "none"
