@@ -12,7 +12,7 @@
 
 import pytest
 
-pytest.register_assert_rewrite("pytest_maka.testing.conformance")
+pytest.register_assert_rewrite("pytest_maka.testing.conformance", "pytest_maka.testing.servers")
 
 from .conformance import ExecutorConformance, Run, make_cell, make_task  # noqa: E402
 

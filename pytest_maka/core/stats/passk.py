@@ -1,0 +1,99 @@
+"""Unbiased pass@k and pass^k from repetitions, and per-task success rates.
+
+For a task with ``n`` graded samples of which ``c`` passed:
+
+- pass@k = 1 - C(n-c, k) / C(n, k): the chance that at least one of ``k`` samples drawn
+  without replacement passes (Chen et al. 2021, "Evaluating Large Language Models Trained
+  on Code"); unbiased, unlike ``1 - (1-p)^k``.
+- pass^k = C(c, k) / C(n, k): the chance that all ``k`` pass (Yao et al. 2024, tau-bench);
+  a measure of reliability.
+
+A subject's figure is the mean over the tasks with at least ``k`` graded samples; its
+interval is the mean +/- 1.96 standard errors over those tasks (tasks are the independent
+units), clipped to [0, 1].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import comb
+
+from .rates import Z95, mean_se
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: ``n`` samples, ``c`` passes."""
+    _check(n, c, k)
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass^k (every one of ``k`` samples passes) for one task."""
+    _check(n, c, k)
+    return comb(c, k) / comb(n, k)
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+
+
+@dataclass(frozen=True)
+class KEstimate:
+    """pass@k and pass^k of one subject for one ``k``, over ``tasks`` tasks."""
+
+    k: int
+    tasks: int
+    pass_at: float
+    pass_at_low: float
+    pass_at_high: float
+    pass_hat: float
+    pass_hat_low: float
+    pass_hat_high: float
+
+
+def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    mean = sum(values) / len(values)
+    se = mean_se(values)
+    if se is None:
+        return mean, mean, mean
+    return mean, max(0.0, mean - Z95 * se), min(1.0, mean + Z95 * se)
+
+
+def pass_k_table(per_task: Mapping[str, Sequence[bool]], max_k: int | None = None) -> list[KEstimate]:
+    """pass@k and pass^k for k = 1 .. the most samples any task has (or ``max_k``).
+
+    ``per_task`` maps each task to its graded outcomes (official rows). A task with fewer
+    than ``k`` samples does not contribute to that ``k``; ``KEstimate.tasks`` says how many did.
+    """
+    counts = [(len(v), sum(1 for x in v if x)) for v in per_task.values() if len(v)]
+    if not counts:
+        return []
+    top = max(n for n, _ in counts)
+    if max_k is not None:
+        top = min(top, max_k)
+    out = []
+    for k in range(1, top + 1):
+        usable = [(n, c) for n, c in counts if n >= k]
+        at = _mean_interval([pass_at_k(n, c, k) for n, c in usable])
+        hat = _mean_interval([pass_hat_k(n, c, k) for n, c in usable])
+        out.append(KEstimate(k, len(usable), *at, *hat))
+    return out
+
+
+@dataclass(frozen=True)
+class TaskRate:
+    """One subject on one task: graded passes over graded rows, and over every row."""
+
+    task: str
+    passes: int
+    official: int
+    cells: int
+
+    @property
+    def rate(self) -> float | None:
+        """Official success rate, None without a graded row."""
+        return self.passes / self.official if self.official else None
