@@ -63,7 +63,7 @@ def paired_bootstrap(
     values = list(diffs)
     means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(samples))
     low = means[int(0.025 * (samples - 1))]
-    high = means[int(round(0.975 * (samples - 1)))]
+    high = means[round(0.975 * (samples - 1))]
     threshold = abs(mean) - 1e-12
     extreme = sum(1 for m in means if abs(m - mean) >= threshold)
     return (low, high, min(1.0, (1 + extreme) / (samples + 1)))

@@ -1,4 +1,4 @@
-"""Pure statistics over cell records: rates with Wilson intervals, per-subject summaries, task health.
+"""Per-subject and per-cohort summaries of cell records, and task health flags.
 
 Everything here takes plain records (dicts shaped by :func:`core.records.cell_record`) and
 returns frozen dataclasses. No I/O, no pytest, no rendering beyond the one canonical way to
@@ -7,74 +7,21 @@ state a rate with its denominator (``3/4 = 75.0%``), so every view words it iden
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .taxonomy import OFFICIAL, Status
-
-#: Two-sided 95% normal quantile (``scipy.stats.norm.ppf(0.975)``).
-Z95 = 1.959963984540054
+from ..taxonomy import OFFICIAL, Status
+from .describe import Distribution, Spend, spend_of
+from .paired import PairedComparison, compare_paired, holm
+from .passk import KEstimate, TaskRate, pass_k_table
+from .rates import Rate
 
 #: Subject kinds that are references (no model behind them): used by the task-health checks.
 NOP_KIND = "nop"
 ORACLE_KIND = "oracle"
 REFERENCE_KINDS: frozenset[str] = frozenset({NOP_KIND, ORACLE_KIND})
-
-
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for ``successes`` out of ``n``.
-
-    With ``n == 0`` nothing is known and the interval is the whole range ``(0.0, 1.0)``.
-    """
-    if n < 0 or successes < 0 or successes > n:
-        raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = (z / denom) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return (low, high)
-
-
-@dataclass(frozen=True)
-class Rate:
-    """A proportion with its denominator written out and its 95% Wilson interval."""
-
-    passes: int
-    total: int
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, passes: int, total: int) -> Rate:
-        low, high = wilson_interval(passes, total)
-        return cls(passes, total, low, high)
-
-    @property
-    def value(self) -> float | None:
-        """The point estimate, or None for an empty denominator."""
-        return self.passes / self.total if self.total else None
-
-    @property
-    def text(self) -> str:
-        """``3/4 = 75.0%`` (``0/0 = n/a`` when there is nothing to divide by)."""
-        if not self.total:
-            return "0/0 = n/a"
-        return f"{self.passes}/{self.total} = {100 * self.passes / self.total:.1f}%"
-
-    @property
-    def interval_text(self) -> str:
-        """``[30.1%, 95.4%]``, or ``n/a`` when the denominator is empty."""
-        if not self.total:
-            return "n/a"
-        return f"[{100 * self.low:.1f}%, {100 * self.high:.1f}%]"
 
 
 def status_of(record: Mapping[str, Any]) -> Status:
@@ -85,16 +32,6 @@ def status_of(record: Mapping[str, Any]) -> Status:
         raise ValueError(
             f"record {record.get('cell_id', '?')!r} has no valid taxonomy status: {record.get('status')!r}"
         ) from None
-
-
-def _sum_known(values: Iterable[Any]) -> tuple[float | None, int]:
-    """Sum of the numeric values, and how many there were; None when none is known."""
-    total, known = 0.0, 0
-    for v in values:
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            total += v
-            known += 1
-    return (total if known else None), known
 
 
 @dataclass(frozen=True)
@@ -110,12 +47,14 @@ class SubjectSummary:
     strict: Rate
     #: Cells per taxonomy class, every class present (zeros included), in taxonomy order.
     counts: dict[Status, int]
-    cost_usd: float | None
-    #: How many cells reported a cost (``cost_usd`` is a sum over these only).
-    cost_known: int
-    input_tokens: int | None
-    output_tokens: int | None
-    mean_duration_s: float | None
+    spend: Spend
+    durations: Distribution | None
+    #: The most repetitions any task has for this subject (1 without repetitions).
+    repetitions: int
+    #: pass@k and pass^k for k = 1 .. repetitions (official rows).
+    pass_k: tuple[KEstimate, ...]
+    #: task -> this subject's success rate on it.
+    task_rates: dict[str, TaskRate]
 
     @property
     def non_official(self) -> int:
@@ -123,38 +62,69 @@ class SubjectSummary:
         return self.cells - self.official.total
 
     @property
+    def cost_usd(self) -> float | None:
+        """Total cost over the cells that reported one (``cost_known`` of them)."""
+        return self.spend.cost_usd
+
+    @property
+    def cost_known(self) -> int:
+        return self.spend.cost_known
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self.spend.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self.spend.output_tokens
+
+    @property
     def tokens(self) -> int | None:
         """Input + output tokens where known, None when neither is known."""
-        known = [t for t in (self.input_tokens, self.output_tokens) if t is not None]
-        return sum(known) if known else None
+        return self.spend.tokens
+
+    @property
+    def mean_duration_s(self) -> float | None:
+        return None if self.durations is None else self.durations.mean
+
+
+def graded_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]]:
+    """task -> pass/fail of each official row, ordered by repetition (tasks without one are absent)."""
+    out: dict[str, list[tuple[int, bool]]] = {}
+    for r in records:
+        status = status_of(r)
+        if status in OFFICIAL:
+            out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, status is Status.AGENT_SUCCESS))
+    return {t: [ok for _, ok in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
 
 
 def summarize_subject(subject: str, records: Sequence[Mapping[str, Any]]) -> SubjectSummary:
     """Summarise the cell records of one subject."""
-    statuses = [status_of(r) for r in records]
     counts = {s: 0 for s in Status}
-    for s in statuses:
-        counts[s] += 1
+    by_task: dict[str, list[Status]] = {}
+    for r in records:
+        status = status_of(r)
+        counts[status] += 1
+        by_task.setdefault(str(r["task"]), []).append(status)
+    graded = graded_by_task(records)
     passes = counts[Status.AGENT_SUCCESS]
-    official_total = sum(counts[s] for s in OFFICIAL)
-    usages = [r.get("usage") or {} for r in records]
-    cost, cost_known = _sum_known(u.get("cost_usd") for u in usages)
-    tin, _ = _sum_known(u.get("input_tokens") for u in usages)
-    tout, _ = _sum_known(u.get("output_tokens") for u in usages)
-    dur_sum, dur_known = _sum_known(r.get("duration_s") for r in records)
     kinds = {r.get("subject_kind") for r in records if r.get("subject_kind")}
+    task_rates = {
+        t: TaskRate(t, sum(1 for s in v if s is Status.AGENT_SUCCESS), sum(1 for s in v if s in OFFICIAL), len(v))
+        for t, v in sorted(by_task.items())
+    }
     return SubjectSummary(
         subject=subject,
         kind=next(iter(kinds)) if len(kinds) == 1 else None,
         cells=len(records),
-        official=Rate.of(passes, official_total),
-        strict=Rate.of(passes, len(records)),
+        official=Rate.clustered(graded.values()),
+        strict=Rate.clustered([[s is Status.AGENT_SUCCESS for s in v] for v in by_task.values()]),
         counts=counts,
-        cost_usd=cost,
-        cost_known=cost_known,
-        input_tokens=None if tin is None else int(tin),
-        output_tokens=None if tout is None else int(tout),
-        mean_duration_s=None if dur_sum is None else dur_sum / dur_known,
+        spend=spend_of([r.get("usage") for r in records], passes),
+        durations=Distribution.of(r.get("duration_s") for r in records),
+        repetitions=max((len(v) for v in by_task.values()), default=0),
+        pass_k=tuple(pass_k_table(graded)) if any(len(v) > 1 for v in graded.values()) else (),
+        task_rates=task_rates,
     )
 
 
@@ -236,13 +206,49 @@ class CohortSummary:
     health: dict[str, TaskHealth]
     #: task -> subject -> the cell records, ordered by repetition.
     grid: dict[str, dict[str, list[Mapping[str, Any]]]]
+    #: Every two subjects, A before B in name order, with Holm-adjusted p-values.
+    comparisons: tuple[PairedComparison, ...] = ()
 
     def subject_names(self) -> list[str]:
         return [s.subject for s in self.subjects]
 
+    def comparison(self, a: str, b: str) -> PairedComparison | None:
+        """A versus B (either order: the sign follows the arguments), or None."""
+        for c in self.comparisons:
+            if (c.a, c.b) == (a, b):
+                return c
+            if (c.a, c.b) == (b, a):
+                return flip(c)
+        return None
 
-def summarize(records: Sequence[Mapping[str, Any]]) -> CohortSummary:
-    """Summarise a cohort's cell records: per subject, per class, per task (sorted by name)."""
+
+def flip(c: PairedComparison) -> PairedComparison:
+    """B versus A from A versus B."""
+    def neg(x: float | None) -> float | None:
+        return None if x is None else -x
+
+    return replace(c, a=c.b, b=c.a, rate_a=c.rate_b, rate_b=c.rate_a, diff=neg(c.diff), low=neg(c.high),
+                   high=neg(c.low), wins_a=c.wins_b, wins_b=c.wins_a, only_a=c.only_b, only_b=c.only_a)
+
+
+def pairwise(by_subject: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[PairedComparison, ...]:
+    """Paired comparisons of every two subjects on their shared tasks, with Holm-adjusted p-values."""
+    names = sorted(by_subject)
+    graded = {n: graded_by_task(by_subject[n]) for n in names}
+    out = [
+        compare_paired(graded[a], graded[b], names=(a, b))
+        for i, a in enumerate(names)
+        for b in names[i + 1:]
+    ]
+    tested = [i for i, c in enumerate(out) if c.p_value is not None]
+    adjusted = holm([out[i].p_value or 1.0 for i in tested])
+    for i, p in zip(tested, adjusted, strict=True):
+        out[i] = replace(out[i], p_adjusted=p)
+    return tuple(out)
+
+
+def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> CohortSummary:
+    """Summarise a cohort's cell records: per subject, per class, per task (sorted by name), pairwise."""
     by_subject: dict[str, list[Mapping[str, Any]]] = {}
     grid: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     counts = {s: 0 for s in Status}
@@ -260,4 +266,5 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> CohortSummary:
         counts=counts,
         health=task_health(records),
         grid={task: grid[task] for task in sorted(grid)},
+        comparisons=pairwise(by_subject) if compare else (),
     )
