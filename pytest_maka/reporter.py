@@ -30,31 +30,16 @@ class MakaReporter:
         self.config = config
         self.maka = maka
         self.records: dict[str, dict[str, Any]] = {}
-        self.expected: set[str] | None = None
+        self.expected: set[str] | None = None  # cell node ids collected by xdist workers
         self.other_failures = 0
-        self.cells_by_nodeid: dict[str, Cell] = {}
+        self.cells_by_id = maka.cohort.cell_by_id()
         self.run_started = time.time()
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
 
-    # -- collection ----------------------------------------------------------------------
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .collect import CellItem
-
-        cells = [i for i in session.items if isinstance(i, CellItem)]
-        if cells or self.expected is None:
-            self.cells_by_nodeid.update({i.nodeid: i.cell for i in cells})
-            if not hasattr(self.config, "workerinput") and not _xdist_active(self.config):
-                self.expected = {i.nodeid for i in cells}
-
     def set_expected(self, nodeids: list[str]) -> None:
         if self.expected is None:
-            by_id = self.maka.cohort.cell_by_id()
-            self.expected = {n for n in nodeids if _cell_of(n, by_id) is not None}
-            for n in self.expected:
-                cell = _cell_of(n, by_id)
-                if cell is not None:
-                    self.cells_by_nodeid[n] = cell
+            self.expected = {n for n in nodeids if self._cell(n) is not None}
 
     # -- reports -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -71,9 +56,11 @@ class MakaReporter:
             self.records[report.nodeid] = self._record_lost(cell, "the worker running this cell crashed")
 
     def _cell(self, nodeid: str) -> Cell | None:
-        if nodeid in self.cells_by_nodeid:
-            return self.cells_by_nodeid[nodeid]
-        return _cell_of(nodeid, self.maka.cohort.cell_by_id())
+        """The cell behind a node id of the spec file, or None for any other test."""
+        path, sep, name = nodeid.rpartition("::")
+        if not sep or (self.config.rootpath / path).resolve() != self.maka.cohort.loaded.path:
+            return None
+        return self.cells_by_id.get(name)
 
     def _record_lost(self, cell: Cell, why: str) -> dict[str, Any]:
         """An infra_failure attempt for a cell whose process vanished: nothing is lost silently."""
@@ -197,10 +184,6 @@ class _XdistHooks:
 
 def _xdist_active(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
-
-
-def _cell_of(nodeid: str, by_id: dict[str, Cell]) -> Cell | None:
-    return by_id.get(nodeid.rsplit("::", 1)[-1])
 
 
 def _write_lock(path: Path, meta: dict[str, Any]) -> None:

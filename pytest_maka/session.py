@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -175,16 +174,9 @@ class MakaSession:
             return f"{cell.task.id}: {cell.task.unsupported}"
         return self.subjects[cell.subject.name].unsupported(cell.task)
 
-    def cells_by_nodeid_suffix(self) -> dict[str, Cell]:
-        return {cell.id: cell for cell in self.cohort.cells}
-
     def close(self) -> None:
         import shutil
 
         if "scratch_root" in self.__dict__:
             shutil.rmtree(self.scratch_root, ignore_errors=True)
         self.executor.close()
-
-
-def describe_kinds(kinds: dict[str, Any]) -> str:
-    return ", ".join(sorted(kinds))

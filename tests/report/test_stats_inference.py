@@ -1,0 +1,269 @@
+"""Interval estimates, pass@k, paired tests and distributions against SciPy/statsmodels and brute force.
+
+SciPy and statsmodels are test-only references (the ``test`` extra); core.stats never imports them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+import pytest
+
+from pytest_maka.core.stats import (
+    BOOTSTRAP,
+    CLUSTER,
+    MCNEMAR,
+    WILSON,
+    Z95,
+    Distribution,
+    Rate,
+    binom_cdf_half,
+    clustered_se,
+    compare_paired,
+    holm,
+    mcnemar_exact,
+    mean_se,
+    paired_bootstrap,
+    pass_at_k,
+    pass_hat_k,
+    pass_k_table,
+    quantile,
+    spend_of,
+    summarize,
+    wilson_interval,
+)
+from pytest_maka.core.taxonomy import Status
+
+from .test_stats import rec
+
+np = pytest.importorskip("numpy")
+scipy_stats = pytest.importorskip("scipy.stats")
+sm = pytest.importorskip("statsmodels.api")
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar  # noqa: E402
+from statsmodels.stats.multitest import multipletests  # noqa: E402
+from statsmodels.stats.proportion import proportion_confint  # noqa: E402
+
+S = Status
+
+
+# --- single proportions -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("x,n", [(0, 1), (1, 1), (3, 4), (7, 10), (1, 29), (81, 263), (499, 500), (250, 500)])
+def test_wilson_matches_statsmodels(x: int, n: int) -> None:
+    low, high = proportion_confint(x, n, alpha=0.05, method="wilson")
+    assert wilson_interval(x, n) == pytest.approx((low, high), abs=1e-9)
+
+
+def test_z95_is_the_normal_quantile() -> None:
+    assert scipy_stats.norm.ppf(0.975) == pytest.approx(Z95, abs=1e-12)
+
+
+def _cluster_reference(clusters: list[list[float]]) -> float:
+    y = np.array([x for c in clusters for x in c])
+    groups = np.array([i for i, c in enumerate(clusters) for _ in c])
+    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": groups})
+    return float(fit.bse[0])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_clustered_se_matches_statsmodels_cluster_robust_ols(seed: int) -> None:
+    rng = random.Random(seed)
+    clusters = [[float(rng.random() < p) for _ in range(rng.randint(1, 6))]
+                for p in (rng.random() for _ in range(40))]
+    assert clustered_se(clusters) == pytest.approx(_cluster_reference(clusters), rel=1e-9)
+
+
+def test_mean_se_is_the_standard_error_of_the_mean() -> None:
+    values = [0.2, 0.9, 0.4, 0.4, 1.0, 0.0, 0.75]
+    assert mean_se(values) == pytest.approx(scipy_stats.sem(values), rel=1e-12)
+    assert mean_se([0.5]) is None
+
+
+def test_clustering_widens_the_interval_when_tasks_are_consistent() -> None:
+    # 10 tasks x 5 reps; each task passes always or never: 50 rows but effectively 10 samples
+    clusters = [[i < 6] * 5 for i in range(10)]
+    r = Rate.clustered(clusters)
+    naive = Rate.of(30, 50)
+    assert (r.passes, r.total, r.method, r.clusters) == (30, 50, CLUSTER, 10)
+    se = _cluster_reference([[float(x) for x in c] for c in clusters])
+    assert r.se == pytest.approx(se)
+    assert (r.low, r.high) == pytest.approx((0.6 - Z95 * se, 0.6 + Z95 * se))
+    assert r.high - r.low > naive.high - naive.low  # repetitions are not independent samples
+    assert r.method_text == "cluster-robust over 10 tasks"
+
+
+def test_clustered_rate_without_repetitions_is_wilson() -> None:
+    r = Rate.clustered([[True], [False], [True], [True]])
+    assert r == Rate.of(3, 4) and r.method == WILSON
+
+
+def test_clustered_rate_where_every_row_agrees_falls_back_to_wilson_over_tasks() -> None:
+    r = Rate.clustered([[True] * 5 for _ in range(8)])
+    assert (r.passes, r.total, r.method) == (40, 40, CLUSTER)
+    assert (r.low, r.high) == pytest.approx(wilson_interval(8, 8))  # not [1, 1]
+
+
+# --- pass@k / pass^k ----------------------------------------------------------------------
+
+
+def _brute(n: int, c: int, k: int, all_pass: bool) -> float:
+    outcomes = [True] * c + [False] * (n - c)
+    draws = list(itertools.combinations(range(n), k))
+    hit = sum((all if all_pass else any)(outcomes[i] for i in d) for d in draws)
+    return hit / len(draws)
+
+
+@pytest.mark.parametrize("n,c,k", [(n, c, k) for n in (1, 3, 5, 6) for c in range(n + 1) for k in range(1, n + 1)])
+def test_pass_at_k_and_pass_hat_k_equal_the_exact_draw_probabilities(n: int, c: int, k: int) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(_brute(n, c, k, all_pass=False))
+    assert pass_hat_k(n, c, k) == pytest.approx(_brute(n, c, k, all_pass=True))
+
+
+def test_pass_at_k_matches_the_codex_numpy_estimator() -> None:
+    n, c, k = 200, 13, 10  # Chen et al. (2021), Figure 3's numerically stable form
+    ref = 1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1))
+    assert pass_at_k(n, c, k) == pytest.approx(ref, rel=1e-12)
+
+
+def test_pass_at_k_rejects_impossible_inputs() -> None:
+    for args in [(3, 4, 1), (3, 1, 0), (3, 1, 4)]:
+        with pytest.raises(ValueError):
+            pass_at_k(*args)
+
+
+def test_pass_k_table_averages_tasks_and_skips_tasks_with_too_few_samples() -> None:
+    per_task = {"a": [True, False, False], "b": [True, True, True], "c": [False, False], "d": []}
+    table = pass_k_table(per_task)
+    assert [e.k for e in table] == [1, 2, 3]
+    assert [e.tasks for e in table] == [3, 3, 2]
+    assert table[0].pass_at == pytest.approx((1 / 3 + 1 + 0) / 3)
+    assert table[0].pass_hat == pytest.approx(table[0].pass_at)  # k = 1: both are the mean success rate
+    assert table[1].pass_at == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert table[1].pass_hat == pytest.approx((0 + 1 + 0) / 3)
+    assert table[2].pass_at == pytest.approx((1 + 1) / 2)
+    assert table[2].pass_hat == pytest.approx((0 + 1) / 2)
+    for e in table:
+        assert 0.0 <= e.pass_hat_low <= e.pass_hat <= e.pass_hat_high <= 1.0
+        assert e.pass_hat <= e.pass_at
+    assert pass_k_table({}) == []
+
+
+# --- paired comparisons ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("b,c", [(0, 0), (5, 0), (0, 5), (3, 9), (12, 4), (30, 41), (250, 200)])
+def test_mcnemar_exact_matches_statsmodels_and_binomtest(b: int, c: int) -> None:
+    table = [[10, b], [c, 7]]
+    ref = sm_mcnemar(table, exact=True).pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(ref, rel=1e-9)
+    if b + c:
+        assert mcnemar_exact(b, c) == pytest.approx(scipy_stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+
+
+def test_binom_cdf_half_is_exact_for_large_n() -> None:
+    assert binom_cdf_half(600, 1500) == pytest.approx(scipy_stats.binom.cdf(600, 1500, 0.5), rel=1e-9)
+    assert binom_cdf_half(-1, 5) == 0.0 and binom_cdf_half(5, 5) == 1.0
+
+
+def test_paired_binary_comparison_uses_mcnemar_and_a_paired_interval() -> None:
+    # A passes 8 tasks B fails, B passes 2 tasks A fails, both pass 5, both fail 5
+    a = {f"t{i}": [i < 13] for i in range(20)}
+    b = {f"t{i}": [8 <= i < 15] for i in range(20)}
+    b["extra"] = [True]  # B-only task: not shared, ignored
+    c = compare_paired(a, b, names=("A", "B"))
+    assert (c.tasks, c.method, c.only_a, c.only_b, c.wins_a, c.wins_b, c.ties) == (20, MCNEMAR, 8, 2, 8, 2, 10)
+    assert c.diff == pytest.approx((13 - 7) / 20)
+    assert (c.rate_a, c.rate_b) == pytest.approx((13 / 20, 7 / 20))
+    diffs = [float(i < 13) - float(8 <= i < 15) for i in range(20)]
+    se = scipy_stats.sem(diffs)
+    assert (c.low, c.high) == pytest.approx((0.3 - Z95 * se, 0.3 + Z95 * se))
+    assert c.p_value == pytest.approx(sm_mcnemar([[5, 8], [2, 5]], exact=True).pvalue)
+
+
+def test_paired_comparison_with_repetitions_bootstraps_deterministically() -> None:
+    rng = random.Random(7)
+    a = {f"t{i}": [rng.random() < 0.7 for _ in range(5)] for i in range(60)}
+    b = {f"t{i}": [rng.random() < 0.4 for _ in range(5)] for i in range(60)}
+    c1 = compare_paired(a, b)
+    c2 = compare_paired(a, b)
+    assert c1 == c2 and c1.method == BOOTSTRAP and c1.only_a is None
+    assert c1.low < c1.diff < c1.high
+    diffs = [sum(a[t]) / 5 - sum(b[t]) / 5 for t in a]
+    se = scipy_stats.sem(diffs)
+    # the percentile interval is close to the normal one for 60 tasks
+    assert c1.low == pytest.approx(c1.diff - Z95 * se, abs=0.03)
+    assert c1.high == pytest.approx(c1.diff + Z95 * se, abs=0.03)
+    assert c1.p_value < 0.01  # a 30-point gap over 60 tasks is real
+    same = compare_paired(a, a)
+    assert same.diff == 0 and same.p_value == 1.0 and same.ties == 60
+
+
+def test_paired_bootstrap_p_value_is_calibrated_under_no_difference() -> None:
+    rng = random.Random(3)
+    diffs = [rng.choice([-0.4, -0.2, 0.0, 0.2, 0.4]) for _ in range(40)]
+    shift = sum(diffs) / len(diffs)
+    centred = [d - shift for d in diffs]
+    assert paired_bootstrap(centred)[2] > 0.9
+    low, high, p = paired_bootstrap([d + 0.3 for d in centred])
+    assert p < 0.002 and low > 0.15 and high < 0.45
+
+
+def test_comparison_without_shared_tasks_is_empty() -> None:
+    c = compare_paired({"x": [True]}, {"y": [False]})
+    assert c.tasks == 0 and c.diff is None and c.p_value is None
+
+
+def test_holm_matches_statsmodels() -> None:
+    p = [0.01, 0.04, 0.03, 0.005, 0.5, 0.2]
+    assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
+    assert holm([]) == []
+
+
+def test_summarize_compares_every_two_subjects_with_holm() -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(10):
+        rows.append(rec(f"t{i}", "a", S.AGENT_SUCCESS if i < 9 else S.AGENT_FAILURE))
+        rows.append(rec(f"t{i}", "b", S.AGENT_SUCCESS if i < 2 else S.AGENT_FAILURE))
+        rows.append(rec(f"t{i}", "c", S.AGENT_SUCCESS if i < 8 else S.INFRA_FAILURE))
+    s = summarize(rows)
+    assert [(c.a, c.b) for c in s.comparisons] == [("a", "b"), ("a", "c"), ("b", "c")]
+    ab = s.comparison("a", "b")
+    assert ab is not None and ab.diff == pytest.approx(0.7) and ab.p_value == pytest.approx(mcnemar_exact(7, 0))
+    ac = s.comparison("a", "c")
+    assert ac is not None and ac.tasks == 8  # c's infra failures are not graded: not shared
+    ba = s.comparison("b", "a")
+    assert ba is not None and ba.diff == pytest.approx(-0.7) and (ba.wins_a, ba.wins_b) == (0, 7)
+    assert ba.low == pytest.approx(-ab.high) and ba.high == pytest.approx(-ab.low)
+    ps = [c.p_value for c in s.comparisons]
+    assert [c.p_adjusted for c in s.comparisons] == pytest.approx(holm(ps))
+
+
+# --- distributions and spend ------------------------------------------------------------------
+
+
+def test_quantile_matches_numpy_linear() -> None:
+    xs = sorted([3.0, 1.5, 9.0, 2.0, 7.25, 0.5, 4.0])
+    for q in (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0):
+        assert quantile(xs, q) == pytest.approx(float(np.percentile(xs, 100 * q)))
+    with pytest.raises(ValueError):
+        quantile([], 0.5)
+
+
+def test_distribution_ignores_unknowns() -> None:
+    d = Distribution.of([10.0, None, 2, "x", True, 6.0])
+    assert d is not None and (d.n, d.minimum, d.median, d.maximum, d.mean) == (3, 2.0, 6.0, 10.0, 6.0)
+    assert Distribution.of([None]) is None
+
+
+def test_spend_per_cell_and_per_success() -> None:
+    usages = [{"cost_usd": 0.5, "input_tokens": 100, "output_tokens": 20}, {"cost_usd": 0.25}, None,
+              {"cost_usd": None, "input_tokens": 50}]
+    s = spend_of(usages, passes=2)
+    assert s.cost_usd == 0.75 and s.cost_known == 2 and s.tokens == 170 and s.tokens_known == 2
+    assert s.cost_per_cell == pytest.approx(0.375) and s.cost_per_success == pytest.approx(0.375)
+    assert s.tokens_per_cell == pytest.approx(85) and s.tokens_per_success == pytest.approx(85)
+    none = spend_of([None], passes=0)
+    assert none.cost_per_success is None and none.cost_per_cell is None and none.tokens is None
