@@ -1,6 +1,7 @@
 """The ``maka`` command: tools that work on an output directory after (or without) a pytest run.
 
-    maka report DIR     rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl
+    maka report DIR             rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl
+    maka compare DIR_A DIR_B    paired changes per subject and task between two runs of one cohort
 
 Each subcommand is one ``_cmd_*`` function registered in :func:`build_parser`.
 """
@@ -34,15 +35,21 @@ def _cohort_name(records: Sequence[dict], out_dir: Path) -> str:
     return names.most_common(1)[0][0] if names else out_dir.resolve().name
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import terminal_lines, write_views
-
-    out_dir = Path(args.dir)
+def _records(out_dir: Path) -> list[dict]:
+    """The cell records of an output directory's ledger (a usage error if there are none)."""
     if not (out_dir / ATTEMPTS_FILE).is_file():
         raise CliError(f"no {ATTEMPTS_FILE} in {out_dir} (is it a pytest-maka output directory?)", EXIT_USAGE)
     records = Ledger(out_dir).cell_records()
     if not records:
         raise CliError(f"{out_dir / ATTEMPTS_FILE} holds no complete attempt", EXIT_USAGE)
+    return records
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import terminal_lines, write_views
+
+    out_dir = Path(args.dir)
+    records = _records(out_dir)
     cohort = args.cohort or _cohort_name(records, out_dir)
     try:
         paths = {"results": write_results(out_dir, records)}
@@ -57,6 +64,33 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(f"cohort {cohort}: {len(records)} cells")
     for line in terminal_lines(records):
         print(line)
+    return EXIT_OK
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .report import write_atomic
+    from .report.compare import compare_lines, compare_runs, render_compare_html, render_compare_markdown
+
+    dir_a, dir_b = Path(args.dir_a), Path(args.dir_b)
+    labels = (args.label_a or dir_a.resolve().name, args.label_b or dir_b.resolve().name)
+    if labels[0] == labels[1]:
+        labels = (f"A:{labels[0]}", f"B:{labels[1]}")
+    try:
+        result = compare_runs(_records(dir_a), _records(dir_b), labels=labels)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    out = Path(args.out) if args.out else dir_b
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [write_atomic(out / "compare.html", render_compare_html(result)),
+                 write_atomic(out / "compare.md", render_compare_markdown(result))]
+    except OSError as e:
+        raise CliError(f"cannot write to {out}: {e.strerror or e}") from None
+    for line in compare_lines(result):
+        print(line)
+    print()
+    for path in paths:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -76,6 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", metavar="DIR", help="the output directory of a run (--maka-out)")
     report.add_argument("--cohort", help="cohort name for the report header (default: from the records)")
     report.set_defaults(func=_cmd_report)
+
+    compare = commands.add_parser(
+        "compare",
+        help="paired differences per subject and task between two runs of the same cohort",
+        description="Compare two output directories of the same cohort (e.g. before and after a prompt change): "
+        "subjects matched by name, tasks by id; the change B - A is paired by task. Prints a table and writes "
+        "compare.html and compare.md (into DIR_B unless --out is given).",
+    )
+    compare.add_argument("dir_a", metavar="DIR_A", help="the baseline run's output directory")
+    compare.add_argument("dir_b", metavar="DIR_B", help="the candidate run's output directory")
+    compare.add_argument("--out", metavar="DIR", help="where to write compare.html and compare.md (default: DIR_B)")
+    compare.add_argument("--label-a", help="name of run A in the output (default: DIR_A's name)")
+    compare.add_argument("--label-b", help="name of run B in the output (default: DIR_B's name)")
+    compare.set_defaults(func=_cmd_compare)
     return parser
 
 

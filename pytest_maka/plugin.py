@@ -54,6 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from .reporter import MakaReporter
 
         config.pluginmanager.register(MakaReporter(config, maka), "maka-reporter")
+        from .report.pytest_html_hooks import register as register_html_columns
+
+        register_html_columns(config, maka.out_dir)
 
 
 def _point_collection_at(config: pytest.Config, spec_path: Path) -> None:

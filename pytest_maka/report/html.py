@@ -1,52 +1,38 @@
-"""``report.html``: one self-contained page (inline CSS/JS, no network) derived from cell records.
+"""``report.html``: one self-contained page (inline CSS, JS and SVG; no network) derived from cell records.
 
-Everything a subject wrote is untrusted: artifact files are read only below the output
-directory, never through a symlink, capped to a short tail, stripped of terminal escapes,
-and HTML-escaped by the template (Jinja2 autoescape).
+The headline tables, the pairwise matrix, task health and the charts are rendered here
+(Jinja2 with autoescape). The task x subject grid and the per-cell table are drawn by the
+page's own script from an embedded JSON block, and each drill-down from a second block
+parsed on first use, so a 10,000-cell report opens quickly (see :mod:`.details`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import jinja2
 
 from .. import __version__
-from ..core.stats import CohortSummary, status_of
+from ..core.stats import MCNEMAR, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
+from . import charts
+from .artifacts import cap, read_tail, safe_rel_path
+from .details import error_text, page_data, script_json
 from .terminal import format_cost, format_duration
+
+__all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
 TEMPLATE = "report.html.j2"
 TEMPLATES_DIR = Path(__file__).with_name("templates")
-
-#: Bytes of each artifact's tail inlined in a drill-down.
-TAIL_BYTES = 2048
 DASH = "\u2013"
-#: Bytes of artifact text inlined in the whole page; failing cells get theirs first.
-INLINE_BUDGET_BYTES = 4 * 1024 * 1024
-#: Characters of the error message shown in the row (the drill-down has more).
-ROW_ERROR_CHARS = 160
-DRILL_TEXT_CHARS = 4096
+#: Flagged tasks listed in the health table (the grid flags every one).
+MAX_HEALTH_ROWS = 200
 
-#: Artifact keys whose tails are shown in the drill-down, with their labels.
-SUBJECT_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (
-    ("agent_log", "subject output"),
-    ("stdout", "subject stdout"),
-    ("stderr", "subject stderr"),
-)
-VERIFIER_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (("verifier_output", "verifier output"),)
-
-#: Background and text colour of each class (cells, badges, legend).
+#: Background and text colour of each class (cells, badges, legend, charts).
 CLASS_COLOURS: dict[Status, tuple[str, str]] = {
     Status.AGENT_SUCCESS: ("#1a7f37", "#fff"),
     Status.AGENT_FAILURE: ("#cf222e", "#fff"),
@@ -58,68 +44,6 @@ CLASS_COLOURS: dict[Status, tuple[str, str]] = {
     Status.AGENT_ABORTED: ("#c9d1d9", "#24292f"),
 }
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-def safe_rel_path(value: object) -> str | None:
-    """A clean relative POSIX path below the output directory, or None if it is anything else."""
-    if not isinstance(value, str) or not value or "\x00" in value or "\\" in value:
-        return None
-    if value.startswith("/") or _SCHEME.match(value):
-        return None
-    parts = PurePosixPath(value).parts
-    if not parts or any(p in ("..", "") for p in parts):
-        return None
-    return PurePosixPath(*parts).as_posix()
-
-
-def clean_text(text: str) -> str:
-    """Terminal output made readable: no escape sequences, carriage-return overwrites applied."""
-    text = _ANSI.sub("", text.replace("\r\n", "\n"))
-    lines = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
-    return _CONTROL.sub("\ufffd", "\n".join(lines))
-
-
-def read_tail(out_dir: Path, rel: str, limit: int = TAIL_BYTES) -> str | None:
-    """The last ``limit`` bytes of a regular file at ``out_dir/rel`` as text, or None.
-
-    Refuses symlinks anywhere below ``out_dir`` and anything that is not a regular file.
-    """
-    safe = safe_rel_path(rel)
-    if safe is None:
-        return None
-    current = Path(out_dir)
-    try:
-        for part in PurePosixPath(safe).parts:
-            current = current / part
-            if stat.S_ISLNK(os.lstat(current).st_mode):
-                return None
-        fd = os.open(current, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        skipped = max(0, info.st_size - limit)
-        os.lseek(fd, skipped, os.SEEK_SET)
-        data = os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    text = clean_text(data.decode("utf-8", errors="replace"))
-    if skipped:
-        text = text.split("\n", 1)[-1] if "\n" in text[:200] else text
-        text = f"[... {skipped:,} earlier bytes not shown]\n" + text
-    return text
-
-
-def _cap(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 def format_score(score: object) -> str:
     if isinstance(score, bool) or not isinstance(score, (int, float)):
@@ -127,13 +51,54 @@ def format_score(score: object) -> str:
     return f"{score:.3g}"
 
 
-def error_text(record: Mapping[str, Any]) -> str:
-    """``Type: message`` of a record's error, or the empty string."""
-    err = record.get("error") or {}
-    if not isinstance(err, Mapping):
-        return str(err)
-    kind, msg = str(err.get("type") or ""), str(err.get("message") or "")
-    return f"{kind}: {msg}" if kind and msg else kind or msg
+def pct(value: float | None, digits: int = 1) -> str:
+    """``41.7%`` or an en dash."""
+    return DASH if value is None else f"{100 * value:.{digits}f}%"
+
+
+def pp(value: float | None) -> str:
+    """A difference in percentage points with its sign: ``+12.5 pp``."""
+    return DASH if value is None else f"{100 * value:+.1f} pp"
+
+
+def p_text(p: float | None) -> str:
+    """``p = 0.031``, ``p < 0.001``, or an en dash."""
+    if p is None:
+        return DASH
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"${value:,.2f}" if abs(value) >= 0.01 else f"${value:.4f}"
+
+
+def compact(value: float | None) -> str:
+    """``12.3k`` style for token counts."""
+    if value is None:
+        return DASH
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+def verdict_class(c: PairedComparison | None) -> str:
+    """CSS class of a comparison cell: which side is better, and whether the interval excludes 0."""
+    if c is None or c.diff is None or c.low is None or c.high is None:
+        return "na"
+    if c.low > 0:
+        return "better"
+    if c.high < 0:
+        return "worse"
+    return "even"
+
+
+def comparison_note(c: PairedComparison) -> str:
+    if c.method == MCNEMAR:
+        return f"McNemar exact on {c.only_a} vs {c.only_b} discordant tasks"
+    return "paired bootstrap over tasks (2000 resamples, seeded)"
 
 
 #: Meta keys the page already shows elsewhere (title, counts, run window).
@@ -152,96 +117,28 @@ def header_facts(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
             text = " ".join(str(v) for v in value)
         else:
             text = str(value)
-        facts.append((str(key), _cap(text, 500)))
+        facts.append((str(key), cap(text, 500)))
     return facts
 
 
-@dataclass
-class CellView:
-    """What one row of the per-cell table shows."""
-
-    anchor: str
-    record: Mapping[str, Any]
-    status: Status
-    error: str
-    links: list[tuple[str, str]]
-    drill: list[tuple[str, str]] = field(default_factory=list)
-    withheld: bool = False
-
-    @property
-    def row_error(self) -> str:
-        return _cap(self.error, ROW_ERROR_CHARS)
-
-
-def _links(record: Mapping[str, Any]) -> list[tuple[str, str]]:
-    artifacts = record.get("artifacts") or {}
-    out = []
-    for key, value in artifacts.items() if isinstance(artifacts, Mapping) else ():
-        rel = safe_rel_path(value)
-        if rel is not None:
-            out.append((str(key), quote(rel)))
-    return out
-
-
-def _drill(view: CellView, out_dir: Path | None, budget: list[int]) -> None:
-    """Fill a cell's drill-down; artifact tails come out of the shared ``budget``."""
-    record = view.record
-    if len(view.error) > ROW_ERROR_CHARS:
-        view.drill.append(("error", _cap(view.error, DRILL_TEXT_CHARS)))
-    history = record.get("attempts") or []
-    if len(history) > 1:
-        lines = [f"attempt {a.get('attempt')}: {a.get('status')}  {error_text(a)}".rstrip() for a in history]
-        view.drill.append(("attempts", _cap("\n".join(_cap(line, 300) for line in lines), DRILL_TEXT_CHARS)))
-    verifier = {k: v for k, v in (record.get("verifier") or {}).items() if not isinstance(v, (dict, list))}
-    if verifier:
-        view.drill.append(("verifier", _cap("  ".join(f"{k}={v}" for k, v in verifier.items()), 1000)))
-    if record.get("subject_claim") is not None:
-        claim = json.dumps(record["subject_claim"], ensure_ascii=False, default=str, indent=1)
-        view.drill.append(("subject's claim (not authoritative)", _cap(claim, TAIL_BYTES)))
-    artifacts = record.get("artifacts") or {}
-    if out_dir is None or not isinstance(artifacts, Mapping):
-        return
-    for key, label in (*SUBJECT_OUTPUT_KEYS, *VERIFIER_OUTPUT_KEYS):
-        rel = artifacts.get(key)
-        if not rel:
-            continue
-        if budget[0] <= 0:
-            view.withheld = True
-            continue
-        text = read_tail(out_dir, rel, min(TAIL_BYTES, budget[0]))
-        if text is not None:
-            budget[0] -= len(text.encode("utf-8", errors="replace"))
-            view.drill.append((f"{label} (tail)", text))
-
-
-def cell_views(records: Sequence[Mapping[str, Any]], out_dir: Path | None) -> list[CellView]:
-    """Rows for the per-cell table, sorted by task, subject, repetition.
-
-    Artifact tails are read for failing cells first, then passing ones, until the page
-    budget is spent; later cells keep their links but get no inlined text.
-    """
-    ordered = sorted(records, key=lambda r: (str(r["task"]), str(r["subject"]), r.get("repetition") or 0))
-    views = [
-        CellView(anchor=f"c{i}", record=r, status=status_of(r), error=error_text(r), links=_links(r))
-        for i, r in enumerate(ordered)
-    ]
-    budget = [INLINE_BUDGET_BYTES]
-    for view in sorted(views, key=lambda v: v.status is Status.AGENT_SUCCESS):
-        _drill(view, out_dir, budget)
-    return views
-
-
 @cache
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
+    """The Jinja2 environment shared by the report and compare pages."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["duration"] = format_duration
-    env.filters["score"] = format_score
-    env.filters["cost"] = lambda s: DASH if s.cost_usd is None else format_cost(s)
+    env.filters.update(
+        duration=format_duration, score=format_score, pct=pct, pp=pp, p=p_text, money=money, compact=compact,
+        cost=lambda s: DASH if s.cost_usd is None else format_cost(s),
+    )
+    env.globals.update(
+        statuses=list(Status), colours=CLASS_COLOURS, meaning=MEANING, official=OFFICIAL,
+        pytest_outcome=PYTEST_OUTCOME, success=Status.AGENT_SUCCESS, version=__version__,
+        verdict_class=verdict_class, comparison_note=comparison_note,
+    )
     return env
 
 
@@ -255,10 +152,11 @@ def render_html(
 ) -> str:
     """The whole ``report.html`` text. ``out_dir`` is where artifact paths are resolved."""
     meta = dict(meta or {})
-    cells = cell_views(records, out_dir)
-    anchors = {id(v.record): v.anchor for v in cells}
+    data, details = page_data(summary, records, out_dir)
     present = [s for s in Status if summary.counts[s]]
-    return _environment().get_template(TEMPLATE).render(
+    subjects = list(summary.subjects)
+    health_rows = [(h, f) for h in summary.health.values() for f in h.flags][:MAX_HEALTH_ROWS]
+    return environment().get_template(TEMPLATE).render(
         cohort=cohort,
         run_time=meta.get("run_time"),
         out_dir=str(out_dir) if out_dir is not None else None,
@@ -266,13 +164,17 @@ def render_html(
         facts=header_facts(meta),
         summary=summary,
         present=present,
-        cells=cells,
-        anchor_of=lambda r: anchors.get(id(r), ""),
-        statuses=list(Status),
-        colours=CLASS_COLOURS,
-        meaning=MEANING,
-        official=OFFICIAL,
-        pytest_outcome=PYTEST_OUTCOME,
-        success=Status.AGENT_SUCCESS,
-        version=__version__,
+        with_reps=any(s.pass_k for s in subjects),
+        ks=sorted({e.k for s in subjects for e in s.pass_k}),
+        pass_k={s.subject: {e.k: e for e in s.pass_k} for s in subjects},
+        health_rows=health_rows,
+        health_flagged=sum(len(h.flags) for h in summary.health.values()),
+        charts={
+            "rate": charts.pass_rate_chart(subjects),
+            "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),
+            "cost": charts.cost_chart(subjects),
+            "duration": charts.duration_chart(subjects),
+        },
+        data_json=script_json(data),
+        details_json=script_json(details),
     )

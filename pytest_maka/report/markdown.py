@@ -6,12 +6,36 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.stats import CohortSummary
+from ..core.stats import CLUSTER, MCNEMAR, CohortSummary
 from ..core.taxonomy import MEANING, OFFICIAL, Status
 from .terminal import format_cost, format_duration
 
+DASH = "\u2013"
+
+
+def pct(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.1f}%"
+
+
+def pp(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:+.1f} pp"
+
+
+def p_text(p: float | None) -> str:
+    if p is None:
+        return DASH
+    return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"${value:,.2f}" if abs(value) >= 0.01 else f"${value:.4f}"
+
 #: At most this many flagged tasks are listed in full.
 MAX_HEALTH_ROWS = 50
+#: At most this many pairwise comparisons are listed.
+MAX_COMPARISONS = 45
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!~])")
 
@@ -20,6 +44,35 @@ def md(text: object) -> str:
     """Escape text for a markdown table cell (no raw HTML, no pipes, one line)."""
     flat = " ".join(str(text).split())
     return _MD_SPECIAL.sub(r"\\\1", flat).replace("&", "&amp;")
+
+
+def pass_k_lines(summary: CohortSummary) -> list[str]:
+    """The pass@k / pass^k table, when any subject has repetitions."""
+    ks = sorted({e.k for s in summary.subjects for e in s.pass_k})
+    if not ks:
+        return []
+    out = ["### pass@k and pass^k", "", "| subject | " + " | ".join(f"pass@{k}" for k in ks) + " | "
+           + " | ".join(f"pass^{k}" for k in ks) + " |", "| --- |" + " --: |" * (2 * len(ks))]
+    for s in summary.subjects:
+        by_k = {e.k: e for e in s.pass_k}
+        at = [pct(by_k[k].pass_at) if k in by_k else DASH for k in ks]
+        hat = [pct(by_k[k].pass_hat) if k in by_k else DASH for k in ks]
+        out.append(f"| {md(s.subject)} | " + " | ".join(at + hat) + " |")
+    return [*out, "", "Unbiased estimators over official rows, averaged over tasks with at least k samples.", ""]
+
+
+def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> list[str]:
+    """Paired comparisons of every two subjects (A - B on shared tasks)."""
+    rows = [c for c in summary.comparisons if c.tasks][:limit]
+    if not rows:
+        return []
+    out = ["### Paired comparisons", "", "| A | B | tasks | A - B | 95% CI | p | p (Holm) | wins A / B / ties | test |",
+           "| --- | --- | --: | --: | --: | --: | --: | --: | --- |"]
+    for c in rows:
+        test = "McNemar exact" if c.method == MCNEMAR else "paired bootstrap"
+        out.append(f"| {md(c.a)} | {md(c.b)} | {c.tasks} | {pp(c.diff)} | [{pp(c.low)}, {pp(c.high)}] | "
+                   f"{p_text(c.p_value)} | {p_text(c.p_adjusted)} | {c.wins_a} / {c.wins_b} / {c.ties} | {test} |")
+    return [*out, ""]
 
 
 def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, Any] | None = None) -> str:
@@ -36,29 +89,34 @@ def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, A
         facts.append(f"run {md(run_time)}")
     out += [" · ".join(facts), ""]
 
-    header = ["subject", "official pass rate", "95% CI", "strict pass rate", *present]
-    header += ["cost", "mean duration"]
+    header = ["subject", "official pass rate", "95% CI", "strict pass rate", "95% CI", *present]
+    header += ["cost", "cost / success", "median duration"]
     out.append("| " + " | ".join(f"`{h}`" if isinstance(h, Status) else h for h in header) + " |")
-    align = ["---", "--:", "--:", "--:", *["--:"] * len(present), "--:", "--:"]
-    out.append("| " + " | ".join(align) + " |")
+    out.append("| " + " | ".join(["---", *["--:"] * (len(header) - 1)]) + " |")
     for s in summary.subjects:
         row = [
             f"**{md(s.subject)}**" + (f" ({md(s.kind)})" if s.kind else ""),
             s.official.text,
             s.official.interval_text,
             s.strict.text,
+            s.strict.interval_text,
             *[str(s.counts[c]) for c in present],
             md(format_cost(s)),
-            format_duration(s.mean_duration_s),
+            md(money(s.spend.cost_per_success)),
+            format_duration(s.durations.median if s.durations else None),
         ]
         out.append("| " + " | ".join(row) + " |")
+    clustered = any(CLUSTER in (s.official.method, s.strict.method) for s in summary.subjects)
     out += [
         "",
         "Official pass rate counts official rows only ("
         + ", ".join(f"`{s}`" for s in Status if s in OFFICIAL)
-        + "); strict pass rate counts every cell, any non-pass as 0. 95% CI: Wilson score interval.",
+        + "); strict pass rate counts every cell, any non-pass as 0. 95% CI: "
+        + ("cluster-robust over tasks (repetitions of a task are one cluster; Miller 2024)."
+           if clustered else "Wilson score interval."),
         "",
     ]
+    out += pass_k_lines(summary) + comparison_lines(summary)
 
     if summary.health:
         out += [f"### Task health ({len(summary.health)} flagged)", ""]

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.stats import CohortSummary, SubjectSummary, summarize
+from ..core.stats import CLUSTER, MCNEMAR, REFERENCE_KINDS, CohortSummary, SubjectSummary, summarize
 
 #: At most this many flagged tasks are listed; the rest are counted.
 MAX_HEALTH_LINES = 10
+#: At most this many paired comparisons are printed.
+MAX_COMPARISON_LINES = 6
 
 
 def format_cost(summary: SubjectSummary) -> str:
@@ -58,6 +60,9 @@ def summary_lines(summary: CohortSummary) -> list[str]:
 
     lines = [fmt(header), "  ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in rows]
+    if any(CLUSTER in (s.official.method, s.strict.method) for s in summary.subjects):
+        lines.append("95% CI: cluster-robust over tasks (a task's repetitions are one cluster)")
+    lines += comparison_lines(summary)
     if summary.health:
         lines.append("")
         lines.append(f"task health: {len(summary.health)} task(s) flagged")
@@ -66,6 +71,26 @@ def summary_lines(summary: CohortSummary) -> list[str]:
         if len(summary.health) > MAX_HEALTH_LINES:
             lines.append(f"  ... and {len(summary.health) - MAX_HEALTH_LINES} more (see summary.md)")
     return lines
+
+
+def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISON_LINES) -> list[str]:
+    """One line per pair of non-reference subjects: paired difference, interval, p-value, task wins."""
+    graded = [c for c in summary.comparisons if c.tasks and c.diff is not None]
+    kinds = {s.subject: s.kind for s in summary.subjects}
+    models = [c for c in graded if kinds.get(c.a) not in REFERENCE_KINDS and kinds.get(c.b) not in REFERENCE_KINDS]
+    if not models:
+        return []
+    out = ["", "paired (A - B on shared tasks):"]
+    for c in models[:limit]:
+        p = "p < 0.001" if (c.p_value or 0) < 0.001 else f"p = {c.p_value:.3f}"
+        test = "McNemar" if c.method == MCNEMAR else "bootstrap"
+        out.append(
+            f"  {c.a} - {c.b}: {100 * c.diff:+.1f} pp [{100 * (c.low or 0):+.1f}, {100 * (c.high or 0):+.1f}]  "
+            f"{p} ({test})  wins {c.wins_a}/{c.wins_b}/{c.ties} tied, {c.tasks} tasks"
+        )
+    if len(models) > limit:
+        out.append(f"  ... and {len(models) - limit} more pairs (see summary.md)")
+    return out
 
 
 def terminal_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -67,7 +67,9 @@ def test_html_report_content(cohort: Cohort) -> None:
     assert "1/1 = 100.0%" in html, "oracle's official rate with its denominator"
     assert "1/2 = 50.0%" in html, "oracle's strict rate counts the verifier failure as a non-pass"
     assert "verifier_failure" in html and "agent_failure" in html
-    assert re.search(r'href="cells/[^"]+/attempt-1/', html), "links to artifacts, relative to the report"
+    data = json.loads(re.search(r'<script type="application/json" id="maka-data">(.*?)</script>', html, re.S).group(1))
+    dirs = [cell[data["fields"].index("dir")] for cell in data["cells"]]
+    assert len(dirs) == 4 and all(d.startswith("cells/") and d.endswith("/attempt-1") for d in dirs), dirs
     assert not re.search(r'(src|href)="https?://', html), "self-contained: nothing fetched"
     summary = (cohort.out / "summary.md").read_text()
     assert "| **oracle** (oracle) | 1/1 = 100.0% |" in summary

@@ -129,3 +129,46 @@ def test_usage_errors_exit_2() -> None:
     assert run_maka("frobnicate").returncode == 2
     help_text = run_maka("report", "--help")
     assert help_text.returncode == 0 and "DIR" in help_text.stdout
+
+
+def _run_dir(path: Path, outcomes: dict[tuple[str, str], list[Status]]) -> Path:
+    ledger = Ledger(path)
+    for (task, subject), statuses in outcomes.items():
+        for rep, status in enumerate(statuses):
+            ledger.append(attempt(make_cell(task, subject, rep=rep), 1, status, rep))
+    return path
+
+
+def test_compare_two_runs_pairs_by_subject_and_task(tmp_path: Path) -> None:
+    tasks = [f"t{i}" for i in range(12)]
+    before = _run_dir(tmp_path / "before", {
+        **{(t, "claude"): [S.AGENT_FAILURE] for t in tasks},
+        **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
+        ("t0", "old-only"): [S.AGENT_SUCCESS],
+    })
+    after = _run_dir(tmp_path / "after", {
+        **{(t, "claude"): [S.AGENT_SUCCESS if i < 10 else S.AGENT_FAILURE] for i, t in enumerate(tasks)},
+        **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
+    })
+    proc = run_maka("compare", str(before), str(after))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    claude = next(line for line in lines if line.startswith("claude"))
+    # 10 tasks flipped to pass, none the other way: McNemar exact p = 2 * 0.5**10
+    assert "0/12 = 0.0%" in claude and "10/12 = 83.3%" in claude and "+83.3 pp" in claude
+    assert "p = 0.002" in claude and "10/0/2" in claude
+    gpt = next(line for line in lines if line.startswith("gpt"))
+    assert "+0.0 pp" in gpt and "p = 1.00" in gpt
+    assert "only in before: old-only" in proc.stdout
+    md = (after / "compare.md").read_text()
+    assert "### claude: 10 tasks changed" in md and "| t0 | 0.0% | 100.0% | +100.0 pp |" in md
+    html = (after / "compare.html").read_text()
+    assert "before → after" in html and "http" not in html.replace("http-equiv", "")
+
+
+def test_compare_writes_to_out_and_rejects_missing_ledgers(tmp_path: Path, out_dir: Path) -> None:
+    proc = run_maka("compare", str(out_dir), str(out_dir), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "cmp" / "compare.html").is_file() and (tmp_path / "cmp" / "compare.md").is_file()
+    missing = run_maka("compare", str(out_dir), str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no attempts.jsonl" in missing.stderr

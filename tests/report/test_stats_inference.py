@@ -267,3 +267,12 @@ def test_spend_per_cell_and_per_success() -> None:
     assert s.tokens_per_cell == pytest.approx(85) and s.tokens_per_success == pytest.approx(85)
     none = spend_of([None], passes=0)
     assert none.cost_per_success is None and none.cost_per_cell is None and none.tokens is None
+
+
+def test_a_difference_without_spread_still_gets_an_honest_interval() -> None:
+    # oracle passes and nop fails all 5 tasks: the paired SE is 0, but 5 tasks are not certainty
+    c = compare_paired({f"t{i}": [True] for i in range(5)}, {f"t{i}": [False] for i in range(5)})
+    assert c.diff == 1.0 and c.high == 1.0
+    assert c.low == pytest.approx(wilson_interval(5, 5)[0] - wilson_interval(0, 5)[1]) and c.low < 0.6
+    ties = compare_paired({f"t{i}": [True, True] for i in range(5)}, {f"t{i}": [True] for i in range(5)})
+    assert ties.diff == 0.0 and ties.low < 0 < ties.high

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -19,6 +20,7 @@ from pytest_maka.core.spec import SubjectSpec
 from pytest_maka.core.task import Task
 from pytest_maka.core.taxonomy import MEANING, Status
 from pytest_maka.report import write_views
+from pytest_maka.report.details import TEXT_BUDGET
 from pytest_maka.report.html import read_tail, safe_rel_path
 from pytest_maka.report.terminal import terminal_lines
 
@@ -98,6 +100,25 @@ def cohort(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     return out, records
 
 
+def page_json(html: str, block: str = "maka-data") -> dict[str, Any]:
+    """The JSON the page's script reads (``maka-data`` rows or ``maka-details`` drill-downs)."""
+    m = re.search(rf'<script type="application/json" id="{block}">(.*?)</script>', html, re.S)
+    assert m, block
+    return json.loads(m.group(1))
+
+
+def rows(html: str) -> list[dict[str, Any]]:
+    """The cell rows of the page as dicts keyed by field name, with names resolved."""
+    data = page_json(html)
+    out = []
+    for r in data["cells"]:
+        row = dict(zip(data["fields"], r, strict=True))
+        row["task"], row["subject"] = data["tasks"][row["task"]], data["subjects"][row["subject"]]
+        row["cls"] = data["classes"][row["cls"]]
+        out.append(row)
+    return out
+
+
 class _Checker(HTMLParser):
     """Collects what the checks below need and catches unbalanced tables."""
 
@@ -136,22 +157,28 @@ def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     assert "demo-cohort" in html and "docker" in html and str(out) in html
     assert "9 cells" in html and "2023-11-14T22:13:20" in html  # run window from the records
     assert "2023-11-14T22:13:20+00:00 → 2023-11-14T22:13:32+00:00 (wall 12.5s)" in html
-    # per-subject rates with denominators and Wilson intervals (claude: 3 pass of 4 official, 5 cells)
-    assert "3/4 = 75.0%" in html and "[30.1%, 95.4%]" in html
+    # per-subject rates with denominators; claude has repetitions: a cluster-robust interval
+    # (tasks [pass, pass] and [pass, fail]: mean .75, CR1 SE .25 -> [26.0%, 100.0%])
+    assert "3/4 = 75.0%" in html and "[26.0%, 100.0%]" in html and "cluster-robust over 2 tasks" in html
     assert "3/5 = 60.0%" in html
     assert "$0.75 (2/5 cells)" in html
-    # the grid: one square per cell, linked to its row
-    squares = re.findall(r'<a class="sq s-(\w+)" href="#(c\d+)"', html)
-    assert len(squares) == len(records)
-    assert {a for _, a in squares} == {f"c{i}" for i in range(len(records))}
-    assert sum(1 for cls, _ in squares if cls == "agent_success") == 5
+    # the rows behind the grid and the cell table: one per cell, ordered by task, subject, repetition
+    cells = rows(html)
+    assert len(cells) == len(records)
+    assert [(c["task"], c["subject"], c["rep"]) for c in cells] == sorted(
+        (r["task"], r["subject"], r["repetition"]) for r in records)
+    assert sum(1 for c in cells if c["cls"] == "agent_success") == 5
+    infra = next(c for c in cells if c["cls"] == "infra_failure")
+    assert infra["err"] == "DockerError: engine went away" and infra["subject"] == "claude"
     # health flags beside the tasks
     assert "broken: passes with nop" in html and "broken: oracle fails" in html
+    assert page_json(html)["health"]
+    # pairwise matrix and charts
+    assert 'id="comparisons"' in html and ("McNemar exact" in html or "paired bootstrap" in html)
+    assert html.count("<svg") >= 3
     # legend: every class and its meaning
     for status in Status:
         assert MEANING[status] in html
-    # one row per cell
-    assert html.count("<tbody id=\"c") == len(records)
     assert "VerifierRejected" in html and "engine went away" in html
 
 
@@ -176,18 +203,22 @@ def test_html_is_self_contained_and_escapes_subject_output(cohort: tuple[Path, l
     checker = _Checker()
     checker.feed(html)
     assert checker.depth == {"table": 0, "tbody": 0}
-    # only our own inline script; the subject's lands escaped in the drill-down
-    assert checker.scripts == 1
-    assert EVIL not in html
-    assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html
+    # only our own scripts (two JSON blocks and the code); the subject's text lands escaped in JSON
+    assert checker.scripts == 3
+    assert EVIL not in html and "</script>alert" not in html
+    assert "\\u003cscript\\u003ealert('pwned')\\u003c/script\\u003e" in html
+    details = page_json(html, "maka-details")
+    assert any(EVIL in t for d in details["cells"].values() for _, t in d.get("out", []))
     # no network: no external resources of any kind
     assert "http://" not in html and "https://" not in html
     assert checker.resource_attrs == []
     assert "@import" not in html and "url(" not in html
     for href in checker.hrefs:
         assert href.startswith("#") or safe_rel_path(href.replace("%2F", "/")) is not None, href
-    # artifacts: linked relative to the out dir; tails of output and verifier output inlined
-    assert any(h.endswith("/agent.log") and h.startswith("cells/") for h in checker.hrefs)
+    # artifacts: paths relative to each cell's dir; tails of output and verifier output inlined
+    data = page_json(html)
+    assert ["agent_log", "agent.log"] in [p for lay in data["layouts"] for p in lay]
+    assert all(c[data["fields"].index("dir")].startswith("cells/") for c in data["cells"])
     assert "FAILED test_parse - assert 1 == 2" in html
     # terminal escapes stripped, carriage-return overwrites applied
     assert "\x1b" not in html and "red line" in html
@@ -198,7 +229,7 @@ def test_unsafe_artifact_paths_are_neither_linked_nor_read(cohort: tuple[Path, l
     out, records = cohort
     html = write_views(out, records, cohort="demo")["html"].read_text(encoding="utf-8")
     assert "TOPSECRET" not in html  # symlink refused
-    assert 'href="../secret.txt"' not in html and 'href="/etc/passwd"' not in html
+    assert "../secret.txt" not in html and "/etc/passwd" not in html  # neither linked nor read
     assert read_tail(out, "leak.log") is None
     assert read_tail(out, "../secret.txt") is None
     assert read_tail(out, "cells") is None  # a directory is not a file
@@ -211,7 +242,7 @@ def test_drill_down_shows_only_a_tail(tmp_path: Path) -> None:
     html = write_views(tmp_path, [rec], cohort="demo")["html"].read_text(encoding="utf-8")
     assert "line 019999" in html and "line 000000" not in html
     assert "earlier bytes not shown" in html
-    assert len(html) < 60_000
+    assert len(html) < 120_000
 
 
 @pytest.mark.parametrize(
@@ -227,7 +258,7 @@ def test_markdown_summary(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     assert md.startswith("## pytest-maka: demo")
     table = [line for line in md.splitlines() if line.startswith("| **claude**")]
     assert len(table) == 1
-    assert "3/4 = 75.0%" in table[0] and "[30.1%, 95.4%]" in table[0] and "3/5 = 60.0%" in table[0]
+    assert "3/4 = 75.0%" in table[0] and "[26.0%, 100.0%]" in table[0] and "3/5 = 60.0%" in table[0]
     header = next(line for line in md.splitlines() if line.startswith("| subject"))
     assert header.count("|") == table[0].count("|")
     assert "`infra_failure`" in header and "`policy_denied`" not in header  # only classes present
@@ -262,7 +293,7 @@ def test_views_are_written_atomically(cohort: tuple[Path, list[dict[str, Any]]])
 
 def test_empty_cohort_renders(tmp_path: Path) -> None:
     paths = write_views(tmp_path, [], cohort="empty")
-    assert "no cells" in paths["html"].read_text()
+    assert "no cells" in paths["html"].read_text() and page_json(paths["html"].read_text())["cells"] == []
     assert "**0** cells" in paths["markdown"].read_text()
 
 
@@ -278,5 +309,46 @@ def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
     html = write_views(tmp_path, records, cohort="big")["html"].read_text(encoding="utf-8")
     elapsed = time.perf_counter() - start
     assert elapsed < 20, elapsed
-    assert html.count('<tbody id="c') == 10_000
-    assert len(html.encode()) < 25 * 1024 * 1024
+    assert len(rows(html)) == 10_000
+    assert len(html.encode()) < 15 * 1024 * 1024
+
+
+def test_drill_down_has_trajectory_diff_claim_and_instruction(tmp_path: Path) -> None:
+    rec = make_record(tmp_path, "t", "a", S.AGENT_FAILURE, agent_log="ran\n", verifier_log="1 failed\n",
+                      subject_claim={"status": "complete"})
+    base = tmp_path / rec["artifacts"]["dir"]
+    steps = [{"step_id": i, "source": "agent", "message": f"step {i}",
+              "tool_calls": [{"function_name": "bash", "arguments": {"command": f"echo {i}"}}],
+              "observation": {"results": [{"content": f"out {i}"}]}} for i in range(1, 41)]
+    (base / "trajectory.json").write_text(json.dumps({"steps": steps}))
+    (base / "workspace.diff").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n")
+    (base / "instruction.md").write_text("Fix the <thing>.\n")
+    rel = rec["artifacts"]["dir"]
+    rec["artifacts"].update(trajectory=f"{rel}/trajectory.json", diff=f"{rel}/workspace.diff",
+                            instruction=f"{rel}/instruction.md")
+    html = write_views(tmp_path, [rec], cohort="demo")["html"].read_text(encoding="utf-8")
+    details = page_json(html, "maka-details")
+    d = details["cells"]["0"]
+    assert d["verdict"]["status"] == "agent_failure" and d["verdict"]["passed"] is False
+    assert json.loads(d["claim"]) == {"status": "complete"}
+    assert d["diff"].endswith("+new\n") and d["ver"] == [["verifier output", "1 failed\n"]]
+    traj = d["traj"]
+    assert traj["total"] == 40 and traj["omitted"] == 15 and len(traj["steps"]) == 25
+    assert traj["steps"][0] == {"id": 1, "src": "agent", "msg": "step 1", "calls": [["bash", '{"command": "echo 1"}']],
+                                "obs": ["out 1"]}
+    assert traj["steps"][-1]["id"] == 40
+    assert details["instructions"] == {"0": "Fix the <thing>.\n"}
+    assert "<thing>" not in html  # escaped inside the JSON block
+
+
+def test_text_budget_spends_on_failures_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pytest_maka.report.details.TEXT_BUDGET", 3000)
+    assert TEXT_BUDGET > 3000
+    records = [make_record(tmp_path, f"t{i}", "a", S.AGENT_SUCCESS if i % 2 else S.AGENT_FAILURE,
+                           agent_log="x" * 1000 + "\n") for i in range(8)]
+    html = write_views(tmp_path, records, cohort="demo")["html"].read_text(encoding="utf-8")
+    by_cls = {}
+    for row in rows(html):
+        by_cls.setdefault(row["cls"], []).append(row["detail"])
+    assert by_cls["agent_failure"][:3] == [1, 1, 1]  # failures got their text
+    assert set(by_cls["agent_success"]) == {2}  # passes were withheld (links only)

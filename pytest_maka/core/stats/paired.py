@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import comb
 
-from .rates import Z95, mean_se
+from .rates import Z95, mean_se, wilson_interval
 
 MCNEMAR = "mcnemar-exact"
 BOOTSTRAP = "paired-bootstrap"
@@ -105,6 +105,17 @@ class PairedComparison:
     p_adjusted: float | None = None
 
 
+def degenerate_interval(wins_a: int, wins_b: int, n: int) -> tuple[float, float]:
+    """An interval for a difference whose per-task values all agree (zero spread, so zero standard error).
+
+    Bounds the two one-sided win rates with Wilson intervals and subtracts them
+    (``[low_a - high_b, high_a - low_b]``), so ``n`` identical tasks never claim certainty.
+    """
+    la, ha = wilson_interval(wins_a, n)
+    lb, hb = wilson_interval(wins_b, n)
+    return (max(-1.0, la - hb), min(1.0, ha - lb))
+
+
 def _rate(rows: Sequence[bool]) -> float:
     return sum(1 for x in rows if x) / len(rows)
 
@@ -132,8 +143,15 @@ def compare_paired(
               "diff": mean, "wins_a": wins_a, "wins_b": wins_b, "ties": n - wins_a - wins_b}
     if all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared):
         se = mean_se(diffs)
-        low, high = (-1.0, 1.0) if se is None else (max(-1.0, mean - Z95 * se), min(1.0, mean + Z95 * se))
+        if se is None:
+            low, high = -1.0, 1.0
+        elif se == 0.0:
+            low, high = degenerate_interval(wins_a, wins_b, n)
+        else:
+            low, high = max(-1.0, mean - Z95 * se), min(1.0, mean + Z95 * se)
         return PairedComparison(**common, low=low, high=high, p_value=mcnemar_exact(wins_a, wins_b),
                                 method=MCNEMAR, only_a=wins_a, only_b=wins_b)
     low, high, p = paired_bootstrap(diffs, samples, seed)
+    if low == high:
+        low, high = degenerate_interval(wins_a, wins_b, n)
     return PairedComparison(**common, low=low, high=high, p_value=p, method=BOOTSTRAP)

@@ -1,0 +1,167 @@
+"""``maka compare DIR_A DIR_B``: the same cohort run twice (say, before and after a prompt change).
+
+Subjects are matched by name and tasks by id (a changed subject definition has new cell
+keys, but it is the same subject to the reader). For each subject present in both runs the
+change ``B - A`` is paired by task (:func:`core.stats.compare_paired`), and every task
+whose success rate moved is listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..core.stats import MCNEMAR, PairedComparison, SubjectSummary, compare_paired, graded_by_task, summarize
+from .html import environment, p_text, pct, pp
+from .markdown import md
+
+#: Tasks listed per subject (largest changes first).
+MAX_TASK_ROWS = 200
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    """One task of one subject in both runs."""
+
+    task: str
+    rate_a: float | None
+    rate_b: float | None
+    statuses_a: tuple[str, ...]
+    statuses_b: tuple[str, ...]
+
+    @property
+    def change(self) -> float | None:
+        return None if self.rate_a is None or self.rate_b is None else self.rate_b - self.rate_a
+
+
+@dataclass(frozen=True)
+class SubjectChange:
+    """A subject in run A and run B, and the paired change B - A over shared tasks."""
+
+    subject: str
+    a: SubjectSummary
+    b: SubjectSummary
+    paired: PairedComparison
+    tasks: tuple[TaskChange, ...]
+
+    @property
+    def moved(self) -> list[TaskChange]:
+        """Tasks whose success rate changed, largest change first."""
+        rows = [t for t in self.tasks if t.change]
+        return sorted(rows, key=lambda t: (-abs(t.change or 0.0), t.task))
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    label_a: str
+    label_b: str
+    subjects: tuple[SubjectChange, ...]
+    only_a: tuple[str, ...]
+    only_b: tuple[str, ...]
+    cells_a: int
+    cells_b: int
+
+
+def _by_subject(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        out.setdefault(str(r["subject"]), []).append(r)
+    return out
+
+
+def _statuses(records: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[tuple[int, str]]] = {}
+    for r in records:
+        out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, str(r["status"])))
+    return {t: tuple(s for _, s in sorted(v)) for t, v in out.items()}
+
+
+def compare_runs(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, labels: tuple[str, str] = ("A", "B")
+) -> RunComparison:
+    """Compare two runs' cell records subject by subject (paired by task)."""
+    sa, sb = summarize(a, compare=False), summarize(b, compare=False)
+    by_a, by_b = _by_subject(a), _by_subject(b)
+    summaries_a = {s.subject: s for s in sa.subjects}
+    summaries_b = {s.subject: s for s in sb.subjects}
+    changes = []
+    for name in sorted(by_a.keys() & by_b.keys()):
+        ga, gb = graded_by_task(by_a[name]), graded_by_task(by_b[name])
+        paired = compare_paired(gb, ga, names=(labels[1], labels[0]))
+        st_a, st_b = _statuses(by_a[name]), _statuses(by_b[name])
+        tasks = tuple(
+            TaskChange(
+                task=t,
+                rate_a=sum(ga[t]) / len(ga[t]) if ga.get(t) else None,
+                rate_b=sum(gb[t]) / len(gb[t]) if gb.get(t) else None,
+                statuses_a=st_a.get(t, ()),
+                statuses_b=st_b.get(t, ()),
+            )
+            for t in sorted(st_a.keys() | st_b.keys())
+        )
+        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks))
+    return RunComparison(
+        label_a=labels[0], label_b=labels[1], subjects=tuple(changes),
+        only_a=tuple(sorted(by_a.keys() - by_b.keys())), only_b=tuple(sorted(by_b.keys() - by_a.keys())),
+        cells_a=len(a), cells_b=len(b),
+    )
+
+
+def _test(p: PairedComparison) -> str:
+    return "McNemar exact" if p.method == MCNEMAR else "paired bootstrap" if p.tasks else "-"
+
+
+def compare_lines(result: RunComparison) -> list[str]:
+    """A fixed-width table for the terminal."""
+    header = ("subject", f"{result.label_a} official", f"{result.label_b} official", "change (B - A)", "95% CI",
+              "p", "better/worse/same", "tasks")
+    rows = []
+    for s in result.subjects:
+        p = s.paired
+        rows.append((s.subject, s.a.official.text, s.b.official.text, pp(p.diff),
+                     f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-", p_text(p.p_value),
+                     f"{p.wins_a}/{p.wins_b}/{p.ties}", str(p.tasks)))
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
+        if names:
+            lines.append(f"only in {label}: {', '.join(names)}")
+    return lines
+
+
+def render_compare_markdown(result: RunComparison) -> str:
+    """``compare.md``: the per-subject change table and the tasks that moved."""
+    out = [f"## pytest-maka compare: {md(result.label_a)} → {md(result.label_b)}", "",
+           f"**{result.cells_a}** cells in {md(result.label_a)} · **{result.cells_b}** cells in {md(result.label_b)}",
+           "", f"| subject | {md(result.label_a)} official | {md(result.label_b)} official | change (B - A) | 95% CI "
+           "| p | tasks better / worse / same | test |", "| --- | --: | --: | --: | --: | --: | --: | --- |"]
+    for s in result.subjects:
+        p = s.paired
+        ci = f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-"
+        out.append(f"| **{md(s.subject)}** | {s.a.official.text} | {s.b.official.text} | {pp(p.diff)} | {ci} | "
+                   f"{p_text(p.p_value)} | {p.wins_a} / {p.wins_b} / {p.ties} | {_test(p)} |")
+    out.append("")
+    for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
+        if names:
+            out += [f"Only in {md(label)}: " + ", ".join(md(n) for n in names), ""]
+    for s in result.subjects:
+        moved = s.moved
+        if not moved:
+            continue
+        out += [f"### {md(s.subject)}: {len(moved)} tasks changed", "",
+                f"| task | {md(result.label_a)} | {md(result.label_b)} | change |", "| --- | --: | --: | --: |"]
+        for t in moved[:MAX_TASK_ROWS]:
+            out.append(f"| {md(t.task)} | {pct(t.rate_a)} | {pct(t.rate_b)} | {pp(t.change)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_compare_html(result: RunComparison) -> str:
+    """``compare.html``: the same content, self-contained, with the statuses of every changed task."""
+    return environment().get_template("compare.html.j2").render(
+        r=result, generated=datetime.now(tz=UTC).isoformat(timespec="seconds"), max_rows=MAX_TASK_ROWS,
+        test=_test,
+    )
