@@ -1,18 +1,32 @@
-"""The kernel's own implementations of the maka hooks: built-in subjects, executors, tasks."""
+"""The kernel's own implementations of the maka hooks: built-in subjects, executors, tasks.
+
+The bundled benchmark adapters are plugins like any other: this module registers them by
+module name (the only place the kernel names them) and never imports them itself.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
 from typing import Any
 
 import pytest
 
-from .benchmarks import harbor
 from .core.cell import Cell
-from .core.errors import TaskError
-from .core.spec import TaskSource
-from .core.task import Task
 from .core.taxonomy import AttemptFacts, Status, classify
+
+#: Bundled adapter plugins: plugin name -> module.
+ADAPTER_PLUGINS = {
+    "maka-harbor": "pytest_maka.benchmarks.plugin_harbor",
+    "maka-terminal-bench": "pytest_maka.benchmarks.plugin_terminal_bench",
+    "maka-swe-bench": "pytest_maka.benchmarks.plugin_swebench",
+    "maka-test-log-verifiers": "pytest_maka.verifiers.plugin",
+}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    for name, module in ADAPTER_PLUGINS.items():
+        if pluginmanager.get_plugin(name) is None:
+            pluginmanager.register(importlib.import_module(module), name)
 
 
 @pytest.hookimpl(trylast=True)
@@ -35,26 +49,6 @@ def pytest_maka_verifiers() -> dict[str, type]:
     from .verifiers.reward import RewardVerifier
 
     return {RewardVerifier.name: RewardVerifier}
-
-
-def pytest_maka_task_formats() -> list[str]:
-    return [harbor.FORMAT]
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
-    if source.format not in (None, harbor.FORMAT):
-        return None
-    if source.format is None and not harbor.looks_like_source(path):
-        return None
-    if source.adapter_options:
-        key = next(iter(source.adapter_options))
-        raise TaskError(
-            spec_path,
-            f"tasks[].{key}",
-            "unknown key for the harbor format; expected: path, format, include, exclude, limit",
-        )
-    return harbor.discover(path)
 
 
 @pytest.hookimpl(trylast=True)

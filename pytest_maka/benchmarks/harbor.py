@@ -1,6 +1,7 @@
 """Harbor task layout (also Terminal-Bench 2): our native task format.
 
 task.toml  instruction.md  environment/{Dockerfile, workspace/}  tests/test.sh  solution/solve.sh
+[.harborignore]: files it names are left out of every upload (and of the task's digest).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from ..core.task import (
     Task,
     digest_tree,
 )
+from . import detect, ignore
+from .cache import materialize
 
 FORMAT = "harbor"
 _SECTIONS = {"version", "metadata", "agent", "verifier", "environment", "solution", "source"}
@@ -27,23 +30,12 @@ def is_task_dir(path: Path) -> bool:
     return (path / "task.toml").is_file()
 
 
-def looks_like_source(path: Path) -> bool:
-    """True when ``path`` is a Harbor task dir or a directory of them."""
-    if path.is_file():
-        return False
-    return is_task_dir(path) or any(is_task_dir(child) for child in path.iterdir() if child.is_dir())
-
-
 def discover(path: Path) -> list[Task]:
     """One task dir, or a directory whose non-hidden subdirectories are all task dirs."""
-    if is_task_dir(path):
-        return [load_task(path)]
     tasks = []
-    for child in sorted(path.iterdir()):
-        if not child.is_dir() or child.name.startswith((".", "_")):
-            continue
+    for child in detect.task_dirs(path):
         if not is_task_dir(child):
-            raise TaskError(child, None, "not a task directory: expected task.toml (Harbor layout)")
+            raise detect.wrong_dir(child, FORMAT)
         tasks.append(load_task(child))
     return tasks
 
@@ -87,18 +79,27 @@ def _str_map(table: dict[str, Any], key: str, file: Path, section: str) -> dict[
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _network(env: dict[str, Any], agent: dict[str, Any], file: Path) -> str:
-    """What the task declares for its agent phase: public (Harbor's default), none or allowlist."""
-    mode = agent.get("network_mode") or env.get("network_mode")
-    if mode is None and "allow_internet" in env:
-        mode = "public" if env["allow_internet"] else "no-network"
+def _network(table: dict[str, Any], file: Path, section: str, default: str | None = None) -> str:
+    """A declared network: public (Harbor's default), none or allowlist."""
+    mode = table.get("network_mode")
+    if mode is None and "allow_internet" in table:
+        mode = "public" if table["allow_internet"] else "no-network"
+    if mode is None and default is not None:
+        return default
     known = {None: "public", "public": "public", "no-network": "none", "allowlist": "allowlist"}
     if mode not in known:
-        raise TaskError(file, "environment.network_mode", f"expected public, no-network or allowlist (got {mode!r})")
+        raise TaskError(file, f"{section}.network_mode", f"expected public, no-network or allowlist (got {mode!r})")
     return known[mode]
 
 
-def _unsupported(path: Path, verifier: dict[str, Any]) -> str | None:
+def _hosts(agent: dict[str, Any], env: dict[str, Any], file: Path) -> list[str]:
+    hosts = agent.get("allowed_hosts", env.get("allowed_hosts", []))
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise TaskError(file, "environment.allowed_hosts", "expected a list of host names")
+    return hosts
+
+
+def _unsupported(path: Path, verifier: dict[str, Any], env: dict[str, Any], agent: dict[str, Any]) -> str | None:
     if (path / "steps").is_dir():
         return "multi-step tasks (steps/) are not supported yet"
     if (path / "environment" / "docker-compose.yaml").is_file() or (
@@ -107,7 +108,24 @@ def _unsupported(path: Path, verifier: dict[str, Any]) -> str | None:
         return "multi-container (docker-compose) environments are not supported yet"
     if verifier.get("environment_mode") == "separate":
         return "a separate verifier environment is not supported yet"
+    if env.get("gpus"):
+        return "GPU environments (environment.gpus) are not supported yet"
+    for section, table in (("agent", agent), ("verifier", verifier)):
+        if table.get("user") not in (None, "root", 0):
+            return f"running the {section} as another user ({section}.user) is not supported yet"
     return None
+
+
+def _filtered_root(path: Path) -> Path:
+    """The task dir itself, or a cached copy without what .harborignore names."""
+    rules = ignore.load_rules(path)
+    if rules is None:
+        return path
+    return materialize(
+        "harbor-filtered",
+        digest_tree(path, extra="harborignore/1"),
+        lambda dest: ignore.copy_filtered(path, dest, rules),
+    )
 
 
 def load_task(path: Path) -> Task:
@@ -126,16 +144,17 @@ def load_task(path: Path) -> Task:
     env = _section(data, "environment", toml_path)
     metadata = _section(data, "metadata", toml_path)
 
+    root = _filtered_root(path)
     instruction_path = path / "instruction.md"
     if not instruction_path.is_file():
         raise TaskError(path, "instruction.md", "missing: every task needs an instruction")
-    tests_dir = path / "tests"
+    tests_dir = root / "tests"
     if not (tests_dir / "test.sh").is_file():
         raise TaskError(
             path, "tests/test.sh", "missing: the hidden verifier is required (a task with no verifier cannot pass)"
         )
-    solution_dir = path / "solution"
-    environment_dir = path / "environment"
+    solution_dir = root / "solution"
+    environment_dir = root / "environment"
     workdir = str(env.get("workdir", DEFAULT_WORKDIR))
     if not workdir.startswith("/"):
         raise TaskError(toml_path, "environment.workdir", f"expected an absolute path (got {workdir!r})")
@@ -144,7 +163,7 @@ def load_task(path: Path) -> Task:
         id=path.name,
         path=path,
         instruction=instruction_path.read_text(encoding="utf-8"),
-        digest=digest_tree(path, extra=FORMAT),
+        digest=digest_tree(root, extra=FORMAT),
         format=FORMAT,
         workdir=workdir,
         agent_timeout_sec=_number(agent, "timeout_sec", toml_path, "agent", DEFAULT_AGENT_TIMEOUT_SEC),
@@ -161,7 +180,12 @@ def load_task(path: Path) -> Task:
         solution_dir=solution_dir if (solution_dir / "solve.sh").is_file() else None,
         verifier_env=_str_map(verifier, "env", toml_path, "verifier"),
         env=_str_map(env, "env", toml_path, "environment"),
-        network=_network(env, agent, toml_path),
+        network=_network(agent, toml_path, "agent", default=_network(env, toml_path, "environment")),
         metadata=dict(metadata),
-        unsupported=_unsupported(path, verifier),
+        grading_options={
+            # What the verifier phase declares (it shares the environment); granted only by policy.
+            "network": _network(env, toml_path, "environment"),
+            "allowed_hosts": _hosts(agent, env, toml_path),
+        },
+        unsupported=_unsupported(path, verifier, env, agent),
     )

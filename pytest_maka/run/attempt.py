@@ -94,7 +94,7 @@ class AttemptWork:
             Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}",
             Status.VERIFIER_FAILURE: self._verifier_problem(),
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),
-            Status.AGENT_FAILURE: f"the verifier rejected the result (reward {score})",
+            Status.AGENT_FAILURE: self._rejection(score),
         }[status]
         return {"type": status.value, "message": message or status.value}
 
@@ -104,6 +104,12 @@ class AttemptWork:
         if self.verdict is not None and self.verdict.error:
             return self.verdict.error
         return "the verifier gave no verdict"
+
+    def _rejection(self, score: float | None) -> str:
+        reason = self.verdict.details.get("reason") if self.verdict else None
+        if reason:
+            return f"the verifier rejected the result: {reason}"
+        return f"the verifier rejected the result (reward {score})"
 
     def _incomplete_reason(self) -> str:
         if self.subject_outcome is not None and self.subject_outcome.timed_out:

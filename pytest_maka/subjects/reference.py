@@ -26,7 +26,9 @@ class Oracle(SubjectBase):
     Options = NoOptions
 
     def unsupported(self, task: Task) -> str | None:
-        return None if task.solution_dir is not None else "the task has no reference solution (solution/solve.sh)"
+        if task.solution_dir is not None:
+            return None
+        return task.metadata.get("solution_unsupported") or "the task has no reference solution (solution/solve.sh)"
 
     def uploads(self, task: Task) -> dict[str, Path]:
         assert task.solution_dir is not None

@@ -1,0 +1,3 @@
+from .ops import add, clamp
+
+__all__ = ["add", "clamp"]

@@ -1,0 +1,2 @@
+#!/bin/bash
+cat /app/logs/*.log | wc -l > /app/line_count.txt

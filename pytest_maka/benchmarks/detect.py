@@ -1,0 +1,54 @@
+"""Which format a task source is in, from its files alone.
+
+harbor          a dir with task.toml, or a dir of such dirs (Harbor, Terminal-Bench 2)
+terminal-bench  a dir with task.yaml, or a dir of such dirs (legacy Terminal-Bench)
+swe-bench       a .json, .jsonl or .parquet file of instances
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.errors import TaskError
+
+HARBOR, TERMINAL_BENCH, SWE_BENCH = "harbor", "terminal-bench", "swe-bench"
+INSTANCE_SUFFIXES = (".json", ".jsonl", ".parquet")
+_MARKERS = {"task.toml": HARBOR, "task.yaml": TERMINAL_BENCH}
+
+
+def _dir_format(path: Path) -> str | None:
+    for marker, fmt in _MARKERS.items():
+        if (path / marker).is_file():
+            return fmt
+    return None
+
+
+def task_dirs(path: Path) -> list[Path]:
+    """The candidate task dirs of a directory source: itself, or its visible subdirectories."""
+    if _dir_format(path):
+        return [path]
+    return [c for c in sorted(path.iterdir()) if c.is_dir() and not c.name.startswith((".", "_"))]
+
+
+def detect_format(path: Path) -> str | None:
+    """The format of ``path``, None when it is none we know; TaskError for a mixed directory."""
+    if path.is_file():
+        return SWE_BENCH if path.suffix.lower() in INSTANCE_SUFFIXES else None
+    if not path.is_dir():
+        return None
+    own = _dir_format(path)
+    if own:
+        return own
+    found = {fmt: child for child in task_dirs(path) if (fmt := _dir_format(child))}
+    if len(found) > 1:
+        names = ", ".join(f"{child.name} ({fmt})" for fmt, child in sorted(found.items()))
+        raise TaskError(path, None, f"mixes task formats ({names}); put each format in its own directory")
+    return next(iter(found), None)
+
+
+def wrong_dir(child: Path, expected: str) -> TaskError:
+    """The error for a subdirectory that is not a task of the source's format."""
+    marker = {v: k for k, v in _MARKERS.items()}[expected]
+    other = _dir_format(child)
+    hint = f" (it is a {other} task: give it its own tasks entry)" if other else ""
+    return TaskError(child, None, f"not a task directory: expected {marker} ({expected} layout){hint}")

@@ -1,0 +1,48 @@
+"""Harbor / Terminal-Bench 2 task sources, and the per-phase network facts on every record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..core.cell import Cell
+from ..core.errors import TaskError
+from ..core.spec import TaskSource
+from ..core.task import Task
+from . import detect, harbor
+
+
+def pytest_maka_task_formats() -> list[str]:
+    return [harbor.FORMAT]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
+    if (source.format or detect.detect_format(path)) != harbor.FORMAT:
+        return None
+    if source.adapter_options:
+        key = next(iter(source.adapter_options))
+        raise TaskError(
+            spec_path,
+            f"tasks[].{key}",
+            "unknown key for the harbor format; expected: path, format, include, exclude, limit",
+        )
+    if path.is_file():
+        raise TaskError(path, None, "a harbor source is a task directory or a directory of them")
+    return harbor.discover(path)
+
+
+def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
+    """State, per phase, the network the task declared beside the one the attempt had."""
+    task = cell.task
+    granted = (record.get("isolation") or {}).get("network") or {}
+    declared = {"agent": task.network, "verifier": task.grading_options.get("network", task.network)}
+    record["network"] = {
+        phase: {"declared": declared[phase], "granted": granted.get(phase, "none" if granted else None)}
+        for phase in ("agent", "verifier")
+    }
+    hosts = task.grading_options.get("allowed_hosts")
+    if hosts:
+        record["network"]["agent"]["allowed_hosts"] = list(hosts)

@@ -1,0 +1,189 @@
+"""Legacy Terminal-Bench task layout (``task.yaml``), graded by parsing the test output.
+
+task.yaml  Dockerfile  [docker-compose.yaml]  run-tests.sh  tests/  [solution.sh | solution.yaml]
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.errors import TaskError
+from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, digest_tree
+from ..verifiers import parsers
+from . import detect
+from .cache import materialize
+
+FORMAT = detect.TERMINAL_BENCH
+GRADING = "terminal-bench"
+DEFAULT_AGENT_TIMEOUT_SEC = 360.0
+DEFAULT_TEST_TIMEOUT_SEC = 60.0
+DEFAULT_WORKDIR = "/app"
+#: Terminal-Bench's compose variables, as they apply inside our environments.
+COMPOSE_VARIABLES = {
+    "T_BENCH_TEST_DIR": TESTS_DIR,
+    "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_METADATA_KEYS = ("difficulty", "category", "tags", "author_name", "author_email", "run_tests_in_same_shell")
+
+
+def discover(path: Path) -> list[Task]:
+    tasks = []
+    for child in detect.task_dirs(path):
+        if not (child / "task.yaml").is_file():
+            raise detect.wrong_dir(child, FORMAT)
+        tasks.append(load_task(child))
+    return tasks
+
+
+def _substitute(value: str) -> str:
+    """Compose-style ``${VAR}``/``${VAR:-default}`` with Terminal-Bench's variables; others empty."""
+    return _VAR.sub(lambda m: COMPOSE_VARIABLES.get(m.group(1) or m.group(3), m.group(2) or ""), value)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise TaskError(path, None, f"invalid YAML: {str(e).splitlines()[0]}") from None
+
+
+def _number(data: dict[str, Any], key: str, file: Path, default: float) -> float:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TaskError(file, key, f"expected a positive number of seconds (got {value!r})")
+    return float(value)
+
+
+def _instruction(data: dict[str, Any], file: Path) -> str:
+    text = data.get("instruction")
+    if text is None:  # the oldest layout: descriptions: [{key: base, description: ...}]
+        for entry in data.get("descriptions") or []:
+            if isinstance(entry, dict) and entry.get("key", "base") == "base":
+                text = entry.get("description")
+                break
+    if not isinstance(text, str) or not text.strip():
+        raise TaskError(file, "instruction", "missing: every task needs an instruction")
+    return text
+
+
+def _env_map(raw: Any, file: Path) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return {str(k): _substitute(str(v)) for k, v in raw.items() if v is not None}
+    if isinstance(raw, list):
+        out = {}
+        for item in raw:
+            key, _, value = str(item).partition("=")
+            out[key] = _substitute(value)
+        return out
+    raise TaskError(file, "services.client.environment", "expected a list of NAME=value or a mapping")
+
+
+def _environment(path: Path) -> dict[str, Any]:
+    """The client service of docker-compose.yaml (or the default: ./Dockerfile)."""
+    compose_path = next((path / n for n in ("docker-compose.yaml", "docker-compose.yml") if (path / n).is_file()), None)
+    out: dict[str, Any] = {
+        "context": path,
+        "dockerfile": path / "Dockerfile",
+        "env": {},
+        "image": None,
+        "workdir": DEFAULT_WORKDIR,
+        "unsupported": None,
+    }
+    if compose_path is None:
+        return out
+    compose = _read_yaml(compose_path) or {}
+    services = compose.get("services") if isinstance(compose, dict) else None
+    if not isinstance(services, dict) or "client" not in services:
+        raise TaskError(compose_path, "services.client", "missing: the task's environment is the 'client' service")
+    if len(services) > 1:
+        others = ", ".join(sorted(set(services) - {"client"}))
+        out["unsupported"] = (
+            f"multi-container environments (docker-compose services besides client: {others}) are not supported yet"
+        )
+    client = services["client"] or {}
+    build = client.get("build")
+    if isinstance(build, str):
+        build = {"context": build}
+    if isinstance(build, dict):
+        context = (path / _substitute(str(build.get("context", ".")))).resolve()
+        out["context"] = context
+        out["dockerfile"] = context / _substitute(str(build.get("dockerfile", "Dockerfile")))
+    elif client.get("image"):
+        out["image"], out["dockerfile"] = _substitute(str(client["image"])), None
+    out["env"] = _env_map(client.get("environment"), compose_path)
+    if client.get("working_dir"):
+        out["workdir"] = _substitute(str(client["working_dir"]))
+    return out
+
+
+def _solution(path: Path) -> tuple[Path | None, str | None]:
+    """A solution dir with solve.sh for the oracle, or a note on why there is none."""
+    script = path / "solution.sh"
+    if script.is_file():
+        return materialize(
+            "terminal-bench-solution",
+            digest_tree(script, extra="solution/1"),
+            lambda dest: shutil.copyfile(script, dest / "solve.sh"),
+        ), None
+    if (path / "solution.yaml").is_file():
+        return None, "solution.yaml (tmux keystroke solutions) is not supported; the oracle needs solution.sh"
+    return None, None
+
+
+def load_task(path: Path) -> Task:
+    """Parse and validate one legacy Terminal-Bench task directory."""
+    path = path.resolve()
+    yaml_path = path / "task.yaml"
+    data = _read_yaml(yaml_path)
+    if not isinstance(data, dict):
+        raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
+    run_tests = path / "run-tests.sh"
+    if not run_tests.is_file():
+        raise TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)")
+    env = _environment(path)
+    if env["dockerfile"] is not None and not env["dockerfile"].is_file():
+        raise TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})")
+    parser = str(data.get("parser_name") or "pytest")
+    unsupported = env["unsupported"]
+    if parsers.get(parser) is None and unsupported is None:
+        unsupported = f"no test-log parser named {parser!r} (known: {', '.join(parsers.names())})"
+    solution_dir, solution_note = _solution(path)
+    metadata = {k: data[k] for k in _METADATA_KEYS if k in data}
+    if solution_note:
+        metadata["solution_unsupported"] = solution_note
+    tests_dir = path / "tests"
+    return Task(
+        id=path.name,
+        path=path,
+        instruction=_instruction(data, yaml_path),
+        digest=digest_tree(path, extra=FORMAT),
+        format=FORMAT,
+        workdir=env["workdir"],
+        agent_timeout_sec=_number(data, "max_agent_timeout_sec", yaml_path, DEFAULT_AGENT_TIMEOUT_SEC),
+        verifier_timeout_sec=_number(data, "max_test_timeout_sec", yaml_path, DEFAULT_TEST_TIMEOUT_SEC),
+        build_timeout_sec=DEFAULT_BUILD_TIMEOUT_SEC,
+        environment_dir=env["context"] if env["dockerfile"] is not None else None,
+        dockerfile=env["dockerfile"],
+        docker_image=env["image"],
+        tests_dir=tests_dir if tests_dir.is_dir() else None,
+        solution_dir=solution_dir,
+        verifier_command=f"bash {TESTS_DIR}/run-tests.sh",
+        verifier_env={"TEST_DIR": TESTS_DIR},
+        env={k: v for k, v in env["env"].items() if k != "TEST_DIR"},
+        network="public",
+        metadata=metadata,
+        grading=GRADING,
+        grading_options={"parser": parser, "script_path": str(run_tests), "network": "public"},
+        unsupported=unsupported,
+    )
