@@ -59,6 +59,19 @@ def pytest_configure(config: pytest.Config) -> None:
         register_html_columns(config, maka.out_dir)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    maka = config.stash.get(MAKA_KEY, None)
+    if maka is None:
+        return None
+    cohort, loaded = maka.cohort, maka.cohort.loaded
+    sandbox = "isolated" if maka.executor.isolated else "NOT isolated"
+    return [
+        f"maka: cohort {cohort.name}: {len(cohort.cells)} cells = {len(cohort.tasks)} tasks x "
+        f"{len(loaded.subjects)} subjects x {loaded.spec.repetitions} repetitions",
+        f"maka: executor {loaded.executor.kind} ({sandbox}), output {maka.out_dir_display}",
+    ]
+
+
 def _point_collection_at(config: pytest.Config, spec_path: Path) -> None:
     """Collect the spec: instead of testpaths when no paths were given, else in addition."""
     explicit = config.args_source == pytest.Config.ArgsSource.ARGS

@@ -79,6 +79,7 @@ def test_terminal_summary_table(cohort: Cohort) -> None:
     cohort.task("t")
     cohort.write()
     result = cohort.run()
+    result.stdout.fnmatch_lines(["maka: cohort t: 2 cells = 1 tasks x 2 subjects x 1 repetitions"])
     result.stdout.fnmatch_lines(
         ["*pytest-maka*", "subject*official pass rate*strict pass rate*", "nop*0/1*", "oracle*1/1*"]
     )
