@@ -47,15 +47,25 @@ def _trajectory(rng: random.Random, task: str, passed: bool) -> dict[str, Any]:
     steps: list[dict[str, Any]] = [{"step_id": 1, "source": "user", "message": f"Solve {task}."}]
     for i in range(2, rng.randint(4, 14)):
         cmd = rng.choice(["ls -la", "cat main.py", "pytest -q", "sed -i 's/a/b/' main.py", "git diff"])
-        steps.append({
-            "step_id": i, "source": "agent", "message": f"Step {i}: running `{cmd}` to make progress.",
-            "tool_calls": [{"tool_call_id": f"c{i}", "function_name": "bash", "arguments": {"command": cmd}}],
-            "observation": {"results": [{"source_call_id": f"c{i}",
-                                         "content": f"output of {cmd}\n" * rng.randint(1, 4)}]},
-            "metrics": {"prompt_tokens": 900 + 300 * i, "completion_tokens": 60},
-        })
-    steps.append({"step_id": len(steps) + 1, "source": "agent",
-                  "message": "Done: all tests pass." if passed else "I believe the task is complete."})
+        steps.append(
+            {
+                "step_id": i,
+                "source": "agent",
+                "message": f"Step {i}: running `{cmd}` to make progress.",
+                "tool_calls": [{"tool_call_id": f"c{i}", "function_name": "bash", "arguments": {"command": cmd}}],
+                "observation": {
+                    "results": [{"source_call_id": f"c{i}", "content": f"output of {cmd}\n" * rng.randint(1, 4)}]
+                },
+                "metrics": {"prompt_tokens": 900 + 300 * i, "completion_tokens": 60},
+            }
+        )
+    steps.append(
+        {
+            "step_id": len(steps) + 1,
+            "source": "agent",
+            "message": "Done: all tests pass." if passed else "I believe the task is complete.",
+        }
+    )
     return {"schema_version": "ATIF-v1.2", "session_id": task, "steps": steps}
 
 
@@ -70,16 +80,24 @@ def _write_attempt(out: Path, rel: str, rng: random.Random, task: str, status: s
     (base / "agent" / "usage.json").write_text(json.dumps(usage))
     (base / "agent" / "claim.json").write_text(json.dumps({"status": "complete"}))
     (base / "workspace.diff").write_text(
-        "--- a/main.py\n+++ b/main.py\n@@ -1,3 +1,3 @@\n def f(x):\n-    return x\n+    return x + 1\n")
+        "--- a/main.py\n+++ b/main.py\n@@ -1,3 +1,3 @@\n def f(x):\n-    return x\n+    return x + 1\n"
+    )
     verdict = "5 passed" if passed else "3 passed, 2 failed\nFAILED test_main.py::test_edge - AssertionError"
     (base / "verifier.stdout.txt").write_text(f"============ test session starts ============\n{verdict}\n")
-    return {"dir": rel, "instruction": f"{rel}/instruction.md", "agent_log": f"{rel}/agent.stdout.txt",
-            "agent_stderr": f"{rel}/agent.stderr.txt", "trajectory": f"{rel}/agent/trajectory.json",
-            "diff": f"{rel}/workspace.diff", "verifier_output": f"{rel}/verifier.stdout.txt"}
+    return {
+        "dir": rel,
+        "instruction": f"{rel}/instruction.md",
+        "agent_log": f"{rel}/agent.stdout.txt",
+        "agent_stderr": f"{rel}/agent.stderr.txt",
+        "trajectory": f"{rel}/agent/trajectory.json",
+        "diff": f"{rel}/workspace.diff",
+        "verifier_output": f"{rel}/verifier.stdout.txt",
+    }
 
 
-def generate(out: Path, *, subjects: int = 4, tasks: int = 500, repetitions: int = 5, seed: int = 0,
-             references: bool = False) -> int:
+def generate(
+    out: Path, *, subjects: int = 4, tasks: int = 500, repetitions: int = 5, seed: int = 0, references: bool = False
+) -> int:
     """Write attempts.jsonl and cell artifacts for a synthetic cohort into ``out``; return the cell count."""
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,33 +112,67 @@ def generate(out: Path, *, subjects: int = 4, tasks: int = 500, repetitions: int
                 key = f"{task}__{name}__r{rep}-{hashlib.sha256(f'{task}{name}'.encode()).hexdigest()[:12]}"
                 p = skill if kind != "command" else max(0.02, min(0.98, skill + 0.6 * (0.5 - difficulty[t])))
                 roll = rng.random()
-                status = ("agent_success" if roll < p else "agent_incomplete" if roll > 0.97 else
-                          "verifier_failure" if roll > 0.96 else "agent_failure")
+                status = (
+                    "agent_success"
+                    if roll < p
+                    else "agent_incomplete"
+                    if roll > 0.97
+                    else "verifier_failure"
+                    if roll > 0.96
+                    else "agent_failure"
+                )
                 attempts = ["infra_failure", status] if rng.random() < 0.02 else [status]
                 for n, st in enumerate(attempts, start=1):
-                    usage = ({"input_tokens": rng.randint(2_000, 60_000), "output_tokens": rng.randint(100, 4_000),
-                              "cost_usd": round(rng.uniform(0.01, 0.4), 4)} if kind == "command" else
-                             {"input_tokens": None, "output_tokens": None, "cost_usd": None})
+                    usage = (
+                        {
+                            "input_tokens": rng.randint(2_000, 60_000),
+                            "output_tokens": rng.randint(100, 4_000),
+                            "cost_usd": round(rng.uniform(0.01, 0.4), 4),
+                        }
+                        if kind == "command"
+                        else {"input_tokens": None, "output_tokens": None, "cost_usd": None}
+                    )
                     rel = f"cells/{key}/attempt-{n}"
-                    artifacts = ({"dir": rel} if st == "infra_failure" else
-                                 _write_attempt(out, rel, rng, task, st, usage))
+                    artifacts = (
+                        {"dir": rel} if st == "infra_failure" else _write_attempt(out, rel, rng, task, st, usage)
+                    )
                     start = T0 + cells * 3.0
                     dur = round(rng.lognormvariate(3.5, 0.6), 3)
-                    lines.append(json.dumps({
-                        "schema": "pytest-maka/result/1", "cohort": "scale", "cell_id": f"{task}[{name}-r{rep}]",
-                        "cell_key": key, "task": task, "subject": name, "subject_kind": kind, "repetition": rep,
-                        "attempt": n, "attempt_count": n, "status": st, "passed": st == "agent_success",
-                        "official": st in ("agent_success", "agent_failure", "agent_incomplete"),
-                        "score": (1.0 if st == "agent_success" else 0.0) if st in ("agent_success", "agent_failure")
-                        else None,
-                        "duration_s": dur, "started_at": _iso(start), "finished_at": _iso(start + dur),
-                        "usage": usage, "agent": {"exit_code": 0 if st != "agent_incomplete" else 137},
-                        "verifier": {"exit_code": 0, "reward": 1.0 if st == "agent_success" else 0.0},
-                        "subject_claim": {"status": "complete"} if kind == "command" else None,
-                        "isolation": {"executor": "local"}, "budget": {}, "artifacts": artifacts,
-                        "error": {"type": "infra_failure", "message": "container exited (137) during setup"}
-                        if st == "infra_failure" else None,
-                    }))
+                    lines.append(
+                        json.dumps(
+                            {
+                                "schema": "pytest-maka/result/1",
+                                "cohort": "scale",
+                                "cell_id": f"{task}[{name}-r{rep}]",
+                                "cell_key": key,
+                                "task": task,
+                                "subject": name,
+                                "subject_kind": kind,
+                                "repetition": rep,
+                                "attempt": n,
+                                "attempt_count": n,
+                                "status": st,
+                                "passed": st == "agent_success",
+                                "official": st in ("agent_success", "agent_failure", "agent_incomplete"),
+                                "score": (1.0 if st == "agent_success" else 0.0)
+                                if st in ("agent_success", "agent_failure")
+                                else None,
+                                "duration_s": dur,
+                                "started_at": _iso(start),
+                                "finished_at": _iso(start + dur),
+                                "usage": usage,
+                                "agent": {"exit_code": 0 if st != "agent_incomplete" else 137},
+                                "verifier": {"exit_code": 0, "reward": 1.0 if st == "agent_success" else 0.0},
+                                "subject_claim": {"status": "complete"} if kind == "command" else None,
+                                "isolation": {"executor": "local"},
+                                "budget": {},
+                                "artifacts": artifacts,
+                                "error": {"type": "infra_failure", "message": "container exited (137) during setup"}
+                                if st == "infra_failure"
+                                else None,
+                            }
+                        )
+                    )
     (out / "attempts.jsonl").write_text("\n".join(lines) + "\n")
     return cells
 
@@ -155,8 +207,9 @@ def browser_timings(html: Path) -> tuple[float, float, float] | None:
     except ImportError:
         return None
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         start = time.perf_counter()
         page.goto(html.as_uri())
@@ -194,8 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         if timings is None:
             print("interactive: not measured (no /usr/bin/chromium or Playwright, or --no-browser)")
         else:
-            print(f"interactive in Chromium: {timings[0]:.2f} s from navigation (page ready mark {timings[1]:.2f} s; "
-                  f"target <= {TARGETS['interactive_s']:g} s); one class filter: {1000 * timings[2]:.0f} ms")
+            print(
+                f"interactive in Chromium: {timings[0]:.2f} s from navigation (page ready mark {timings[1]:.2f} s; "
+                f"target <= {TARGETS['interactive_s']:g} s); one class filter: {1000 * timings[2]:.0f} ms"
+            )
     finally:
         if not args.keep and args.out is None:
             shutil.rmtree(out, ignore_errors=True)

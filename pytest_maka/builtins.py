@@ -13,6 +13,7 @@ import pytest
 
 from .core.cell import Cell
 from .core.taxonomy import AttemptFacts, Status, classify
+from .executors.docker.options import DockerOptions
 
 #: Bundled adapter plugins: plugin name -> module.
 ADAPTER_PLUGINS = {
@@ -41,7 +42,19 @@ def pytest_maka_subject_kinds() -> dict[str, type]:
 def pytest_maka_executor_kinds() -> dict[str, type]:
     from .executors.local import LocalExecutor
 
-    return {LocalExecutor.kind: LocalExecutor}
+    return {LocalExecutor.kind: LocalExecutor, DockerKind.kind: DockerKind}
+
+
+class DockerKind:
+    """``kind: docker``: validates options without importing the Docker SDK until a cohort uses it."""
+
+    kind = "docker"
+    Options = DockerOptions
+
+    def __new__(cls, options: Any) -> Any:  # returns a DockerExecutor
+        from .executors.docker.executor import DockerExecutor
+
+        return DockerExecutor(options)
 
 
 @pytest.hookimpl(trylast=True)

@@ -82,8 +82,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else dir_b
     try:
         out.mkdir(parents=True, exist_ok=True)
-        paths = [write_atomic(out / "compare.html", render_compare_html(result)),
-                 write_atomic(out / "compare.md", render_compare_markdown(result))]
+        paths = [
+            write_atomic(out / "compare.html", render_compare_html(result)),
+            write_atomic(out / "compare.md", render_compare_markdown(result)),
+        ]
     except OSError as e:
         raise CliError(f"cannot write to {out}: {e.strerror or e}") from None
     for line in compare_lines(result):
@@ -124,11 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--label-a", help="name of run A in the output (default: DIR_A's name)")
     compare.add_argument("--label-b", help="name of run B in the output (default: DIR_B's name)")
     compare.set_defaults(func=_cmd_compare)
+
+    cleanup = commands.add_parser(
+        "docker-cleanup",
+        add_help=False,
+        help="remove containers (and with --images, images) that dead runs left on Docker engines",
+    )
+    cleanup.set_defaults(func=None)  # its own parser: see main()
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``maka`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["docker-cleanup"]:
+        from .executors.docker.cleanup import main as cleanup_main
+
+        return cleanup_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

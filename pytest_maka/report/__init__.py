@@ -65,9 +65,7 @@ def run_window(records: Sequence[Mapping[str, Any]]) -> str | None:
     return f"{first.isoformat(timespec='seconds')} → {last.isoformat(timespec='seconds')} (wall {wall})"
 
 
-def write_views(
-    out_dir: Path, records: list[dict], *, cohort: str, meta: dict | None = None
-) -> dict[str, Path]:
+def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict | None = None) -> dict[str, Path]:
     """Write ``report.html`` and ``summary.md`` into ``out_dir``; return ``{"html": ..., "markdown": ...}``.
 
     ``meta`` is shown in the report header (key: value, nested values flattened). Its

@@ -133,8 +133,11 @@ def _text(value: Any, limit: int = STEP_TEXT_CHARS) -> str:
 def _step(raw: Any) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         return None
-    step: dict[str, Any] = {"id": raw.get("step_id"), "src": _text(raw.get("source"), 40),
-                            "msg": _text(raw.get("message"))}
+    step: dict[str, Any] = {
+        "id": raw.get("step_id"),
+        "src": _text(raw.get("source"), 40),
+        "msg": _text(raw.get("message")),
+    }
     calls = raw.get("tool_calls")
     if isinstance(calls, list) and calls:
         step["calls"] = [

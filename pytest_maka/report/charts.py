@@ -31,16 +31,19 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 
 
 def _label(x: float, y: float, text: str, anchor: str = "end", size: int = 12, fill: str = INK) -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}">'
-            f"{escape(text)}</text>")
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}">{escape(text)}</text>'
+    )
 
 
 def _percent_axis(x0: float, width: float, y_top: float, y_bottom: float) -> list[str]:
     out = []
     for pct in (0, 25, 50, 75, 100):
         x = x0 + width * pct / 100
-        out.append(f'<line x1="{x:.1f}" y1="{y_top}" x2="{x:.1f}" y2="{y_bottom}" stroke="#d1d9e0" '
-                   f'stroke-dasharray="{"" if pct in (0, 100) else "2,3"}"/>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{y_top}" x2="{x:.1f}" y2="{y_bottom}" stroke="#d1d9e0" '
+            f'stroke-dasharray="{"" if pct in (0, 100) else "2,3"}"/>'
+        )
         out.append(_label(x, y_bottom + 14, f"{pct}%", "middle", 11, MUTED))
     return out
 
@@ -62,17 +65,22 @@ def pass_rate_chart(subjects: Sequence[SubjectSummary]) -> str:
             body.append(_label(LABEL_W + 4, mid + 4, "no official rows", "start", 11, MUTED))
             continue
         tip = f"{s.subject}: official {s.official.text} {s.official.interval_text} · strict {s.strict.text}"
-        body.append(f'<g><title>{escape(tip)}</title>'
-                    f'<rect x="{LABEL_W}" y="{y + 4}" width="{PLOT_W * rate:.1f}" height="{ROW_H - 12}" '
-                    f'fill="{BAR}" opacity="0.78" rx="2"/></g>')
+        body.append(
+            f"<g><title>{escape(tip)}</title>"
+            f'<rect x="{LABEL_W}" y="{y + 4}" width="{PLOT_W * rate:.1f}" height="{ROW_H - 12}" '
+            f'fill="{BAR}" opacity="0.78" rx="2"/></g>'
+        )
         lo, hi = LABEL_W + PLOT_W * s.official.low, LABEL_W + PLOT_W * s.official.high
-        body.append(f'<path d="M{lo:.1f},{mid:.1f}H{hi:.1f}M{lo:.1f},{mid - 6:.1f}V{mid + 6:.1f}'
-                    f'M{hi:.1f},{mid - 6:.1f}V{mid + 6:.1f}" stroke="{INK}" stroke-width="1.6" fill="none"/>')
+        body.append(
+            f'<path d="M{lo:.1f},{mid:.1f}H{hi:.1f}M{lo:.1f},{mid - 6:.1f}V{mid + 6:.1f}'
+            f'M{hi:.1f},{mid - 6:.1f}V{mid + 6:.1f}" stroke="{INK}" stroke-width="1.6" fill="none"/>'
+        )
         sv = s.strict.value
         if sv is not None:
             sx = LABEL_W + PLOT_W * sv
-            body.append(f'<path d="M{sx:.1f},{mid - 5:.1f}l5,5l-5,5l-5,-5z" fill="#fff" stroke="#cf222e" '
-                        f'stroke-width="1.5"/>')
+            body.append(
+                f'<path d="M{sx:.1f},{mid - 5:.1f}l5,5l-5,5l-5,-5z" fill="#fff" stroke="#cf222e" stroke-width="1.5"/>'
+            )
         body.append(_label(LABEL_W + PLOT_W + 8, mid + 4, f"{100 * rate:.1f}%", "start", 12))
     ly = height - 6
     body.append(f'<rect x="{LABEL_W}" y="{ly - 9}" width="14" height="9" fill="{BAR}" opacity="0.78"/>')
@@ -96,8 +104,10 @@ def taxonomy_chart(subjects: Sequence[SubjectSummary], colours: Mapping[Status, 
                 continue
             w = PLOT_W * n / s.cells
             tip = f"{s.subject}: {status.value} {n}/{s.cells}"
-            body.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{ROW_H - 12}" '
-                        f'fill="{colours[status][0]}"><title>{escape(tip)}</title></rect>')
+            body.append(
+                f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{ROW_H - 12}" '
+                f'fill="{colours[status][0]}"><title>{escape(tip)}</title></rect>'
+            )
             if w > 26:
                 body.append(_label(x + w / 2, y + ROW_H / 2 + 2, str(n), "middle", 11, colours[status][1]))
             x += w
@@ -135,11 +145,13 @@ def cost_chart(subjects: Sequence[SubjectSummary]) -> str | None:
         x, rate = px(c), s.official.value or 0.0
         lo, hi = py(s.official.low), py(s.official.high)
         tip = f"{s.subject}: {s.official.text} {s.official.interval_text}, ${c:.4f} per cell"
-        body.append(f'<g><title>{escape(tip)}</title>'
-                    f'<path d="M{x:.1f},{lo:.1f}V{hi:.1f}M{x - 4:.1f},{lo:.1f}h8M{x - 4:.1f},{hi:.1f}h8" '
-                    f'stroke="{INK}" stroke-width="1.3"/>'
-                    f'<circle cx="{x:.1f}" cy="{py(rate):.1f}" r="5.5" fill="{BAR}" stroke="#fff" stroke-width="1.5"/>'
-                    f"</g>")
+        body.append(
+            f"<g><title>{escape(tip)}</title>"
+            f'<path d="M{x:.1f},{lo:.1f}V{hi:.1f}M{x - 4:.1f},{lo:.1f}h8M{x - 4:.1f},{hi:.1f}h8" '
+            f'stroke="{INK}" stroke-width="1.3"/>'
+            f'<circle cx="{x:.1f}" cy="{py(rate):.1f}" r="5.5" fill="{BAR}" stroke="#fff" stroke-width="1.5"/>'
+            f"</g>"
+        )
         body.append(_label(x + 9, py(rate) + 4, _short(s.subject, 18), "start", 12))
     return _svg(width, height, body, "Official pass rate against cost per cell")
 
@@ -165,11 +177,15 @@ def duration_chart(subjects: Sequence[SubjectSummary]) -> str | None:
         y = 12 + i * ROW_H
         mid = y + ROW_H / 2 - 2
         body.append(_label(LABEL_W - 8, mid + 4, _short(s.subject)))
-        tip = (f"{s.subject}: n={d.n} min {d.minimum:.3g}s p25 {d.p25:.3g}s median {d.median:.3g}s "
-               f"p75 {d.p75:.3g}s p90 {d.p90:.3g}s max {d.maximum:.3g}s")
-        body.append(f'<g><title>{escape(tip)}</title>'
-                    f'<path d="M{px(d.minimum):.1f},{mid:.1f}H{px(d.p90):.1f}" stroke="{AXIS}" stroke-width="1.3"/>'
-                    f'<rect x="{px(d.p25):.1f}" y="{y + 5}" width="{max(1.0, px(d.p75) - px(d.p25)):.1f}" '
-                    f'height="{ROW_H - 14}" fill="#ddf4ff" stroke="{BAR}"/>'
-                    f'<path d="M{px(d.median):.1f},{y + 5}V{y + ROW_H - 9}" stroke="{INK}" stroke-width="2"/></g>')
+        tip = (
+            f"{s.subject}: n={d.n} min {d.minimum:.3g}s p25 {d.p25:.3g}s median {d.median:.3g}s "
+            f"p75 {d.p75:.3g}s p90 {d.p90:.3g}s max {d.maximum:.3g}s"
+        )
+        body.append(
+            f"<g><title>{escape(tip)}</title>"
+            f'<path d="M{px(d.minimum):.1f},{mid:.1f}H{px(d.p90):.1f}" stroke="{AXIS}" stroke-width="1.3"/>'
+            f'<rect x="{px(d.p25):.1f}" y="{y + 5}" width="{max(1.0, px(d.p75) - px(d.p25)):.1f}" '
+            f'height="{ROW_H - 14}" fill="#ddf4ff" stroke="{BAR}"/>'
+            f'<path d="M{px(d.median):.1f},{y + 5}V{y + ROW_H - 9}" stroke="{INK}" stroke-width="2"/></g>'
+        )
     return _svg(LABEL_W + PLOT_W + 20, height, body, "Cell duration per subject (min, p25, median, p75, p90)")

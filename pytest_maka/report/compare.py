@@ -103,9 +103,13 @@ def compare_runs(
         )
         changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks))
     return RunComparison(
-        label_a=labels[0], label_b=labels[1], subjects=tuple(changes),
-        only_a=tuple(sorted(by_a.keys() - by_b.keys())), only_b=tuple(sorted(by_b.keys() - by_a.keys())),
-        cells_a=len(a), cells_b=len(b),
+        label_a=labels[0],
+        label_b=labels[1],
+        subjects=tuple(changes),
+        only_a=tuple(sorted(by_a.keys() - by_b.keys())),
+        only_b=tuple(sorted(by_b.keys() - by_a.keys())),
+        cells_a=len(a),
+        cells_b=len(b),
     )
 
 
@@ -115,14 +119,31 @@ def _test(p: PairedComparison) -> str:
 
 def compare_lines(result: RunComparison) -> list[str]:
     """A fixed-width table for the terminal."""
-    header = ("subject", f"{result.label_a} official", f"{result.label_b} official", "change (B - A)", "95% CI",
-              "p", "better/worse/same", "tasks")
+    header = (
+        "subject",
+        f"{result.label_a} official",
+        f"{result.label_b} official",
+        "change (B - A)",
+        "95% CI",
+        "p",
+        "better/worse/same",
+        "tasks",
+    )
     rows = []
     for s in result.subjects:
         p = s.paired
-        rows.append((s.subject, s.a.official.text, s.b.official.text, pp(p.diff),
-                     f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-", p_text(p.p_value),
-                     f"{p.wins_a}/{p.wins_b}/{p.ties}", str(p.tasks)))
+        rows.append(
+            (
+                s.subject,
+                s.a.official.text,
+                s.b.official.text,
+                pp(p.diff),
+                f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-",
+                p_text(p.p_value),
+                f"{p.wins_a}/{p.wins_b}/{p.ties}",
+                str(p.tasks),
+            )
+        )
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -134,15 +155,22 @@ def compare_lines(result: RunComparison) -> list[str]:
 
 def render_compare_markdown(result: RunComparison) -> str:
     """``compare.md``: the per-subject change table and the tasks that moved."""
-    out = [f"## pytest-maka compare: {md(result.label_a)} → {md(result.label_b)}", "",
-           f"**{result.cells_a}** cells in {md(result.label_a)} · **{result.cells_b}** cells in {md(result.label_b)}",
-           "", f"| subject | {md(result.label_a)} official | {md(result.label_b)} official | change (B - A) | 95% CI "
-           "| p | tasks better / worse / same | test |", "| --- | --: | --: | --: | --: | --: | --: | --- |"]
+    out = [
+        f"## pytest-maka compare: {md(result.label_a)} → {md(result.label_b)}",
+        "",
+        f"**{result.cells_a}** cells in {md(result.label_a)} · **{result.cells_b}** cells in {md(result.label_b)}",
+        "",
+        f"| subject | {md(result.label_a)} official | {md(result.label_b)} official | change (B - A) | 95% CI "
+        "| p | tasks better / worse / same | test |",
+        "| --- | --: | --: | --: | --: | --: | --: | --- |",
+    ]
     for s in result.subjects:
         p = s.paired
         ci = f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-"
-        out.append(f"| **{md(s.subject)}** | {s.a.official.text} | {s.b.official.text} | {pp(p.diff)} | {ci} | "
-                   f"{p_text(p.p_value)} | {p.wins_a} / {p.wins_b} / {p.ties} | {_test(p)} |")
+        out.append(
+            f"| **{md(s.subject)}** | {s.a.official.text} | {s.b.official.text} | {pp(p.diff)} | {ci} | "
+            f"{p_text(p.p_value)} | {p.wins_a} / {p.wins_b} / {p.ties} | {_test(p)} |"
+        )
     out.append("")
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
@@ -151,8 +179,12 @@ def render_compare_markdown(result: RunComparison) -> str:
         moved = s.moved
         if not moved:
             continue
-        out += [f"### {md(s.subject)}: {len(moved)} tasks changed", "",
-                f"| task | {md(result.label_a)} | {md(result.label_b)} | change |", "| --- | --: | --: | --: |"]
+        out += [
+            f"### {md(s.subject)}: {len(moved)} tasks changed",
+            "",
+            f"| task | {md(result.label_a)} | {md(result.label_b)} | change |",
+            "| --- | --: | --: | --: |",
+        ]
         for t in moved[:MAX_TASK_ROWS]:
             out.append(f"| {md(t.task)} | {pct(t.rate_a)} | {pct(t.rate_b)} | {pp(t.change)} |")
         out.append("")
@@ -161,7 +193,13 @@ def render_compare_markdown(result: RunComparison) -> str:
 
 def render_compare_html(result: RunComparison) -> str:
     """``compare.html``: the same content, self-contained, with the statuses of every changed task."""
-    return environment().get_template("compare.html.j2").render(
-        r=result, generated=datetime.now(tz=UTC).isoformat(timespec="seconds"), max_rows=MAX_TASK_ROWS,
-        test=_test,
+    return (
+        environment()
+        .get_template("compare.html.j2")
+        .render(
+            r=result,
+            generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
+            max_rows=MAX_TASK_ROWS,
+            test=_test,
+        )
     )

@@ -37,8 +37,22 @@ VERIFIER_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 #: Row fields, in order (the page's script reads them by these positions).
-ROW_FIELDS = ("id", "task", "subject", "rep", "cls", "score", "dur", "attempts", "cost", "err", "dir",
-              "layout", "resumed", "detail")
+ROW_FIELDS = (
+    "id",
+    "task",
+    "subject",
+    "rep",
+    "cls",
+    "score",
+    "dur",
+    "attempts",
+    "cost",
+    "err",
+    "dir",
+    "layout",
+    "resumed",
+    "detail",
+)
 NO_DETAIL, DETAIL, WITHHELD = 0, 1, 2
 
 
@@ -66,7 +80,7 @@ def _layout(artifacts: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
         if rel is None or key == "dir":
             continue
         if base and rel.startswith(base + "/"):
-            pairs.append((str(key), rel[len(base) + 1:]))
+            pairs.append((str(key), rel[len(base) + 1 :]))
         else:
             pairs.append((str(key), "/" + rel))  # leading "/": relative to the out dir, not to dir
     return base, tuple(pairs)
@@ -158,13 +172,24 @@ def page_data(
         usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
         dur = _num(r.get("duration_s"))
         cost = _num(usage.get("cost_usd"))
-        rows.append([
-            str(r.get("cell_id") or f"cell-{i}"), t_index[str(r["task"])], s_index[str(r["subject"])],
-            r.get("repetition") or 0, c_index[status_of(r).value], _num(r.get("score")),
-            None if dur is None else round(dur, 3), r.get("attempt_count") or 1,
-            None if cost is None else round(cost, 6), cap(error_text(r), ROW_ERROR_CHARS), base,
-            layouts.setdefault(layout, len(layouts)), 1 if r.get("resumed") else 0, NO_DETAIL,
-        ])
+        rows.append(
+            [
+                str(r.get("cell_id") or f"cell-{i}"),
+                t_index[str(r["task"])],
+                s_index[str(r["subject"])],
+                r.get("repetition") or 0,
+                c_index[status_of(r).value],
+                _num(r.get("score")),
+                None if dur is None else round(dur, 3),
+                r.get("attempt_count") or 1,
+                None if cost is None else round(cost, 6),
+                cap(error_text(r), ROW_ERROR_CHARS),
+                base,
+                layouts.setdefault(layout, len(layouts)),
+                1 if r.get("resumed") else 0,
+                NO_DETAIL,
+            ]
+        )
     budget = [TEXT_BUDGET]
     instructions: dict[int, str] = {}
     for r in ordered:
@@ -197,5 +222,10 @@ def page_data(
 def script_json(value: Any) -> str:
     """JSON safe to place inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") \
-        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )

@@ -131,13 +131,25 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        duration=format_duration, score=format_score, pct=pct, pp=pp, p=p_text, money=money, compact=compact,
+        duration=format_duration,
+        score=format_score,
+        pct=pct,
+        pp=pp,
+        p=p_text,
+        money=money,
+        compact=compact,
         cost=lambda s: DASH if s.cost_usd is None else format_cost(s),
     )
     env.globals.update(
-        statuses=list(Status), colours=CLASS_COLOURS, meaning=MEANING, official=OFFICIAL,
-        pytest_outcome=PYTEST_OUTCOME, success=Status.AGENT_SUCCESS, version=__version__,
-        verdict_class=verdict_class, comparison_note=comparison_note,
+        statuses=list(Status),
+        colours=CLASS_COLOURS,
+        meaning=MEANING,
+        official=OFFICIAL,
+        pytest_outcome=PYTEST_OUTCOME,
+        success=Status.AGENT_SUCCESS,
+        version=__version__,
+        verdict_class=verdict_class,
+        comparison_note=comparison_note,
     )
     return env
 
@@ -156,25 +168,29 @@ def render_html(
     present = [s for s in Status if summary.counts[s]]
     subjects = list(summary.subjects)
     health_rows = [(h, f) for h in summary.health.values() for f in h.flags][:MAX_HEALTH_ROWS]
-    return environment().get_template(TEMPLATE).render(
-        cohort=cohort,
-        run_time=meta.get("run_time"),
-        out_dir=str(out_dir) if out_dir is not None else None,
-        generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
-        facts=header_facts(meta),
-        summary=summary,
-        present=present,
-        with_reps=any(s.pass_k for s in subjects),
-        ks=sorted({e.k for s in subjects for e in s.pass_k}),
-        pass_k={s.subject: {e.k: e for e in s.pass_k} for s in subjects},
-        health_rows=health_rows,
-        health_flagged=sum(len(h.flags) for h in summary.health.values()),
-        charts={
-            "rate": charts.pass_rate_chart(subjects),
-            "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),
-            "cost": charts.cost_chart(subjects),
-            "duration": charts.duration_chart(subjects),
-        },
-        data_json=script_json(data),
-        details_json=script_json(details),
+    return (
+        environment()
+        .get_template(TEMPLATE)
+        .render(
+            cohort=cohort,
+            run_time=meta.get("run_time"),
+            out_dir=str(out_dir) if out_dir is not None else None,
+            generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
+            facts=header_facts(meta),
+            summary=summary,
+            present=present,
+            with_reps=any(s.pass_k for s in subjects),
+            ks=sorted({e.k for s in subjects for e in s.pass_k}),
+            pass_k={s.subject: {e.k: e for e in s.pass_k} for s in subjects},
+            health_rows=health_rows,
+            health_flagged=sum(len(h.flags) for h in summary.health.values()),
+            charts={
+                "rate": charts.pass_rate_chart(subjects),
+                "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),
+                "cost": charts.cost_chart(subjects),
+                "duration": charts.duration_chart(subjects),
+            },
+            data_json=script_json(data),
+            details_json=script_json(details),
+        )
     )

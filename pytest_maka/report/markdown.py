@@ -32,6 +32,7 @@ def money(value: float | None) -> str:
         return DASH
     return f"${value:,.2f}" if abs(value) >= 0.01 else f"${value:.4f}"
 
+
 #: At most this many flagged tasks are listed in full.
 MAX_HEALTH_ROWS = 50
 #: At most this many pairwise comparisons are listed.
@@ -51,8 +52,12 @@ def pass_k_lines(summary: CohortSummary) -> list[str]:
     ks = sorted({e.k for s in summary.subjects for e in s.pass_k})
     if not ks:
         return []
-    out = ["### pass@k and pass^k", "", "| subject | " + " | ".join(f"pass@{k}" for k in ks) + " | "
-           + " | ".join(f"pass^{k}" for k in ks) + " |", "| --- |" + " --: |" * (2 * len(ks))]
+    out = [
+        "### pass@k and pass^k",
+        "",
+        "| subject | " + " | ".join(f"pass@{k}" for k in ks) + " | " + " | ".join(f"pass^{k}" for k in ks) + " |",
+        "| --- |" + " --: |" * (2 * len(ks)),
+    ]
     for s in summary.subjects:
         by_k = {e.k: e for e in s.pass_k}
         at = [pct(by_k[k].pass_at) if k in by_k else DASH for k in ks]
@@ -66,12 +71,18 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> li
     rows = [c for c in summary.comparisons if c.tasks][:limit]
     if not rows:
         return []
-    out = ["### Paired comparisons", "", "| A | B | tasks | A - B | 95% CI | p | p (Holm) | wins A / B / ties | test |",
-           "| --- | --- | --: | --: | --: | --: | --: | --: | --- |"]
+    out = [
+        "### Paired comparisons",
+        "",
+        "| A | B | tasks | A - B | 95% CI | p | p (Holm) | wins A / B / ties | test |",
+        "| --- | --- | --: | --: | --: | --: | --: | --: | --- |",
+    ]
     for c in rows:
         test = "McNemar exact" if c.method == MCNEMAR else "paired bootstrap"
-        out.append(f"| {md(c.a)} | {md(c.b)} | {c.tasks} | {pp(c.diff)} | [{pp(c.low)}, {pp(c.high)}] | "
-                   f"{p_text(c.p_value)} | {p_text(c.p_adjusted)} | {c.wins_a} / {c.wins_b} / {c.ties} | {test} |")
+        out.append(
+            f"| {md(c.a)} | {md(c.b)} | {c.tasks} | {pp(c.diff)} | [{pp(c.low)}, {pp(c.high)}] | "
+            f"{p_text(c.p_value)} | {p_text(c.p_adjusted)} | {c.wins_a} / {c.wins_b} / {c.ties} | {test} |"
+        )
     return [*out, ""]
 
 
@@ -112,8 +123,11 @@ def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, A
         "Official pass rate counts official rows only ("
         + ", ".join(f"`{s}`" for s in Status if s in OFFICIAL)
         + "); strict pass rate counts every cell, any non-pass as 0. 95% CI: "
-        + ("cluster-robust over tasks (repetitions of a task are one cluster; Miller 2024)."
-           if clustered else "Wilson score interval."),
+        + (
+            "cluster-robust over tasks (repetitions of a task are one cluster; Miller 2024)."
+            if clustered
+            else "Wilson score interval."
+        ),
         "",
     ]
     out += pass_k_lines(summary) + comparison_lines(summary)

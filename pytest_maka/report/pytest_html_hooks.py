@@ -52,8 +52,12 @@ class MakaHtmlColumns:
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         record = getattr(report, "maka", None)
         if not isinstance(record, dict):
-            cells[2:2] = ['<td class="col-makaClass"></td>', '<td class="col-makaScore"></td>',
-                          '<td class="col-makaCost"></td>', "<td></td>"]
+            cells[2:2] = [
+                '<td class="col-makaClass"></td>',
+                '<td class="col-makaScore"></td>',
+                '<td class="col-makaCost"></td>',
+                "<td></td>",
+            ]
             return
         status = escape(str(record.get("status", "")))
         score = record.get("score")

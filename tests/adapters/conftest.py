@@ -9,7 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ROOT / "datasets"
-DOCKER_PLUGIN = ("-p", "tests.adapters.docker_kind")
 
 
 def _engine_reason() -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.adapters.conftest import DOCKER_PLUGIN, copy_sample, docker_executor
+from tests.adapters.conftest import copy_sample, docker_executor
 from tests.conftest import Cohort
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_engine")]
@@ -25,7 +25,7 @@ def test_samples_network_record_and_ignored_files(cohort: Cohort) -> None:
         executor=docker_executor(cohort.root),
         policy={"verifier_network": True},
     )
-    result = cohort.run(*DOCKER_PLUGIN)
+    result = cohort.run()
     assert result.ret == 0, result.stdout.str()
     results = cohort.results()
     assert {k: r["status"] for k, r in results.items()} == {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.conftest import DOCKER_PLUGIN, copy_sample, docker_executor
+from tests.adapters.conftest import copy_sample, docker_executor
 from tests.conftest import Cohort
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_engine")]
@@ -19,7 +19,7 @@ def run(cohort: Cohort, tb: Path, subjects: list[dict[str, object]] | None = Non
         executor=docker_executor(cohort.root),
         **spec,
     )
-    result = cohort.run(*DOCKER_PLUGIN)
+    result = cohort.run()
     assert result.ret in (0, 1, 7), result.stdout.str()
     return cohort.results()
 

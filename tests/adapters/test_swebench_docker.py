@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_maka.benchmarks import swebench
-from tests.adapters.conftest import DATASETS, DOCKER_PLUGIN, docker_executor
+from tests.adapters.conftest import DATASETS, docker_executor
 from tests.conftest import Cohort
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_engine")]
@@ -50,7 +50,7 @@ def run(
     if not {"image"} & source.keys() and not (instance or {}).get("image"):
         source["dockerfile"] = str(swe / "env" / "Dockerfile")
     cohort.write(tasks=[{"path": path.name, **source}], subjects=subjects, executor=docker_executor(cohort.root))
-    result = cohort.run(*DOCKER_PLUGIN)
+    result = cohort.run()
     assert result.ret in (0, 1, 7), result.stdout.str()
     return {r["subject"]: r for r in cohort.results().values()}
 

@@ -111,8 +111,15 @@ def test_drill_down_shows_verdict_claim_trajectory_diff_and_outputs(report: Page
     drill = page.locator("#cells tr.drill")
     drill.wait_for()
     text = drill.inner_text()
-    for heading in ("verdict (verifier, authoritative)", "subject's claim (not authoritative)", "INSTRUCTION",
-                    "SUBJECT OUTPUT (TAIL)", "TRAJECTORY", "WORKSPACE DIFF", "VERIFIER OUTPUT (TAIL)"):
+    for heading in (
+        "verdict (verifier, authoritative)",
+        "subject's claim (not authoritative)",
+        "INSTRUCTION",
+        "SUBJECT OUTPUT (TAIL)",
+        "TRAJECTORY",
+        "WORKSPACE DIFF",
+        "VERIFIER OUTPUT (TAIL)",
+    ):
         assert heading.lower() in text.lower(), heading
     assert '"status": "complete"' in text and "FAILED test_main.py::test_edge" in text
     assert drill.locator("ol.steps li").count() >= 3 and drill.locator(".call").first.inner_text().startswith("→ bash")

@@ -23,8 +23,16 @@ def task_with_dockerfile(root: Path, dockerfile: str, *, task_id: str = "docker-
     tests = root / "tests"
     tests.mkdir(exist_ok=True)
     (tests / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
-    return Task(id=task_id, path=root, instruction="x", digest=digest_tree(root), environment_dir=env,
-                dockerfile=env / "Dockerfile", tests_dir=tests, **fields)
+    return Task(
+        id=task_id,
+        path=root,
+        instruction="x",
+        digest=digest_tree(root),
+        environment_dir=env,
+        dockerfile=env / "Dockerfile",
+        tests_dir=tests,
+        **fields,
+    )
 
 
 def plain_task(root: Path, *, task_id: str = "plain-task", **fields: Any) -> Task:
@@ -35,8 +43,13 @@ def plain_task(root: Path, *, task_id: str = "plain-task", **fields: Any) -> Tas
 
 def request(task: Task, tmp_path: Path, **kw: Any) -> LeaseRequest:
     n = next(_n)
-    return LeaseRequest(cell=make_cell(task, tmp_path), attempt=1, attempt_dir=tmp_path / f"attempt-{n}",
-                        scratch_dir=tmp_path / f"scratch-{n}", **kw)
+    return LeaseRequest(
+        cell=make_cell(task, tmp_path),
+        attempt=1,
+        attempt_dir=tmp_path / f"attempt-{n}",
+        scratch_dir=tmp_path / f"scratch-{n}",
+        **kw,
+    )
 
 
 def run(sandbox: Sandbox, command: str, tmp_path: Path, **kw: Any) -> tuple[ExecResult, str, str]:

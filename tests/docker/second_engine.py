@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -29,10 +30,24 @@ class SecondEngine:
     def start(self, timeout: float = 60) -> None:
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - owned by the daemon process
         self.proc = subprocess.Popen(
-            ["dockerd", "--host", self.url, "--data-root", str(self.root / "data"),
-             "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "docker.pid"),
-             "--bridge", self.bridge, "--iptables=false", "--ip-masq=false"],
-            stdout=log, stderr=log, start_new_session=True,
+            [
+                "dockerd",
+                "--host",
+                self.url,
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "docker.pid"),
+                "--bridge",
+                self.bridge,
+                "--iptables=false",
+                "--ip-masq=false",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -70,24 +85,35 @@ class SecondEngine:
                 self.proc.kill()
                 self.proc.wait()
         self._kill_strays()
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                  if line.split()[1].startswith(str(self.root))]
+        mounts = [
+            line.split()[1]
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(self.root))
+        ]
         for mount in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", mount], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.bridge], check=False)
 
     def _kill_strays(self) -> None:
-        """containerd and shims started for this engine (their command lines name its root)."""
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+        """containerd and shims of this engine (their command lines name its root) and their children.
+
+        Killing a container's init (a shim's child) ends everything in its pid namespace.
+        """
+        parents: dict[int, int] = {}
+        ours: set[int] = set()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
                 continue
             try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
             if str(self.root).encode() in cmdline:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
+                ours.add(int(entry))
+        children = {pid for pid, ppid in parents.items() if ppid in ours}
+        for pid in [*children, *ours]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -34,8 +34,9 @@ def test_container_settings(make_executor, docker_api, tmp_path: Path) -> None:
         labels = cfg["Config"]["Labels"]
         assert labels["io.pytest-maka.cell"] == "limits-task[conformance-r1]"
         assert labels["io.pytest-maka.owner-pid"] == str(os.getpid()) and labels["io.pytest-maka.run"]
-        result, out, _ = run(sandbox, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
-                             tmp_path)
+        _, out, _ = run(
+            sandbox, "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max", tmp_path
+        )
         assert out.strip() == "300"
         isolation = sandbox.isolation(agent_network=False, verifier_network=False)
         assert isolation["limits"]["memory_mb"] == 256 and isolation["network"]["agent"] == "none"
@@ -44,8 +45,10 @@ def test_container_settings(make_executor, docker_api, tmp_path: Path) -> None:
 def test_timeout_kills_a_sigterm_ignoring_process_tree(make_executor, docker_api, tmp_path: Path) -> None:
     task = plain_task(tmp_path / "t")
     with make_executor(kill_grace_sec=0.5).lease(request(task, tmp_path)) as sandbox:
-        command = ("trap '' TERM; (trap '' TERM; setsid sh -c 'trap \"\" TERM; while :; do date +%s%N > /tmp/beat; "
-                   "sleep 0.05; done' &) ; while :; do sleep 1; done")
+        command = (
+            "trap '' TERM; (trap '' TERM; setsid sh -c 'trap \"\" TERM; while :; do date +%s%N > /tmp/beat; "
+            "sleep 0.05; done' &) ; while :; do sleep 1; done"
+        )
         started = time.monotonic()
         result, _, _ = run(sandbox, command, tmp_path, timeout_sec=1.0)
         assert result.timed_out and result.exit_code is None
@@ -93,8 +96,10 @@ def bridge_server() -> Iterator[tuple[str, int]]:
     server.close()
 
 
-PROBE = ("python3 -c \"import socket,sys\ntry:\n s=socket.create_connection(('{host}',{port}),timeout=3)\n"
-         " print(s.recv(100).decode().strip())\nexcept OSError as e:\n print('unreachable', e); sys.exit(1)\"")
+PROBE = (
+    "python3 -c \"import socket,sys\ntry:\n s=socket.create_connection(('{host}',{port}),timeout=3)\n"
+    " print(s.recv(100).decode().strip())\nexcept OSError as e:\n print('unreachable', e); sys.exit(1)\""
+)
 
 
 def test_network_off_blocks_and_on_reaches(make_executor, tmp_path: Path, bridge_server) -> None:
@@ -148,8 +153,13 @@ def test_leftover_of_a_crashed_worker_is_removed_by_the_next_holder_of_its_slot(
     docker_api, state_dir: Path, tmp_path: Path
 ) -> None:
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(state_dir)], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(state_dir)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 9, proc.stderr
     cid = proc.stdout.strip()
     assert [c["Id"] for c in containers_of(docker_api, "crashed-task")] == [cid]
@@ -163,8 +173,13 @@ def test_cleanup_command_removes_containers_of_dead_processes(
 ) -> None:
     root = Path(__file__).resolve().parents[2]
     other_state = tmp_path / "other-state"  # a slot nobody will take again
-    proc = subprocess.run([sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(other_state)], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_IN_CHILD, str(tmp_path), str(other_state)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 9, proc.stderr
     assert containers_of(docker_api, "crashed-task")
     assert cleanup_main(["--dry-run"]) == 0
@@ -194,8 +209,13 @@ def test_sigint_during_exec_removes_the_container(docker_api, state_dir: Path, t
         "    run(sb, 'sleep 600', root)\n"
     )
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(state_dir)], cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path), str(state_dir)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "started"
     time.sleep(0.5)
@@ -203,3 +223,33 @@ def test_sigint_during_exec_removes_the_container(docker_api, state_dir: Path, t
     _, err = proc.communicate(timeout=60)
     assert "KeyboardInterrupt" in err
     assert containers_of(docker_api, "sigint-task") == []
+
+
+def test_a_replaced_rm_cannot_keep_a_stale_reward_file(make_executor, tmp_path: Path) -> None:
+    from pytest_maka.core.errors import InfraError
+
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        run(sandbox, "echo 1 > /logs/verifier/reward.txt; printf '#!/bin/sh\\nexit 0\\n' > /bin/rm", tmp_path)
+        with pytest.raises(InfraError, match="could not clear /logs/verifier"):
+            sandbox.remove("/logs/verifier")
+
+
+def test_planted_reward_and_tests_are_replaced(make_executor, tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("echo real\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        run(
+            sandbox,
+            "echo 1 > /logs/verifier/reward.txt; mkdir -p /tests; echo 'echo fake' > /tests/test.sh; "
+            "echo x > /tests/conftest.py",
+            tmp_path,
+        )
+        sandbox.remove("/logs/verifier")
+        sandbox.put(empty, "/logs/verifier")
+        sandbox.remove("/tests")
+        sandbox.put(tests, "/tests")
+        _, out, _ = run(sandbox, "ls /logs/verifier; ls /tests; sh /tests/test.sh", tmp_path)
+        assert out == "test.sh\nreal\n"

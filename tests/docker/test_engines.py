@@ -50,8 +50,9 @@ def test_leases_spread_over_two_engines_and_a_dead_engine_leaves_rotation(
     make_executor, second_engine: SecondEngine, tmp_path: Path
 ) -> None:
     first_url = "unix:///var/run/docker.sock"
-    executor = make_executor(engines=[first_url, second_engine.url], slots_per_engine=2,
-                             default_image=IMAGE, engine_retry_sec=3)
+    executor = make_executor(
+        engines=[first_url, second_engine.url], slots_per_engine=2, default_image=IMAGE, engine_retry_sec=3
+    )
     executor.check()
 
     # both engines take work when four attempts run at once on 2 + 2 slots

@@ -19,10 +19,13 @@ pytestmark = pytest.mark.docker
 
 def test_image_built_once_and_reused_across_leases_and_runs(make_executor, docker_api, tmp_path: Path) -> None:
     token = uuid.uuid4().hex
-    task = task_with_dockerfile(tmp_path / "t", f"""\
+    task = task_with_dockerfile(
+        tmp_path / "t",
+        f"""\
         FROM debian:bookworm-slim
         RUN echo {token} > /token
-        """)
+        """,
+    )
     executor = make_executor()
     for _ in range(3):
         with executor.lease(request(task, tmp_path)) as sandbox:
@@ -60,8 +63,13 @@ print(json.dumps({"builds": ex.images.builds, "out": out, "error": error,
 def _build_in_two_processes(tmp_path: Path, state_dir: Path, dockerfile: str) -> list[dict]:
     root = Path(__file__).resolve().parents[2]
     procs = [
-        subprocess.Popen([sys.executable, "-c", BUILD_IN_CHILD, str(tmp_path), str(state_dir), dockerfile, f"w{i}"],
-                         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD_IN_CHILD, str(tmp_path), str(state_dir), dockerfile, f"w{i}"],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     results = []
@@ -85,8 +93,9 @@ def test_concurrent_builds_of_one_image_from_two_processes_build_once(
     docker_api.remove_image(images.tag(images.env_digest(task.environment_dir, task.dockerfile)), force=True)
 
 
-def test_a_failed_build_is_reported_to_waiting_processes_without_a_rebuild(state_dir: Path, tmp_path: Path,
-                                                                           docker_api) -> None:
+def test_a_failed_build_is_reported_to_waiting_processes_without_a_rebuild(
+    state_dir: Path, tmp_path: Path, docker_api
+) -> None:
     dockerfile = f"FROM debian:bookworm-slim\nRUN sleep 2 && echo failing {uuid.uuid4().hex} && exit 1\n"
     results = _build_in_two_processes(tmp_path, state_dir, dockerfile)
     assert sorted(r["builds"] for r in results) == [0, 1]
@@ -96,11 +105,15 @@ def test_a_failed_build_is_reported_to_waiting_processes_without_a_rebuild(state
 
 
 def test_build_failure_is_infra_error_naming_task_and_step(make_executor, tmp_path: Path) -> None:
-    task = task_with_dockerfile(tmp_path / "t", f"""\
+    task = task_with_dockerfile(
+        tmp_path / "t",
+        f"""\
         FROM debian:bookworm-slim
         RUN echo building {uuid.uuid4().hex}
         RUN echo about to fail && exit 3
-        """, task_id="broken-env")
+        """,
+        task_id="broken-env",
+    )
     executor = make_executor()
     req = request(task, tmp_path)
     with pytest.raises(InfraError) as info, executor.lease(req):
@@ -117,8 +130,10 @@ def test_build_failure_is_infra_error_naming_task_and_step(make_executor, tmp_pa
 
 def test_missing_prebuilt_image_is_infra_error(make_executor, tmp_path: Path) -> None:
     task = plain_task(tmp_path / "t", task_id="prebuilt", docker_image="registry.invalid/none:1")
-    with pytest.raises(InfraError, match="prebuilt: image registry.invalid/none:1 is not on engine"), \
-            make_executor().lease(request(task, tmp_path)):
+    with (
+        pytest.raises(InfraError, match=r"prebuilt: image registry\.invalid/none:1 is not on engine"),
+        make_executor().lease(request(task, tmp_path)),
+    ):
         pass
 
 

@@ -57,9 +57,7 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     test_no_survivors_after_normal_exit = None  # type: ignore[assignment]
     test_host_filesystem_not_writable = None  # type: ignore[assignment]
 
-    def test_shares_the_host_network_and_says_so(
-        self, sandbox: Sandbox, tmp_path: Path, host_server: int
-    ) -> None:
+    def test_shares_the_host_network_and_says_so(self, sandbox: Sandbox, tmp_path: Path, host_server: int) -> None:
         run = self.run(sandbox, self._probe(host_server), tmp_path, network=False)
         assert run.result.exit_code == 0, "no network namespace: the host is reachable"
         isolation = sandbox.isolation(agent_network=False, verifier_network=False)

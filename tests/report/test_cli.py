@@ -40,18 +40,27 @@ class NoOptions(BaseModel):
 
 
 def make_cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
-    t = Task(id=task, path=Path("/tasks") / task, instruction="do it",
-             digest=hashlib.sha256(task.encode()).hexdigest())
-    spec = SubjectSpec(name=subject, kind=kind, options=NoOptions(), declared_in=Path("/cohort.yaml"),
-                       digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest())
+    t = Task(id=task, path=Path("/tasks") / task, instruction="do it", digest=hashlib.sha256(task.encode()).hexdigest())
+    spec = SubjectSpec(
+        name=subject,
+        kind=kind,
+        options=NoOptions(),
+        declared_in=Path("/cohort.yaml"),
+        digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest(),
+    )
     return Cell(t, spec, rep)
 
 
 def attempt(cell: Cell, n: int, status: Status, offset: float = 0.0) -> dict:
-    return attempt_record(cell, cohort="nightly", attempt=n, status=status,
-                          started=T0 + offset, finished=T0 + offset + 5.0,
-                          error={"type": "DockerError", "message": "engine went away"}
-                          if status is S.INFRA_FAILURE else None)
+    return attempt_record(
+        cell,
+        cohort="nightly",
+        attempt=n,
+        status=status,
+        started=T0 + offset,
+        finished=T0 + offset + 5.0,
+        error={"type": "DockerError", "message": "engine went away"} if status is S.INFRA_FAILURE else None,
+    )
 
 
 @pytest.fixture
@@ -141,15 +150,21 @@ def _run_dir(path: Path, outcomes: dict[tuple[str, str], list[Status]]) -> Path:
 
 def test_compare_two_runs_pairs_by_subject_and_task(tmp_path: Path) -> None:
     tasks = [f"t{i}" for i in range(12)]
-    before = _run_dir(tmp_path / "before", {
-        **{(t, "claude"): [S.AGENT_FAILURE] for t in tasks},
-        **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
-        ("t0", "old-only"): [S.AGENT_SUCCESS],
-    })
-    after = _run_dir(tmp_path / "after", {
-        **{(t, "claude"): [S.AGENT_SUCCESS if i < 10 else S.AGENT_FAILURE] for i, t in enumerate(tasks)},
-        **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
-    })
+    before = _run_dir(
+        tmp_path / "before",
+        {
+            **{(t, "claude"): [S.AGENT_FAILURE] for t in tasks},
+            **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
+            ("t0", "old-only"): [S.AGENT_SUCCESS],
+        },
+    )
+    after = _run_dir(
+        tmp_path / "after",
+        {
+            **{(t, "claude"): [S.AGENT_SUCCESS if i < 10 else S.AGENT_FAILURE] for i, t in enumerate(tasks)},
+            **{(t, "gpt"): [S.AGENT_SUCCESS] for t in tasks[:6]},
+        },
+    )
     proc = run_maka("compare", str(before), str(after))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

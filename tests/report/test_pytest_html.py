@@ -16,8 +16,9 @@ from ..conftest import Cohort, needs_bwrap
 
 
 def _columns(tmp_path: Path, html: str = "reports/ph.html") -> MakaHtmlColumns:
-    config: Any = SimpleNamespace(option=SimpleNamespace(htmlpath=html),
-                                  invocation_params=SimpleNamespace(dir=tmp_path))
+    config: Any = SimpleNamespace(
+        option=SimpleNamespace(htmlpath=html), invocation_params=SimpleNamespace(dir=tmp_path)
+    )
     return MakaHtmlColumns(config, tmp_path / "out")
 
 
@@ -26,12 +27,20 @@ def test_columns_for_a_cell_and_for_a_plain_test(tmp_path: Path) -> None:
     header = ["<th>Result</th>", "<th>Test</th>", "<th>Duration</th>", "<th>Links</th>"]
     cols.pytest_html_results_table_header(header)
     assert header[2:6] == list(HEADERS) and len(header) == 8
-    record = {"status": "agent_failure", "score": 0.25, "usage": {"cost_usd": 0.0123}, "cell_key": "t__a__r0-1<b>",
-              "artifacts": {"dir": "cells/t__a__r0-1/attempt-1"}}
+    record = {
+        "status": "agent_failure",
+        "score": 0.25,
+        "usage": {"cost_usd": 0.0123},
+        "cell_key": "t__a__r0-1<b>",
+        "artifacts": {"dir": "cells/t__a__r0-1/attempt-1"},
+    }
     cells = ["<td>Failed</td>", "<td>id</td>", "<td>1s</td>", "<td></td>"]
     cols.pytest_html_results_table_row(SimpleNamespace(maka=record), cells)
-    assert cells[2:5] == ['<td class="col-makaClass">agent_failure</td>', '<td class="col-makaScore">0.25</td>',
-                          '<td class="col-makaCost">$0.0123</td>']
+    assert cells[2:5] == [
+        '<td class="col-makaClass">agent_failure</td>',
+        '<td class="col-makaScore">0.25</td>',
+        '<td class="col-makaCost">$0.0123</td>',
+    ]
     assert cells[5] == '<td><a href="../out/cells/t__a__r0-1/attempt-1">t__a__r0-1&lt;b&gt;</a></td>'
     plain = ["<td>Passed</td>", "<td>id</td>", "<td>1s</td>", "<td></td>"]
     cols.pytest_html_results_table_row(SimpleNamespace(), plain)

@@ -45,9 +45,7 @@ def _cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
     return Cell(t, spec, rep)
 
 
-def rec(
-    task: str, subject: str, status: Status, *, kind: str = "command", rep: int = 1, **kw: Any
-) -> dict[str, Any]:
+def rec(task: str, subject: str, status: Status, *, kind: str = "command", rep: int = 1, **kw: Any) -> dict[str, Any]:
     """A cell record as the lifecycle would produce it (one attempt)."""
     duration = kw.pop("duration", 10.0)
     attempt = attempt_record(

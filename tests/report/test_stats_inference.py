@@ -71,8 +71,7 @@ def _cluster_reference(clusters: list[list[float]]) -> float:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_clustered_se_matches_statsmodels_cluster_robust_ols(seed: int) -> None:
     rng = random.Random(seed)
-    clusters = [[float(rng.random() < p) for _ in range(rng.randint(1, 6))]
-                for p in (rng.random() for _ in range(40))]
+    clusters = [[float(rng.random() < p) for _ in range(rng.randint(1, 6))] for p in (rng.random() for _ in range(40))]
     assert clustered_se(clusters) == pytest.approx(_cluster_reference(clusters), rel=1e-9)
 
 
@@ -259,8 +258,12 @@ def test_distribution_ignores_unknowns() -> None:
 
 
 def test_spend_per_cell_and_per_success() -> None:
-    usages = [{"cost_usd": 0.5, "input_tokens": 100, "output_tokens": 20}, {"cost_usd": 0.25}, None,
-              {"cost_usd": None, "input_tokens": 50}]
+    usages = [
+        {"cost_usd": 0.5, "input_tokens": 100, "output_tokens": 20},
+        {"cost_usd": 0.25},
+        None,
+        {"cost_usd": None, "input_tokens": 50},
+    ]
     s = spend_of(usages, passes=2)
     assert s.cost_usd == 0.75 and s.cost_known == 2 and s.tokens == 170 and s.tokens_known == 2
     assert s.cost_per_cell == pytest.approx(0.375) and s.cost_per_success == pytest.approx(0.375)

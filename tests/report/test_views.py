@@ -34,10 +34,14 @@ class NoOptions(BaseModel):
 
 
 def make_cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
-    t = Task(id=task, path=Path("/tasks") / task, instruction="do it",
-             digest=hashlib.sha256(task.encode()).hexdigest())
-    spec = SubjectSpec(name=subject, kind=kind, options=NoOptions(), declared_in=Path("/cohort.yaml"),
-                       digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest())
+    t = Task(id=task, path=Path("/tasks") / task, instruction="do it", digest=hashlib.sha256(task.encode()).hexdigest())
+    spec = SubjectSpec(
+        name=subject,
+        kind=kind,
+        options=NoOptions(),
+        declared_in=Path("/cohort.yaml"),
+        digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest(),
+    )
     return Cell(t, spec, rep)
 
 
@@ -66,8 +70,16 @@ def make_record(
             (out / rel / "verifier.txt").write_text(verifier_log, encoding="utf-8")
             artifacts["verifier_output"] = f"{rel}/verifier.txt"
     artifacts.update(kw.pop("artifacts", {}))
-    attempt = attempt_record(cell, cohort="demo", attempt=1, status=status, started=T0,
-                             finished=T0 + kw.pop("duration", 12.5), artifacts=artifacts, **kw)
+    attempt = attempt_record(
+        cell,
+        cohort="demo",
+        attempt=1,
+        status=status,
+        started=T0,
+        finished=T0 + kw.pop("duration", 12.5),
+        artifacts=artifacts,
+        **kw,
+    )
     return cell_record([attempt])
 
 
@@ -79,19 +91,40 @@ def cohort(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     secret.write_text("TOPSECRET-do-not-leak\n")
     (out / "leak.log").symlink_to(secret)
     records = [
-        make_record(out, "fix-perms", "claude", S.AGENT_SUCCESS, score=1.0, agent_log="done\n",
-                    verifier_log="1 passed\n", usage={"cost_usd": 0.5, "input_tokens": 1000}),
-        make_record(out, "fix-perms", "claude", S.AGENT_SUCCESS, rep=2, score=1.0, agent_log="ok\n",
-                    usage={"cost_usd": 0.25}),
+        make_record(
+            out,
+            "fix-perms",
+            "claude",
+            S.AGENT_SUCCESS,
+            score=1.0,
+            agent_log="done\n",
+            verifier_log="1 passed\n",
+            usage={"cost_usd": 0.5, "input_tokens": 1000},
+        ),
+        make_record(
+            out, "fix-perms", "claude", S.AGENT_SUCCESS, rep=2, score=1.0, agent_log="ok\n", usage={"cost_usd": 0.25}
+        ),
         make_record(out, "parse-log", "claude", S.AGENT_SUCCESS, score=1.0, agent_log="ok\n"),
-        make_record(out, "parse-log", "claude", S.AGENT_FAILURE, rep=2, score=0.0,
-                    agent_log="\x1b[31mred\x1b[0m line\nprogress 10%\rprogress 100%\n" + EVIL + "\n",
-                    verifier_log="FAILED test_parse - assert 1 == 2\n" + EVIL,
-                    error={"type": "VerifierRejected", "message": "tests failed " + EVIL}),
-        make_record(out, "parse-log", "claude", S.INFRA_FAILURE, rep=3,
-                    error={"type": "DockerError", "message": "engine went away"},
-                    artifacts={"agent_log": "leak.log", "diff": "../secret.txt",
-                               "trajectory": "/etc/passwd"}),
+        make_record(
+            out,
+            "parse-log",
+            "claude",
+            S.AGENT_FAILURE,
+            rep=2,
+            score=0.0,
+            agent_log="\x1b[31mred\x1b[0m line\nprogress 10%\rprogress 100%\n" + EVIL + "\n",
+            verifier_log="FAILED test_parse - assert 1 == 2\n" + EVIL,
+            error={"type": "VerifierRejected", "message": "tests failed " + EVIL},
+        ),
+        make_record(
+            out,
+            "parse-log",
+            "claude",
+            S.INFRA_FAILURE,
+            rep=3,
+            error={"type": "DockerError", "message": "engine went away"},
+            artifacts={"agent_log": "leak.log", "diff": "../secret.txt", "trajectory": "/etc/passwd"},
+        ),
         make_record(out, "fix-perms", "nop", S.AGENT_SUCCESS, kind="nop"),
         make_record(out, "parse-log", "nop", S.AGENT_FAILURE, kind="nop"),
         make_record(out, "parse-log", "oracle", S.AGENT_FAILURE, kind="oracle"),
@@ -166,7 +199,8 @@ def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     cells = rows(html)
     assert len(cells) == len(records)
     assert [(c["task"], c["subject"], c["rep"]) for c in cells] == sorted(
-        (r["task"], r["subject"], r["repetition"]) for r in records)
+        (r["task"], r["subject"], r["repetition"]) for r in records
+    )
     assert sum(1 for c in cells if c["cls"] == "agent_success") == 5
     infra = next(c for c in cells if c["cls"] == "infra_failure")
     assert infra["err"] == "DockerError: engine went away" and infra["subject"] == "claude"
@@ -301,8 +335,15 @@ def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
     statuses = list(Status)
     records = []
     for i in range(10_000):
-        rec = make_record(None, f"task-{i // 20:04d}", f"subject-{i % 4}", statuses[i % len(statuses)],
-                          rep=(i // 4) % 5 + 1, score=float(i % 2), error={"type": "X", "message": "m" * 50})
+        rec = make_record(
+            None,
+            f"task-{i // 20:04d}",
+            f"subject-{i % 4}",
+            statuses[i % len(statuses)],
+            rep=(i // 4) % 5 + 1,
+            score=float(i % 2),
+            error={"type": "X", "message": "m" * 50},
+        )
         rec["artifacts"]["agent_log"] = "missing.log"
         records.append(rec)
     start = time.perf_counter()
@@ -314,18 +355,33 @@ def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
 
 
 def test_drill_down_has_trajectory_diff_claim_and_instruction(tmp_path: Path) -> None:
-    rec = make_record(tmp_path, "t", "a", S.AGENT_FAILURE, agent_log="ran\n", verifier_log="1 failed\n",
-                      subject_claim={"status": "complete"})
+    rec = make_record(
+        tmp_path,
+        "t",
+        "a",
+        S.AGENT_FAILURE,
+        agent_log="ran\n",
+        verifier_log="1 failed\n",
+        subject_claim={"status": "complete"},
+    )
     base = tmp_path / rec["artifacts"]["dir"]
-    steps = [{"step_id": i, "source": "agent", "message": f"step {i}",
-              "tool_calls": [{"function_name": "bash", "arguments": {"command": f"echo {i}"}}],
-              "observation": {"results": [{"content": f"out {i}"}]}} for i in range(1, 41)]
+    steps = [
+        {
+            "step_id": i,
+            "source": "agent",
+            "message": f"step {i}",
+            "tool_calls": [{"function_name": "bash", "arguments": {"command": f"echo {i}"}}],
+            "observation": {"results": [{"content": f"out {i}"}]},
+        }
+        for i in range(1, 41)
+    ]
     (base / "trajectory.json").write_text(json.dumps({"steps": steps}))
     (base / "workspace.diff").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n")
     (base / "instruction.md").write_text("Fix the <thing>.\n")
     rel = rec["artifacts"]["dir"]
-    rec["artifacts"].update(trajectory=f"{rel}/trajectory.json", diff=f"{rel}/workspace.diff",
-                            instruction=f"{rel}/instruction.md")
+    rec["artifacts"].update(
+        trajectory=f"{rel}/trajectory.json", diff=f"{rel}/workspace.diff", instruction=f"{rel}/instruction.md"
+    )
     html = write_views(tmp_path, [rec], cohort="demo")["html"].read_text(encoding="utf-8")
     details = page_json(html, "maka-details")
     d = details["cells"]["0"]
@@ -334,8 +390,13 @@ def test_drill_down_has_trajectory_diff_claim_and_instruction(tmp_path: Path) ->
     assert d["diff"].endswith("+new\n") and d["ver"] == [["verifier output", "1 failed\n"]]
     traj = d["traj"]
     assert traj["total"] == 40 and traj["omitted"] == 15 and len(traj["steps"]) == 25
-    assert traj["steps"][0] == {"id": 1, "src": "agent", "msg": "step 1", "calls": [["bash", '{"command": "echo 1"}']],
-                                "obs": ["out 1"]}
+    assert traj["steps"][0] == {
+        "id": 1,
+        "src": "agent",
+        "msg": "step 1",
+        "calls": [["bash", '{"command": "echo 1"}']],
+        "obs": ["out 1"],
+    }
     assert traj["steps"][-1]["id"] == 40
     assert details["instructions"] == {"0": "Fix the <thing>.\n"}
     assert "<thing>" not in html  # escaped inside the JSON block
@@ -344,8 +405,10 @@ def test_drill_down_has_trajectory_diff_claim_and_instruction(tmp_path: Path) ->
 def test_text_budget_spends_on_failures_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pytest_maka.report.details.TEXT_BUDGET", 3000)
     assert TEXT_BUDGET > 3000
-    records = [make_record(tmp_path, f"t{i}", "a", S.AGENT_SUCCESS if i % 2 else S.AGENT_FAILURE,
-                           agent_log="x" * 1000 + "\n") for i in range(8)]
+    records = [
+        make_record(tmp_path, f"t{i}", "a", S.AGENT_SUCCESS if i % 2 else S.AGENT_FAILURE, agent_log="x" * 1000 + "\n")
+        for i in range(8)
+    ]
     html = write_views(tmp_path, records, cohort="demo")["html"].read_text(encoding="utf-8")
     by_cls = {}
     for row in rows(html):

@@ -98,9 +98,7 @@ def spend_of(usages: Sequence[Any], passes: int) -> Spend:
     costs = numbers(u.get("cost_usd") for u in rows)
     tin = numbers(u.get("input_tokens") for u in rows)
     tout = numbers(u.get("output_tokens") for u in rows)
-    tokens_known = sum(
-        1 for u in rows if numbers([u.get("input_tokens")]) or numbers([u.get("output_tokens")])
-    )
+    tokens_known = sum(1 for u in rows if numbers([u.get("input_tokens")]) or numbers([u.get("output_tokens")]))
     return Spend(
         cost_usd=sum(costs) if costs else None,
         cost_known=len(costs),

@@ -139,8 +139,17 @@ def compare_paired(
     mean = sum(diffs) / n
     wins_a = sum(1 for d in diffs if d > 0)
     wins_b = sum(1 for d in diffs if d < 0)
-    common = {"a": names[0], "b": names[1], "tasks": n, "rate_a": sum(ra) / n, "rate_b": sum(rb) / n,
-              "diff": mean, "wins_a": wins_a, "wins_b": wins_b, "ties": n - wins_a - wins_b}
+    common = {
+        "a": names[0],
+        "b": names[1],
+        "tasks": n,
+        "rate_a": sum(ra) / n,
+        "rate_b": sum(rb) / n,
+        "diff": mean,
+        "wins_a": wins_a,
+        "wins_b": wins_b,
+        "ties": n - wins_a - wins_b,
+    }
     if all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared):
         se = mean_se(diffs)
         if se is None:
@@ -149,8 +158,15 @@ def compare_paired(
             low, high = degenerate_interval(wins_a, wins_b, n)
         else:
             low, high = max(-1.0, mean - Z95 * se), min(1.0, mean + Z95 * se)
-        return PairedComparison(**common, low=low, high=high, p_value=mcnemar_exact(wins_a, wins_b),
-                                method=MCNEMAR, only_a=wins_a, only_b=wins_b)
+        return PairedComparison(
+            **common,
+            low=low,
+            high=high,
+            p_value=mcnemar_exact(wins_a, wins_b),
+            method=MCNEMAR,
+            only_a=wins_a,
+            only_b=wins_b,
+        )
     low, high, p = paired_bootstrap(diffs, samples, seed)
     if low == high:
         low, high = degenerate_interval(wins_a, wins_b, n)

@@ -165,24 +165,19 @@ def task_health(records: Iterable[Mapping[str, Any]]) -> dict[str, TaskHealth]:
     out: dict[str, TaskHealth] = {}
     for task, rows in sorted(by_task.items()):
         reasons: dict[HealthFlag, str] = {}
-        nop_passes = [
-            r for r in rows if r.get("subject_kind") == NOP_KIND and status_of(r) is Status.AGENT_SUCCESS
-        ]
+        nop_passes = [r for r in rows if r.get("subject_kind") == NOP_KIND and status_of(r) is Status.AGENT_SUCCESS]
         if nop_passes:
             reasons[HealthFlag.NOP_PASSES] = f"{len(nop_passes)} nop cell(s) passed: {_ids(nop_passes)}"
         oracle_fails = [
-            r for r in rows
+            r
+            for r in rows
             if r.get("subject_kind") == ORACLE_KIND
-            and status_of(r) in OFFICIAL and status_of(r) is not Status.AGENT_SUCCESS
+            and status_of(r) in OFFICIAL
+            and status_of(r) is not Status.AGENT_SUCCESS
         ]
         if oracle_fails:
-            reasons[HealthFlag.ORACLE_FAILS] = (
-                f"{len(oracle_fails)} oracle cell(s) did not pass: {_ids(oracle_fails)}"
-            )
-        graded = [
-            r for r in rows
-            if r.get("subject_kind") not in REFERENCE_KINDS and status_of(r) in OFFICIAL
-        ]
+            reasons[HealthFlag.ORACLE_FAILS] = f"{len(oracle_fails)} oracle cell(s) did not pass: {_ids(oracle_fails)}"
+        graded = [r for r in rows if r.get("subject_kind") not in REFERENCE_KINDS and status_of(r) in OFFICIAL]
         subjects = {r["subject"] for r in graded}
         if len(subjects) >= 2:
             passed = {status_of(r) is Status.AGENT_SUCCESS for r in graded}
@@ -224,22 +219,31 @@ class CohortSummary:
 
 def flip(c: PairedComparison) -> PairedComparison:
     """B versus A from A versus B."""
+
     def neg(x: float | None) -> float | None:
         return None if x is None else -x
 
-    return replace(c, a=c.b, b=c.a, rate_a=c.rate_b, rate_b=c.rate_a, diff=neg(c.diff), low=neg(c.high),
-                   high=neg(c.low), wins_a=c.wins_b, wins_b=c.wins_a, only_a=c.only_b, only_b=c.only_a)
+    return replace(
+        c,
+        a=c.b,
+        b=c.a,
+        rate_a=c.rate_b,
+        rate_b=c.rate_a,
+        diff=neg(c.diff),
+        low=neg(c.high),
+        high=neg(c.low),
+        wins_a=c.wins_b,
+        wins_b=c.wins_a,
+        only_a=c.only_b,
+        only_b=c.only_a,
+    )
 
 
 def pairwise(by_subject: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[PairedComparison, ...]:
     """Paired comparisons of every two subjects on their shared tasks, with Holm-adjusted p-values."""
     names = sorted(by_subject)
     graded = {n: graded_by_task(by_subject[n]) for n in names}
-    out = [
-        compare_paired(graded[a], graded[b], names=(a, b))
-        for i, a in enumerate(names)
-        for b in names[i + 1:]
-    ]
+    out = [compare_paired(graded[a], graded[b], names=(a, b)) for i, a in enumerate(names) for b in names[i + 1 :]]
     tested = [i for i, c in enumerate(out) if c.p_value is not None]
     adjusted = holm([out[i].p_value or 1.0 for i in tested])
     for i, p in zip(tested, adjusted, strict=True):

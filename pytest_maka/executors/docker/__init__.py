@@ -1,8 +1,27 @@
-"""The Docker executor: ``executor: {kind: docker}``. See executor.py for the lease lifecycle."""
+"""The Docker executor: ``executor: {kind: docker}``. See executor.py for the lease lifecycle.
 
-from .cleanup import main as cleanup_main
-from .cleanup import sweep
-from .executor import DockerExecutor
-from .options import DockerOptions, EngineOptions
+Attributes are imported on first use, so that loading the options (for spec validation) does
+not import the Docker SDK.
+"""
 
-__all__ = ["DockerExecutor", "DockerOptions", "EngineOptions", "cleanup_main", "sweep"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "DockerExecutor": ".executor",
+    "DockerOptions": ".options",
+    "EngineOptions": ".options",
+    "cleanup_main": ".cleanup",
+    "sweep": ".cleanup",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = import_module(_EXPORTS[name], __name__)
+    return getattr(module, "main" if name == "cleanup_main" else name)

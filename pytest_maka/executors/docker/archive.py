@@ -96,3 +96,43 @@ def _clear(target: Path) -> None:
         target.unlink()
     elif target.is_dir():
         shutil.rmtree(target)
+
+
+class Batch:
+    """Puts waiting to be sent as one archive (each host path is read when it is added)."""
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None
+        self._tar: tarfile.TarFile | None = None
+        #: Every sandbox path the archive writes (each member, not only the roots).
+        self.paths: set[str] = set()
+
+    def _record(self, info: tarfile.TarInfo) -> tarfile.TarInfo:
+        self.paths.add("/" + info.name)
+        return _as_root(info)
+
+    def add(self, host_path: Path | None, sandbox_path: str) -> None:
+        if self._tar is None:
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by take()'s caller
+            self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        arcname = sandbox_path.lstrip("/")
+        if host_path is None:
+            info = self._record(tarfile.TarInfo(arcname))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            self._tar.addfile(info)
+        else:
+            self._tar.add(str(host_path), arcname=arcname, recursive=True, filter=self._record)
+
+    def overlaps(self, path: str) -> bool:
+        """True when the waiting archive writes ``path`` or something below it."""
+        below = path.rstrip("/") + "/"
+        return any(p == path or p.startswith(below) for p in self.paths)
+
+    def take(self) -> IO[bytes] | None:
+        """The archive so far (rewound; the caller closes it), or None when nothing waits."""
+        if self._tar is None or self._file is None:
+            return None
+        self._tar.close()
+        out, self._file, self._tar, self.paths = self._file, None, None, set()
+        out.seek(0)
+        return out

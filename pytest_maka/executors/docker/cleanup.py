@@ -20,8 +20,7 @@ from .engines import Engine, one_line
 from .options import DockerOptions
 
 
-def sweep(engine: Engine, *, everything: bool = False, images: bool = False,
-          dry_run: bool = False) -> list[str]:
+def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry_run: bool = False) -> list[str]:
     """Remove leftovers on one engine; returns what was (or would be) removed."""
     api = engine.api
     removed: list[str] = []
@@ -57,8 +56,13 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False,
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``maka docker-cleanup``."""
     parser = argparse.ArgumentParser(prog="maka docker-cleanup", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", action="append", default=[], metavar="URL",
-                        help="engine URL (repeatable; default: $DOCKER_HOST or the local socket)")
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="engine URL (repeatable; default: $DOCKER_HOST or the local socket)",
+    )
     parser.add_argument("--all", action="store_true", help="also containers of live or remote runs")
     parser.add_argument("--images", action="store_true", help="also images built from task environments")
     parser.add_argument("--dry-run", action="store_true", help="list, do not remove")

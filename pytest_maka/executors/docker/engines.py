@@ -53,7 +53,7 @@ class Engine:
         self._marker = state_dir / "engines" / f"{self.key}.down"
         self._retry_sec = retry_sec
         self._client: docker.APIClient | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"Engine({self.url})"
@@ -76,7 +76,9 @@ class Engine:
         """None when the engine answers, else a one-line reason."""
         try:
             client = docker.APIClient(
-                base_url=self.url, version="auto", timeout=timeout,
+                base_url=self.url,
+                version="auto",
+                timeout=timeout,
                 use_ssh_client=self.url.startswith("ssh://"),
             )
             try:
@@ -95,6 +97,9 @@ class Engine:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+    def mark_up(self) -> None:
+        self._marker.unlink(missing_ok=True)
 
     def down_reason(self) -> str | None:
         """Why the engine is out of rotation, or None when it may be used."""
@@ -136,7 +141,4 @@ class Engine:
 def make_engines(options: DockerOptions) -> list[Engine]:
     state = options.resolved_state_dir()
     slots = options.default_slots()
-    return [
-        Engine(e, slots=slots, state_dir=state, retry_sec=options.engine_retry_sec)
-        for e in options.engine_list()
-    ]
+    return [Engine(e, slots=slots, state_dir=state, retry_sec=options.engine_retry_sec) for e in options.engine_list()]

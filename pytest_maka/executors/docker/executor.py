@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import docker.errors
 from pydantic import BaseModel
@@ -23,6 +25,7 @@ from .images import ImageStore
 from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
 from .sandbox import DockerSandbox
+from .spares import Spare, Spares
 
 
 class DockerExecutor:
@@ -39,6 +42,7 @@ class DockerExecutor:
         self.pools = {e.key: SlotPool(state / "slots" / e.key, e.slots) for e in self.engines}
         self._swept: set[str] = set()
         self._ncpu: dict[str, float] = {}
+        self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
 
     @property
     def isolated(self) -> bool:
@@ -53,6 +57,8 @@ class DockerExecutor:
         for engine in self.engines:
             if reasons[engine.url]:
                 engine.mark_down(str(reasons[engine.url]))
+            else:
+                engine.mark_up()
 
     def prepare(self, tasks: list[Task]) -> None:
         """Remove containers of dead processes on every engine that answers (once per process)."""
@@ -64,6 +70,7 @@ class DockerExecutor:
                 sweep(engine)
 
     def close(self) -> None:
+        self.spares.close()
         for engine in self.engines:
             engine.close()
 
@@ -79,8 +86,7 @@ class DockerExecutor:
     def lease(self, request: LeaseRequest) -> Iterator[DockerSandbox]:
         """A fresh container for this attempt, removed when the block ends, whatever happens."""
         try:
-            choice = acquire(self._candidates, timeout_sec=self.options.lease_timeout_sec,
-                             on_empty=self._no_engine)
+            choice = acquire(self._candidates, timeout_sec=self.options.lease_timeout_sec, on_empty=self._no_engine)
         except TimeoutError as exc:
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
@@ -90,18 +96,42 @@ class DockerExecutor:
                 slot.clear()
             task = request.cell.task
             image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
-            cid, info = self._create(engine, image_id, request)
+            key = self._env_key(engine, image_id, task)
+            spare = self.spares.take(key) if self.options.prestart else None
+            if spare is None:
+                cid, info = self._create(
+                    key,
+                    {
+                        L.CELL: request.cell.id,
+                        L.CELL_KEY: request.cell.key,
+                        L.ATTEMPT: str(request.attempt),
+                        L.TASK: task.id,
+                    },
+                )
+            else:
+                cid, info = spare.container_id, spare.info
             slot.record(cid)
             failed = True
             try:
                 sandbox = DockerSandbox(
-                    engine, cid, workdir=task.workdir, network=self.options.network,
-                    kill_grace_sec=self.options.kill_grace_sec, info=info,
+                    engine,
+                    cid,
+                    workdir=task.workdir,
+                    network=self.options.network,
+                    kill_grace_sec=self.options.kill_grace_sec,
+                    info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
                 )
-                sandbox.start()
+                if spare is None:
+                    sandbox.start()
+                else:
+                    sandbox.adopt(spare.keepers, name=_container_name(request))
+                if self.options.prestart:
+                    self.spares.refill(key)
                 entries: list[tuple[Path | None, str]] = [
-                    (None, AGENT_LOGS_DIR), (None, VERIFIER_LOGS_DIR), (None, ARTIFACTS_DIR),
+                    (None, AGENT_LOGS_DIR),
+                    (None, VERIFIER_LOGS_DIR),
+                    (None, ARTIFACTS_DIR),
                 ]
                 if task.workspace_dir is not None:
                     entries.append((task.workspace_dir, task.workdir))
@@ -116,43 +146,80 @@ class DockerExecutor:
         finally:
             slot.release()
 
-    def _create(self, engine: Engine, image_id: str, request: LeaseRequest) -> tuple[str, dict[str, Any]]:
-        task, opts = request.cell.task, self.options
-        cpus = task.cpus or opts.cpus
+    def _env_key(self, engine: Engine, image_id: str, task: Task) -> EnvKey:
+        cpus = task.cpus or self.options.cpus
         if cpus is not None:
             cpus = min(cpus, self._engine_cpus(engine))
-        memory_mb = task.memory_mb or opts.memory_mb
+        return EnvKey(engine.key, image_id, cpus, task.memory_mb or self.options.memory_mb, task.workdir)
+
+    def _make_spare(self, key: Hashable) -> Spare:
+        assert isinstance(key, EnvKey)
+        cid, info = self._create(key, {L.CELL: "spare", L.ROLE: "spare"})
+        engine = self._engine(key.engine)
+        sandbox = DockerSandbox(
+            engine,
+            cid,
+            workdir=key.workdir,
+            network=self.options.network,
+            kill_grace_sec=0,
+            info=info,
+            baseline=lambda: None,
+        )
+        try:
+            sandbox.start()
+        except BaseException:
+            self._dispose(engine, cid, keep=False)
+            raise
+        return Spare(cid, info, sandbox.keepers)
+
+    def _engine(self, engine_key: str) -> Engine:
+        return next(e for e in self.engines if e.key == engine_key)
+
+    def _create(self, key: EnvKey, cell_labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        opts, engine = self.options, self._engine(key.engine)
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
         net = "none" if opts.network == "none" else opts.network
         api = engine.api
         with engine.guard("creating the container"):
             host_config = api.create_host_config(
-                init=True, network_mode=net, privileged=False, cap_drop=["ALL"], cap_add=caps,
+                init=True,
+                network_mode=net,
+                privileged=False,
+                cap_drop=["ALL"],
+                cap_add=caps,
                 security_opt=["no-new-privileges:true"] if opts.no_new_privileges else None,
                 pids_limit=opts.pids_limit,
-                nano_cpus=int(cpus * 1e9) if cpus else None,
-                mem_limit=f"{memory_mb}m" if memory_mb else None,
-                memswap_limit=f"{memory_mb}m" if memory_mb else None,
+                nano_cpus=int(key.cpus * 1e9) if key.cpus else None,
+                mem_limit=f"{key.memory_mb}m" if key.memory_mb else None,
+                memswap_limit=f"{key.memory_mb}m" if key.memory_mb else None,
             )
-            labels = {
-                **L.owner_labels(), L.RUN: L.run_id(), L.CELL: request.cell.id, L.CELL_KEY: request.cell.key,
-                L.ATTEMPT: str(request.attempt), L.TASK: task.id,
-            }
+            labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
             cid = api.create_container(
-                image_id, entrypoint=["sleep"], command=["infinity"], labels=labels, host_config=host_config,
-                working_dir=task.workdir, hostname="sandbox",
+                key.image_id,
+                entrypoint=["sleep"],
+                command=["infinity"],
+                labels=labels,
+                host_config=host_config,
+                working_dir=key.workdir,
+                hostname="sandbox",
             )["Id"]
             if net != "none":
                 api.disconnect_container_from_network(cid, net, force=True)
         info = {
-            "executor": "docker", "sandbox": "container", "engine": engine.url, "image": image_id,
-            "container": cid[:12], "env": "allowlist (plus the image's ENV)", "pid_namespace": True,
-            "privileged": False, "capabilities": caps, "no_new_privileges": opts.no_new_privileges,
-            "limits": {"cpus": cpus, "memory_mb": memory_mb, "pids": opts.pids_limit,
-                       "storage_mb": None if task.storage_mb is None else "not enforced"},
+            "executor": "docker",
+            "sandbox": "container",
+            "engine": engine.url,
+            "image": key.image_id,
+            "container": cid[:12],
+            "env": "allowlist (plus the image's ENV)",
+            "pid_namespace": True,
+            "privileged": False,
+            "capabilities": caps,
+            "no_new_privileges": opts.no_new_privileges,
+            "limits": {"cpus": key.cpus, "memory_mb": key.memory_mb, "pids": opts.pids_limit},
             "kill": "every process in the container but its init (SIGTERM, grace, SIGKILL)",
             "filesystem": "container root (writable layer), removed after the attempt",
-            "mounts": [], "task_network": task.network,
+            "mounts": [],
         }
         return cid, info
 
@@ -161,6 +228,11 @@ class DockerExecutor:
             with engine.guard("reading engine info"):
                 self._ncpu[engine.key] = float(engine.api.info().get("NCPU") or 1)
         return self._ncpu[engine.key]
+
+    def _dispose_spare(self, spare: Spare) -> None:
+        url = spare.info["engine"]
+        engine = next(e for e in self.engines if e.url == url)
+        self._dispose(engine, spare.container_id, keep=False)
 
     def _dispose(self, engine: Engine, cid: str, *, keep: bool) -> bool:
         """Remove (or, when kept, stop) a container; False when the engine could not be reached."""
@@ -177,6 +249,21 @@ class DockerExecutor:
         except Exception:
             return False  # engine gone: the next holder of this slot removes it
         return True
+
+
+class EnvKey(NamedTuple):
+    """What makes two containers interchangeable before their first command."""
+
+    engine: str
+    image_id: str
+    cpus: float | None
+    memory_mb: int | None
+    workdir: str
+
+
+def _container_name(request: LeaseRequest) -> str:
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", request.cell.key)
+    return f"maka-{key}-a{request.attempt}-{uuid.uuid4().hex[:6]}"
 
 
 @contextmanager

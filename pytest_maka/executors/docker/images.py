@@ -45,8 +45,7 @@ class ImageStore:
                 return image_id
             if context is None:
                 raise InfraError(
-                    f"task {task.id}: image {task.docker_image} is not on engine {engine.url} "
-                    "and could not be pulled"
+                    f"task {task.id}: image {task.docker_image} is not on engine {engine.url} and could not be pulled"
                 )
         if context is None or dockerfile is None:
             return self._default(engine, task)
@@ -132,7 +131,13 @@ class ImageStore:
                 raise InfraError(f"{exc} (build log: {build_log})") from None
 
     def _build(
-        self, engine: Engine, task: Task, context: Path, dockerfile: Path, digest: str, tag: str,
+        self,
+        engine: Engine,
+        task: Task,
+        context: Path,
+        dockerfile: Path,
+        digest: str,
+        tag: str,
         build_log: Path,
     ) -> str:
         build_log.parent.mkdir(parents=True, exist_ok=True)
@@ -144,8 +149,14 @@ class ImageStore:
             log.write(f"# pytest-maka: building {tag} for task {task.id} on {engine.url}\n")
             with engine.guard(f"building the image of task {task.id}"):
                 stream = engine.api.build(
-                    path=str(context), dockerfile=rel, tag=tag, rm=True, forcerm=True, pull=False,
-                    decode=True, timeout=task.build_timeout_sec,
+                    path=str(context),
+                    dockerfile=rel,
+                    tag=tag,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    decode=True,
+                    timeout=task.build_timeout_sec,
                     labels={L.MANAGED: "1", L.TASK: task.id, L.ENV_DIGEST: digest},
                 )
                 try:

@@ -63,6 +63,8 @@ class DockerOptions(BaseModel):
     #: Network a command joins when the policy allows it network access.
     network: str = "bridge"
     no_new_privileges: bool = True
+    #: Start the next container of an environment ahead of time (once it was leased twice).
+    prestart: bool = True
     #: Keep the container (stopped) when the attempt ends with an exception.
     keep_on_failure: bool = False
     #: Seconds to wait for a free slot before the attempt fails as infra_failure.

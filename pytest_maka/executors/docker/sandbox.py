@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -13,9 +12,10 @@ import docker.errors
 
 from ...core.errors import InfraError
 from ..base import ExecResult
-from .archive import extract_archive, pack
+from .archive import Batch, extract_archive
 from .engines import Engine
-from .execs import CLEAR_PATH, SIGNAL_ALL, Capture
+from .execs import CLEAR_PATH, Capture
+from .processes import ContainerProcesses
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 
@@ -27,11 +27,20 @@ def _check_path(path: str) -> str:
     return str(p)
 
 
-class DockerSandbox:
+class DockerSandbox(ContainerProcesses):
     """A running container leased for one attempt (created and removed by the executor)."""
 
-    def __init__(self, engine: Engine, container_id: str, *, workdir: str, network: str,
-                 kill_grace_sec: float, baseline: Callable[[], Path | None], info: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        container_id: str,
+        *,
+        workdir: str,
+        network: str,
+        kill_grace_sec: float,
+        baseline: Callable[[], Path | None],
+        info: dict[str, Any],
+    ) -> None:
         self.engine = engine
         self.id = container_id
         self.workdir = workdir
@@ -41,98 +50,58 @@ class DockerSandbox:
         self._info = info
         self._keepers: set[str] = set()
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
+        self._batch = Batch()  # puts waiting to be sent as one archive
         self._dirty = False  # an exec ran: the subject may have planted links
         self.networks_used: set[str] = set()
         self.restarts = 0
-
-    @property
-    def api(self) -> Any:
-        return self.engine.api
-
-    # --- start and stop ---------------------------------------------------------------
-    def start(self) -> None:
-        """Start the container and note its two own processes (docker-init and the keeper)."""
-        with self.engine.guard("starting the container"):
-            self.api.start(self.id)
-            deadline = time.monotonic() + 10
-            while True:
-                self._keepers = self._processes()
-                if len(self._keepers) >= 2 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-
-    def _processes(self) -> set[str]:
-        """Host pids of the container's live (non-zombie) processes."""
-        top = self.api.top(self.id, ps_args="-o pid,stat")
-        return {pid for pid, stat, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
-
-    def _running(self) -> bool:
-        return bool(self.api.inspect_container(self.id)["State"]["Running"])
-
-    def _restart(self) -> None:
-        """Kill the whole container (every process in it) and start it again."""
-        self.restarts += 1
-        with contextlib.suppress(docker.errors.APIError):  # already stopped
-            self.api.kill(self.id)
-        self.api.wait(self.id, timeout=30)
-        self.start()
-
-    def stop_all(self, grace: float = 0.0) -> None:
-        """Stop every process a command started; returns only when none is left."""
-        with self.engine.guard("stopping processes"):
-            if not self._running():
-                self._restart()
-                return
-            if not (self._processes() - self._keepers):
-                return
-            if grace > 0:
-                self._run(["sh", "-c", SIGNAL_ALL, "sh", "TERM"])
-                end = time.monotonic() + grace
-                while time.monotonic() < end and self._processes() - self._keepers:
-                    time.sleep(0.05)
-            self._run(["sh", "-c", SIGNAL_ALL, "sh", "KILL"])
-            if not self._running() or self._processes() - self._keepers:
-                self._restart()
-
-    def _run(self, argv: list[str]) -> tuple[int | None, bytes]:
-        """A short internal command (no caps, no timeout); restarts a stopped container once."""
-        for attempt in (1, 2):
-            try:
-                eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True)["Id"]
-                break
-            except docker.errors.APIError as exc:
-                if attempt == 2 or exc.status_code != 409:
-                    raise
-                self._restart()
-        out = self.api.exec_start(eid)
-        return self.api.exec_inspect(eid).get("ExitCode"), out
+        #: Seconds the last exec spent stopping what its command left (for the benchmark).
+        self.last_stop_s = 0.0
 
     # --- exec -------------------------------------------------------------------------
-    def exec(self, command: str, *, env: Mapping[str, str], timeout_sec: float | None, stdout_path: Path,
-             stderr_path: Path, network: bool = False, cwd: str | None = None,
-             max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> ExecResult:
+    def exec(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        timeout_sec: float | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        network: bool = False,
+        cwd: str | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
         """``sh -c command``; returns once every process it started is gone (also on timeout)."""
         self._dirty, self._fresh = True, set()
         started = time.monotonic()
         with self.engine.guard("running a command"):
+            self._flush()
             if network:
                 self.api.connect_container_to_network(self.id, self._network)
                 self.networks_used.add(self._network)
             try:
-                return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd,
-                                  max_output_bytes, started)
+                return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, max_output_bytes, started)
             finally:
                 if network:
                     self.api.disconnect_container_from_network(self.id, self._network, force=True)
 
-    def _exec(self, command: str, env: Mapping[str, str], timeout_sec: float | None, stdout_path: Path,
-              stderr_path: Path, cwd: str | None, cap: int, started: float) -> ExecResult:
+    def _exec(
+        self,
+        command: str,
+        env: Mapping[str, str],
+        timeout_sec: float | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        cwd: str | None,
+        cap: int,
+        started: float,
+    ) -> ExecResult:
         argv = ["sh", "-c", command]
         environment = [f"{k}={v}" for k, v in env.items()]
         for attempt in (1, 2):
             try:
-                eid = self.api.exec_create(self.id, argv, environment=environment, workdir=cwd or self.workdir,
-                                           stdout=True, stderr=True)["Id"]
+                eid = self.api.exec_create(
+                    self.id, argv, environment=environment, workdir=cwd or self.workdir, stdout=True, stderr=True
+                )["Id"]
                 break
             except docker.errors.APIError as exc:
                 if attempt == 2 or exc.status_code != 409:
@@ -162,7 +131,9 @@ class DockerSandbox:
         except BaseException:
             capture.close()
             raise
+        stop_started = time.monotonic()
         self.stop_all(grace=self._grace if timed_out else 0.0)
+        self.last_stop_s = time.monotonic() - stop_started
         if not capture.wait(10):
             capture.close()
         return ExecResult(
@@ -191,31 +162,54 @@ class DockerSandbox:
         return True
 
     def _clear(self, path: str, *, make_parent: bool) -> None:
+        """Delete ``path`` with the container's own sh/rm, then check through the engine that it is gone.
+
+        The check matters: the subject may have replaced rm or sh, and a stale reward file
+        must never survive into verification.
+        """
         code, out = self._run(["sh", "-c", CLEAR_PATH, "sh", path, "1" if make_parent else "0"])
-        if code != 0:
-            raise InfraError(f"could not clear {path} in the container: {out.decode(errors='replace')[:300]}")
+        if code != 0 or self._exists(path):
+            detail = out.decode(errors="replace").strip()[:300] or f"exit code {code}"
+            raise InfraError(f"could not clear {path} in the container (were sh or rm replaced?): {detail}")
+
+    def _flush(self, touching: str | None = None) -> None:
+        """Send the waiting puts (all, or only if one of them touches ``touching``)."""
+        if touching is not None and not self._batch.overlaps(touching):
+            return
+        tar = self._batch.take()
+        if tar is not None:
+            with tar:
+                self.api.put_archive(self.id, "/", tar)
 
     def put(self, host_path: Path, sandbox_path: str) -> None:
-        """Copy a host file or directory to ``sandbox_path``, replacing whatever is there."""
+        """Copy a host file or directory to ``sandbox_path``, replacing whatever is there.
+
+        The copy is taken now and sent with the next operation that needs it (puts in a row
+        travel as one archive).
+        """
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} into the container"):
-            if path not in self._fresh and self._dirty:
-                self._clear(path, make_parent=True)
-            elif path not in self._fresh and self._exists(path):
-                self._clear(path, make_parent=False)
-            with pack([(host_path, path)]) as tar:
-                self.api.put_archive(self.id, "/", tar)
+            if path not in self._fresh:
+                if self._dirty:
+                    self._flush()
+                    self._clear(path, make_parent=True)
+                else:
+                    self._flush(path)
+                    if self._exists(path):
+                        self._clear(path, make_parent=False)
+            self._batch.add(host_path, path)
             self._fresh.discard(path)
 
-    def put_many(self, entries: list[tuple[Path, str]]) -> None:
-        """Copy several host paths into a fresh container in one archive (lease start only)."""
-        with self.engine.guard("copying files into the container"), pack(entries) as tar:
-            self.api.put_archive(self.id, "/", tar)
+    def put_many(self, entries: list[tuple[Path | None, str]]) -> None:
+        """Queue several host paths (None: an empty directory) for a fresh container."""
+        for host_path, path in entries:
+            self._batch.add(host_path, _check_path(path))
 
     def get(self, sandbox_path: str, host_path: Path) -> bool:
         """Copy out; False when nothing is at ``sandbox_path``. Links leaving the copy are dropped."""
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} out of the container"):
+            self._flush(path)
             try:
                 chunks, _stat = self.api.get_archive(self.id, path)
             except docker.errors.NotFound:
@@ -232,6 +226,7 @@ class DockerSandbox:
         """Delete what is at ``sandbox_path`` (a symlink on the way is deleted, never followed)."""
         path = _check_path(sandbox_path)
         with self.engine.guard(f"removing {path}"):
+            self._flush(path)
             if self._exists(path):  # a dangling link counts: the engine does not follow the last part
                 self._clear(path, make_parent=False)
             self._fresh.add(path)
