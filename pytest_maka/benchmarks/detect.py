@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import TaskError
+from ..core.spec import TaskSource
 
 HARBOR, TERMINAL_BENCH, SWE_BENCH = "harbor", "terminal-bench", "swe-bench"
 INSTANCE_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -52,3 +53,22 @@ def wrong_dir(child: Path, expected: str) -> TaskError:
     other = _dir_format(child)
     hint = f" (it is a {other} task: give it its own tasks entry)" if other else ""
     return TaskError(child, None, f"not a task directory: expected {marker} ({expected} layout){hint}")
+
+
+def claims_directory_source(fmt: str, source: TaskSource, path: Path, spec_path: Path) -> bool:
+    """True when ``source`` is a directory source of format ``fmt``.
+
+    Raises TaskError for options such a source does not take, or for a file in its place.
+    """
+    if (source.format or detect_format(path)) != fmt:
+        return False
+    if source.adapter_options:
+        key = next(iter(source.adapter_options))
+        raise TaskError(
+            spec_path,
+            f"tasks[].{key}",
+            f"unknown key for the {fmt} format; expected: path, format, include, exclude, limit",
+        )
+    if path.is_file():
+        raise TaskError(path, None, f"a {fmt} source is a task directory or a directory of them")
+    return True

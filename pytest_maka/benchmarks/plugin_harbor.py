@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from ..core.cell import Cell
-from ..core.errors import TaskError
 from ..core.spec import TaskSource
 from ..core.task import Task
 from . import detect, harbor
@@ -20,17 +19,8 @@ def pytest_maka_task_formats() -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
-    if (source.format or detect.detect_format(path)) != harbor.FORMAT:
+    if not detect.claims_directory_source(harbor.FORMAT, source, path, spec_path):
         return None
-    if source.adapter_options:
-        key = next(iter(source.adapter_options))
-        raise TaskError(
-            spec_path,
-            f"tasks[].{key}",
-            "unknown key for the harbor format; expected: path, format, include, exclude, limit",
-        )
-    if path.is_file():
-        raise TaskError(path, None, "a harbor source is a task directory or a directory of them")
     return harbor.discover(path)
 
 

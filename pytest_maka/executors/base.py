@@ -37,6 +37,31 @@ class ExecResult:
     stderr_truncated: bool = False
 
 
+@dataclass(frozen=True)
+class ExecSettings:
+    """What a phase decides about every command it runs: env, limits, where output goes."""
+
+    env: Mapping[str, str]
+    timeout_sec: float | None
+    stdout_path: Path
+    stderr_path: Path
+    network: bool
+    max_output_bytes: int
+
+    def run(self, sandbox: Sandbox, command: str, *, cwd: str | None, **overrides: Any) -> ExecResult:
+        """``sandbox.exec(command)`` with these settings; ``overrides`` replace single ones."""
+        settings = {
+            "env": self.env,
+            "timeout_sec": self.timeout_sec,
+            "stdout_path": self.stdout_path,
+            "stderr_path": self.stderr_path,
+            "network": self.network,
+            "max_output_bytes": self.max_output_bytes,
+            **overrides,
+        }
+        return sandbox.exec(command, cwd=cwd, **settings)
+
+
 @dataclass
 class LeaseRequest:
     """What an attempt asks of an executor."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -11,20 +10,13 @@ from pydantic import BaseModel
 
 from ..core.spec import SubjectSpec
 from ..core.task import Task
-from ..executors.base import ExecResult, Sandbox
+from ..executors.base import ExecResult, ExecSettings, Sandbox
 
 
 @dataclass(frozen=True)
-class RunContext:
-    """Everything a subject needs to start, prepared by the lifecycle."""
-
-    #: Variables for the subject's command: MAKA_* plus the allow-listed ones.
-    env: Mapping[str, str]
-    timeout_sec: float | None
-    stdout_path: Path
-    stderr_path: Path
-    max_output_bytes: int
-    network: bool
+class RunContext(ExecSettings):
+    """Everything a subject needs to start, prepared by the lifecycle: ``env`` holds MAKA_*
+    plus the allow-listed variables; ``run()`` executes a command with these settings."""
 
 
 class Subject(Protocol):
@@ -82,13 +74,4 @@ class SubjectBase:
         return []
 
     def _exec(self, sandbox: Sandbox, command: str, task: Task, ctx: RunContext) -> ExecResult:
-        return sandbox.exec(
-            command,
-            env=ctx.env,
-            timeout_sec=ctx.timeout_sec,
-            stdout_path=ctx.stdout_path,
-            stderr_path=ctx.stderr_path,
-            network=ctx.network,
-            cwd=task.workdir,
-            max_output_bytes=ctx.max_output_bytes,
-        )
+        return ctx.run(sandbox, command, cwd=task.workdir)

@@ -8,13 +8,12 @@ gone, ``/logs/verifier`` is emptied and ``/tests`` is replaced by a fresh copy o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..core.task import Task
-from ..executors.base import ExecResult, Sandbox
+from ..executors.base import ExecResult, ExecSettings, Sandbox
 
 
 @dataclass(frozen=True)
@@ -31,15 +30,9 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class VerifyContext:
-    """What the lifecycle gives a verifier."""
+class VerifyContext(ExecSettings):
+    """What the lifecycle gives a verifier: exec settings (``run()``) and where to write."""
 
-    env: Mapping[str, str]
-    timeout_sec: float | None
-    stdout_path: Path
-    stderr_path: Path
-    network: bool
-    max_output_bytes: int
     attempt_dir: Path
     scratch_dir: Path
 

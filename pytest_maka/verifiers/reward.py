@@ -82,16 +82,7 @@ class RewardVerifier:
         return task.tests_dir
 
     def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
-        return sandbox.exec(
-            task.verifier_command,
-            env=ctx.env,
-            timeout_sec=ctx.timeout_sec,
-            stdout_path=ctx.stdout_path,
-            stderr_path=ctx.stderr_path,
-            network=ctx.network,
-            cwd=task.workdir,
-            max_output_bytes=ctx.max_output_bytes,
-        )
+        return ctx.run(sandbox, task.verifier_command, cwd=task.workdir)
 
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         return read_reward(ctx.verifier_dir)

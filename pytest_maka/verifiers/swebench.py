@@ -61,15 +61,13 @@ class SweBenchVerifier:
     def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
         started = time.monotonic()
         d = ctx.attempt_dir
-        prep = sandbox.exec(
+        prep = ctx.run(
+            sandbox,
             f"bash {TESTS_DIR}/prepare.sh {task.grading_options['base_commit']} {task.workdir}",
-            env=ctx.env,
-            timeout_sec=ctx.timeout_sec,
+            cwd=task.workdir,
             stdout_path=d / "verifier-prepare.stdout.txt",
             stderr_path=d / "verifier-prepare.stderr.txt",
             network=False,
-            cwd=task.workdir,
-            max_output_bytes=ctx.max_output_bytes,
         )
         (d / PREPARE_STATE).write_text(json.dumps({"exit_code": prep.exit_code, "timed_out": prep.timed_out}))
         if prep.timed_out or prep.exit_code != 0:
@@ -77,16 +75,7 @@ class SweBenchVerifier:
             shutil.copyfile(d / "verifier-prepare.stderr.txt", ctx.stderr_path)
             return prep
         left = None if ctx.timeout_sec is None else max(0.001, ctx.timeout_sec - (time.monotonic() - started))
-        result = sandbox.exec(
-            f"bash {TESTS_DIR}/run_tests.sh",
-            env=ctx.env,
-            timeout_sec=left,
-            stdout_path=ctx.stdout_path,
-            stderr_path=ctx.stderr_path,
-            network=ctx.network,
-            cwd=task.workdir,
-            max_output_bytes=ctx.max_output_bytes,
-        )
+        result = ctx.run(sandbox, f"bash {TESTS_DIR}/run_tests.sh", cwd=task.workdir, timeout_sec=left)
         return ExecResult(
             exit_code=result.exit_code,
             timed_out=result.timed_out,

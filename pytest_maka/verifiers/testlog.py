@@ -56,16 +56,8 @@ class TestLogVerifier:
         return dest
 
     def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
-        return sandbox.exec(
-            f"bash {TESTS_DIR}/{RUN_TESTS}",
-            env={**ctx.env, "TEST_DIR": TESTS_DIR},
-            timeout_sec=ctx.timeout_sec,
-            stdout_path=ctx.stdout_path,
-            stderr_path=ctx.stderr_path,
-            network=ctx.network,
-            cwd=task.workdir,
-            max_output_bytes=ctx.max_output_bytes,
-        )
+        env = {**ctx.env, "TEST_DIR": TESTS_DIR}
+        return ctx.run(sandbox, f"bash {TESTS_DIR}/{RUN_TESTS}", cwd=task.workdir, env=env)
 
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         name = task.grading_options.get("parser", "pytest")
