@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -15,12 +16,19 @@ from pathlib import Path
 import docker
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class SecondEngine:
     """A throwaway ``dockerd``; ``kill()`` makes it stop answering, ``start()`` brings it back."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="maka-d2-", dir="/tmp"))
         self.url = f"unix://{self.root}/docker.sock"
+        self.tcp_url = f"tcp://127.0.0.1:{_free_port()}"  # the same engine, also on loopback TCP
         self.bridge = f"maka{uuid.uuid4().hex[:8]}"
         self.proc: subprocess.Popen[bytes] | None = None
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
@@ -34,6 +42,8 @@ class SecondEngine:
                 "dockerd",
                 "--host",
                 self.url,
+                "--host",
+                self.tcp_url,
                 "--data-root",
                 str(self.root / "data"),
                 "--exec-root",

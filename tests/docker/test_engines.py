@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,11 +16,15 @@ import pytest
 from pytest_maka.core.errors import InfraError
 from pytest_maka.executors.docker import DockerExecutor
 
+from ..conftest import PASS_TEST, Cohort
 from .helpers import plain_task, request, run
 from .second_engine import SecondEngine
 
 pytestmark = pytest.mark.docker
 IMAGE = "debian:bookworm-slim"
+DONE_TEST = (
+    "mkdir -p /logs/verifier; if [ -f /app/done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +59,7 @@ def test_leases_spread_over_two_engines_and_a_dead_engine_leaves_rotation(
     executor = make_executor(
         engines=[first_url, second_engine.url], slots_per_engine=2, default_image=IMAGE, engine_retry_sec=3
     )
+    assert second_engine.url.startswith("unix://")
     executor.check()
 
     # both engines take work when four attempts run at once on 2 + 2 slots
@@ -82,3 +89,41 @@ def test_leases_spread_over_two_engines_and_a_dead_engine_leaves_rotation(
     with ThreadPoolExecutor(4) as pool:
         used = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 1), range(4)))
     assert second_engine.url in used, used
+
+
+def test_cells_spread_over_a_unix_and_a_tcp_engine_and_survive_one_dying(
+    second_engine: SecondEngine, cohort: Cohort, state_dir: Path
+) -> None:
+    """Through pytest -n 2: cells run on both engines; the TCP one is killed mid-run; every
+    cell still ends with an official result, its lost attempts recorded as infra failures."""
+    first_url = "unix:///var/run/docker.sock"
+    for i in range(8):
+        cohort.task(f"t{i}", test=PASS_TEST)
+    cohort.write(
+        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 3; echo ok > /app/done.txt"}],
+        executor={
+            "kind": "docker",
+            "engines": [first_url, second_engine.tcp_url],
+            "slots_per_engine": 1,
+            "default_image": IMAGE,
+            "engine_retry_sec": 600,
+            "state_dir": str(state_dir),
+        },
+        retries={"infra": 2},
+    )
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("-n", "2", "-p", "no:cacheprovider")],
+        stdin=subprocess.DEVNULL,
+    )
+    time.sleep(7)  # both workers are busy: one cell on each engine
+    second_engine.kill()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out.decode()[-3000:] + err.decode()[-2000:]
+    assert set(cohort.status().values()) == {"agent_success"}
+    attempts = cohort.attempts()
+    engines = {a["isolation"].get("engine") for a in attempts if a["status"] == "agent_success"}
+    assert first_url in engines and second_engine.tcp_url in engines, engines
+    lost = [a for a in attempts if a["status"] == "infra_failure"]
+    assert lost, "the killed engine had a cell running"
+    assert all(second_engine.tcp_url in a["error"]["message"] for a in lost), [a["error"] for a in lost]
+    second_engine.start()  # for the module's clean shutdown
