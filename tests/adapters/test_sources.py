@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,19 +174,23 @@ def test_bad_test_lists_are_errors(tmp_path: Path) -> None:
         swebench.load_instances(path, swebench.SweBenchOptions(image="x"), tmp_path / "s.yaml")
 
 
-def test_parquet_needs_pyarrow(tmp_path: Path) -> None:
+def test_parquet_instances(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = tmp_path / "inst.parquet"
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        path.write_bytes(b"PAR1")
-        with pytest.raises(Exception, match=r"reading \.parquet files needs pyarrow: pip install pyarrow"):
-            swebench.read_instances(path)
-        return
     pq.write_table(pa.Table.from_pylist([INSTANCE]), path)
     (task,) = swebench.load_instances(path, swebench.SweBenchOptions(image="x"), tmp_path / "s.yaml")
     assert task.id == "maka__calc-1" and len(task.grading_options["pass_to_pass"]) == 6
+
+
+def test_parquet_without_pyarrow_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    path = tmp_path / "inst.parquet"
+    path.write_bytes(b"PAR1")
+    with pytest.raises(Exception, match=r"reading \.parquet files needs pyarrow: pip install pyarrow"):
+        swebench.read_instances(path)
 
 
 def test_legacy_task_fields(tmp_path: Path) -> None:
