@@ -32,7 +32,8 @@ class SecondEngine:
         self.bridge = f"maka{uuid.uuid4().hex[:8]}"
         self.proc: subprocess.Popen[bytes] | None = None
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
-        subprocess.run(["ip", "addr", "add", "172.29.77.1/24", "dev", self.bridge], check=True)
+        subnet = 64 + int(self.bridge[-2:], 16) % 128  # engines of parallel workers rarely share one
+        subprocess.run(["ip", "addr", "add", f"172.29.{subnet}.1/24", "dev", self.bridge], check=True)
         subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
 
     def start(self, timeout: float = 60) -> None:
