@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -10,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from pytest_maka.core.cell import Cell
 from pytest_maka.core.records import attempt_record
-from pytest_maka.core.spec import SubjectSpec
-from pytest_maka.core.task import Task
 from pytest_maka.core.taxonomy import Status
 from pytest_maka.store.ledger import Ledger
+
+from .builders import make_cell
 
 S = Status
 T0 = 1_700_000_000.0
@@ -33,22 +31,6 @@ def _maka() -> list[str]:
 
 def run_maka(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*_maka(), *args], capture_output=True, text=True, timeout=120)
-
-
-class NoOptions(BaseModel):
-    pass
-
-
-def make_cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
-    t = Task(id=task, path=Path("/tasks") / task, instruction="do it", digest=hashlib.sha256(task.encode()).hexdigest())
-    spec = SubjectSpec(
-        name=subject,
-        kind=kind,
-        options=NoOptions(),
-        declared_in=Path("/cohort.yaml"),
-        digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest(),
-    )
-    return Cell(t, spec, rep)
 
 
 def attempt(cell: Cell, n: int, status: Status, offset: float = 0.0) -> dict:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from pytest_maka.core.cell import Cell
 from pytest_maka.core.records import attempt_record, cell_record
-from pytest_maka.core.spec import SubjectSpec
 from pytest_maka.core.stats import (
     HealthFlag,
     Rate,
@@ -22,27 +17,11 @@ from pytest_maka.core.stats import (
     task_health,
     wilson_interval,
 )
-from pytest_maka.core.task import Task
 from pytest_maka.core.taxonomy import Status
 
+from .builders import make_cell as _cell
+
 S = Status
-
-
-class NoOptions(BaseModel):
-    pass
-
-
-def _cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
-    digest = hashlib.sha256(task.encode()).hexdigest()
-    t = Task(id=task, path=Path("/tasks") / task, instruction="do it", digest=digest)
-    spec = SubjectSpec(
-        name=subject,
-        kind=kind,
-        options=NoOptions(),
-        declared_in=Path("/cohort.yaml"),
-        digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest(),
-    )
-    return Cell(t, spec, rep)
 
 
 def rec(task: str, subject: str, status: Status, *, kind: str = "command", rep: int = 1, **kw: Any) -> dict[str, Any]:

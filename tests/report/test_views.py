@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -12,37 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from pytest_maka.core.cell import Cell
 from pytest_maka.core.records import attempt_record, cell_record
-from pytest_maka.core.spec import SubjectSpec
-from pytest_maka.core.task import Task
 from pytest_maka.core.taxonomy import MEANING, Status
 from pytest_maka.report import write_views
 from pytest_maka.report.details import TEXT_BUDGET
 from pytest_maka.report.html import read_tail, safe_rel_path
 from pytest_maka.report.terminal import terminal_lines
 
+from .builders import make_cell
+
 S = Status
 T0 = 1_700_000_000.0
 EVIL = "<script>alert('pwned')</script>"
-
-
-class NoOptions(BaseModel):
-    pass
-
-
-def make_cell(task: str, subject: str, kind: str = "command", rep: int = 1) -> Cell:
-    t = Task(id=task, path=Path("/tasks") / task, instruction="do it", digest=hashlib.sha256(task.encode()).hexdigest())
-    spec = SubjectSpec(
-        name=subject,
-        kind=kind,
-        options=NoOptions(),
-        declared_in=Path("/cohort.yaml"),
-        digest=hashlib.sha256(f"{subject}:{kind}".encode()).hexdigest(),
-    )
-    return Cell(t, spec, rep)
 
 
 def make_record(
