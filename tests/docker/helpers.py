@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import textwrap
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +66,56 @@ def run(sandbox: Sandbox, command: str, tmp_path: Path, **kw: Any) -> tuple[Exec
 def containers_of(api: Any, task_id: str) -> list[dict[str, Any]]:
     """Containers (any state) this plugin made for ``task_id``."""
     return api.containers(all=True, filters={"label": [f"io.pytest-maka.task={task_id}"]})
+
+
+FIRST_URL = "unix:///var/run/docker.sock"
+
+
+def lease_and_sleep(executor: Any, tmp_path: Path, seconds: float) -> str:
+    """One attempt: lease, run ``sleep``, return the engine URL it ran on (or the error)."""
+    from pytest_maka.core.errors import InfraError
+
+    task = plain_task(tmp_path / "t")
+    try:
+        with executor.lease(request(task, tmp_path)) as sandbox:
+            result, _, err = run(sandbox, f"sleep {seconds}", tmp_path)
+            assert result.exit_code == 0, err
+            return sandbox.engine.url
+    except InfraError as exc:
+        return f"error: {exc}"
+
+
+def check_rotation(
+    executor: Any,
+    tmp_path: Path,
+    second_url: str,
+    *,
+    kill: Callable[[], None],
+    revive: Callable[[], None],
+    retry_sec: float,
+) -> None:
+    """Two engines of 2 slots: both take work; the second dies mid-attempt (its attempts are
+    infra errors, retries land on the first); once it answers again it rejoins the rotation."""
+    with ThreadPoolExecutor(4) as pool:
+        used = list(pool.map(lambda _: lease_and_sleep(executor, tmp_path, 1), range(8)))
+    assert sorted(set(used)) == sorted([FIRST_URL, second_url]), used
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(lease_and_sleep, executor, tmp_path, 4) for _ in range(4)]
+        time.sleep(2)
+        kill()
+        outcomes = [f.result(timeout=120) for f in futures]
+    failed = [o for o in outcomes if o.startswith("error:")]
+    assert len(failed) == 2 and all(second_url in o for o in failed), outcomes
+    assert outcomes.count(FIRST_URL) == 2, outcomes
+
+    assert [e.url for e, _ in executor._candidates()] == [FIRST_URL]
+    with ThreadPoolExecutor(2) as pool:
+        retried = list(pool.map(lambda _: lease_and_sleep(executor, tmp_path, 0.2), range(2)))
+    assert retried == [FIRST_URL, FIRST_URL]
+
+    revive()
+    time.sleep(retry_sec + 0.5)
+    with ThreadPoolExecutor(4) as pool:
+        used = list(pool.map(lambda _: lease_and_sleep(executor, tmp_path, 1), range(4)))
+    assert second_url in used, used

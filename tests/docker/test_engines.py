@@ -8,16 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.errors import InfraError
-from pytest_maka.executors.docker import DockerExecutor
-
 from ..conftest import PASS_TEST, Cohort
-from .helpers import plain_task, request, run
+from .helpers import FIRST_URL, check_rotation
 from .second_engine import SecondEngine
 
 pytestmark = pytest.mark.docker
@@ -40,55 +36,17 @@ def second_engine(docker_api) -> Iterator[SecondEngine]:
         engine.stop()
 
 
-def _lease_and_sleep(executor: DockerExecutor, tmp_path: Path, seconds: float) -> str:
-    """One attempt: lease, run ``sleep``, return the engine URL it ran on (or the error)."""
-    task = plain_task(tmp_path / "t")
-    try:
-        with executor.lease(request(task, tmp_path)) as sandbox:
-            result, _, err = run(sandbox, f"sleep {seconds}", tmp_path)
-            assert result.exit_code == 0, err
-            return sandbox.engine.url
-    except InfraError as exc:
-        return f"error: {exc}"
-
-
 def test_leases_spread_over_two_engines_and_a_dead_engine_leaves_rotation(
     make_executor, second_engine: SecondEngine, tmp_path: Path
 ) -> None:
-    first_url = "unix:///var/run/docker.sock"
     executor = make_executor(
-        engines=[first_url, second_engine.url], slots_per_engine=2, default_image=IMAGE, engine_retry_sec=3
+        engines=[FIRST_URL, second_engine.url], slots_per_engine=2, default_image=IMAGE, engine_retry_sec=3
     )
     assert second_engine.url.startswith("unix://")
     executor.check()
-
-    # both engines take work when four attempts run at once on 2 + 2 slots
-    with ThreadPoolExecutor(4) as pool:
-        used = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 1), range(8)))
-    assert sorted(set(used)) == sorted([first_url, second_engine.url]), used
-
-    # the second engine dies while attempts run on it: those attempts are infra errors
-    with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(_lease_and_sleep, executor, tmp_path, 4) for _ in range(4)]
-        time.sleep(2)
-        second_engine.kill()
-        outcomes = [f.result(timeout=120) for f in futures]
-    failed = [o for o in outcomes if o.startswith("error:")]
-    assert len(failed) == 2 and all(second_engine.url in o for o in failed), outcomes
-    assert outcomes.count(first_url) == 2, outcomes
-
-    # the retries land on the engine that still answers
-    assert [e.url for e, _ in executor._candidates()] == [first_url]
-    with ThreadPoolExecutor(2) as pool:
-        retried = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 0.2), range(2)))
-    assert retried == [first_url, first_url]
-
-    # when it answers again it rejoins the rotation after engine_retry_sec
-    second_engine.start()
-    time.sleep(3.5)
-    with ThreadPoolExecutor(4) as pool:
-        used = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 1), range(4)))
-    assert second_engine.url in used, used
+    check_rotation(
+        executor, tmp_path, second_engine.url, kill=second_engine.kill, revive=second_engine.start, retry_sec=3
+    )
 
 
 def test_cells_spread_over_a_unix_and_a_tcp_engine_and_survive_one_dying(
@@ -96,14 +54,13 @@ def test_cells_spread_over_a_unix_and_a_tcp_engine_and_survive_one_dying(
 ) -> None:
     """Through pytest -n 2: cells run on both engines; the TCP one is killed mid-run; every
     cell still ends with an official result, its lost attempts recorded as infra failures."""
-    first_url = "unix:///var/run/docker.sock"
     for i in range(8):
         cohort.task(f"t{i}", test=PASS_TEST)
     cohort.write(
         subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 3; echo ok > /app/done.txt"}],
         executor={
             "kind": "docker",
-            "engines": [first_url, second_engine.tcp_url],
+            "engines": [FIRST_URL, second_engine.tcp_url],
             "slots_per_engine": 1,
             "default_image": IMAGE,
             "engine_retry_sec": 600,
@@ -122,7 +79,7 @@ def test_cells_spread_over_a_unix_and_a_tcp_engine_and_survive_one_dying(
     assert set(cohort.status().values()) == {"agent_success"}
     attempts = cohort.attempts()
     engines = {a["isolation"].get("engine") for a in attempts if a["status"] == "agent_success"}
-    assert first_url in engines and second_engine.tcp_url in engines, engines
+    assert FIRST_URL in engines and second_engine.tcp_url in engines, engines
     lost = [a for a in attempts if a["status"] == "infra_failure"]
     assert lost, "the killed engine had a cell running"
     assert all(second_engine.tcp_url in a["error"]["message"] for a in lost), [a["error"] for a in lost]

@@ -13,22 +13,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.errors import InfraError
-from pytest_maka.executors.docker import DockerExecutor
-
 from ..conftest import PASS_TEST, Cohort
-from .helpers import plain_task, request, run
+from .helpers import FIRST_URL, check_rotation
 from .second_engine import SecondEngine
 from .ssh_engine import SshEngine, missing_reason
 
 pytestmark = pytest.mark.docker
 IMAGE = "debian:bookworm-slim"
-FIRST_URL = "unix:///var/run/docker.sock"
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +61,6 @@ def ssh_path(ssh_engine: SshEngine, monkeypatch: pytest.MonkeyPatch) -> SshEngin
     return ssh_engine
 
 
-def _lease_and_sleep(executor: DockerExecutor, tmp_path: Path, seconds: float) -> str:
-    """One attempt: lease, run ``sleep``, return the engine URL it ran on (or the error)."""
-    task = plain_task(tmp_path / "t")
-    try:
-        with executor.lease(request(task, tmp_path)) as sandbox:
-            result, out, err = run(sandbox, f"sleep {seconds}; echo slept", tmp_path)
-            assert (result.exit_code, out) == (0, "slept\n"), err
-            return sandbox.engine.url
-    except InfraError as exc:
-        return f"error: {exc}"
-
-
 def _finished_on(cohort: Cohort, url: str) -> bool:
     """Whether an attempt has already passed on ``url`` (attempts.jsonl grows during the run)."""
     try:
@@ -101,33 +84,8 @@ def test_leases_spread_over_a_unix_and_an_ssh_engine_and_a_dead_sshd_leaves_rota
     executor = make_executor(engines=[FIRST_URL, ssh.url], slots_per_engine=2, default_image=IMAGE, engine_retry_sec=2)
     executor.check()
 
-    # both engines take work; the ssh one is the second dockerd (it holds the containers)
-    with ThreadPoolExecutor(4) as pool:
-        used = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 1), range(4)))
-    assert sorted(set(used)) == sorted([FIRST_URL, ssh.url]), used
-
-    # sshd and its sessions die while attempts run over it: those attempts are infra errors
-    with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(_lease_and_sleep, executor, tmp_path, 4) for _ in range(4)]
-        time.sleep(2)
-        ssh.kill()
-        outcomes = [f.result(timeout=60) for f in futures]
-    failed = [o for o in outcomes if o.startswith("error:")]
-    assert len(failed) == 2 and all(ssh.url in o for o in failed), outcomes
-    assert outcomes.count(FIRST_URL) == 2, outcomes
-
-    # it is out of rotation: retries land on the engine that still answers
-    assert [e.url for e, _ in executor._candidates()] == [FIRST_URL]
-    with ThreadPoolExecutor(2) as pool:
-        retried = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 0.2), range(2)))
-    assert retried == [FIRST_URL, FIRST_URL]
-
-    # when sshd answers again the engine rejoins the rotation after engine_retry_sec
-    ssh.start()
-    time.sleep(2.5)
-    with ThreadPoolExecutor(4) as pool:
-        used = list(pool.map(lambda _: _lease_and_sleep(executor, tmp_path, 1), range(4)))
-    assert ssh.url in used, used
+    # the ssh engine is the second dockerd; killing sshd (and its sessions) takes it away
+    check_rotation(executor, tmp_path, ssh.url, kill=ssh.kill, revive=ssh.start, retry_sec=2)
 
 
 def test_cells_spread_over_a_unix_and_an_ssh_engine_and_survive_sshd_dying(
