@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Callable
@@ -119,3 +122,67 @@ def check_rotation(
     with ThreadPoolExecutor(4) as pool:
         used = list(pool.map(lambda _: lease_and_sleep(executor, tmp_path, 1), range(4)))
     assert second_url in used, used
+
+
+def _finished_on(out: Path, url: str) -> bool:
+    """Whether an attempt has already passed on ``url`` (attempts.jsonl grows during the run)."""
+    try:
+        lines = (out / "attempts.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    for line in lines:
+        try:
+            attempt = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if attempt["status"] == "agent_success" and attempt["isolation"].get("engine") == url:
+            return True
+    return False
+
+
+def check_cohort_survives_engine_loss(
+    cohort: Any, second_url: str, *, kill: Callable[[], None], state_dir: Path, image: str, cells: int = 6
+) -> None:
+    """Through ``pytest -n 2``: cells run on the main engine and ``second_url``; the second is
+    cut while a cell runs on it; every cell still ends ``agent_success``, the lost attempts
+    recorded as infra failures naming that engine."""
+    from ..conftest import PASS_TEST
+
+    for i in range(cells):
+        cohort.task(f"t{i}", test=PASS_TEST)
+    cohort.write(
+        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 3; echo ok > /app/done.txt"}],
+        executor={
+            "kind": "docker",
+            "engines": [FIRST_URL, second_url],
+            "slots_per_engine": 1,
+            "default_image": image,
+            "engine_retry_sec": 600,
+            "state_dir": str(state_dir),
+        },
+        retries={"infra": 2},
+    )
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("-n", "2", "-p", "no:cacheprovider")],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        # once a cell has passed there, that worker's next cell is leased there too: cut it mid-run
+        deadline = time.monotonic() + 40
+        while not _finished_on(cohort.out, second_url) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        kill()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out.decode()[-3000:] + err.decode()[-2000:]
+    assert set(cohort.status().values()) == {"agent_success"}
+    attempts = cohort.attempts()
+    engines = {a["isolation"].get("engine") for a in attempts if a["status"] == "agent_success"}
+    assert FIRST_URL in engines and second_url in engines, engines
+    lost = [a for a in attempts if a["status"] == "infra_failure"]
+    assert lost, "the cut engine had a cell running"
+    assert all(second_url in a["error"]["message"] for a in lost), [a["error"] for a in lost]

@@ -6,19 +6,15 @@ behind it is a distinct dockerd, so a lease that lands there really went through
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..conftest import PASS_TEST, Cohort
-from .helpers import FIRST_URL, check_rotation
+from ..conftest import Cohort
+from .helpers import FIRST_URL, check_cohort_survives_engine_loss, check_rotation
 from .second_engine import SecondEngine
 from .ssh_engine import SshEngine, missing_reason
 
@@ -61,22 +57,6 @@ def ssh_path(ssh_engine: SshEngine, monkeypatch: pytest.MonkeyPatch) -> SshEngin
     return ssh_engine
 
 
-def _finished_on(cohort: Cohort, url: str) -> bool:
-    """Whether an attempt has already passed on ``url`` (attempts.jsonl grows during the run)."""
-    try:
-        lines = (cohort.out / "attempts.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return False
-    for line in lines:
-        try:
-            attempt = json.loads(line)
-        except ValueError:  # a line being written
-            continue
-        if attempt.get("status") == "agent_success" and attempt.get("isolation", {}).get("engine") == url:
-            return True
-    return False
-
-
 def test_leases_spread_over_a_unix_and_an_ssh_engine_and_a_dead_sshd_leaves_rotation(
     ssh_path: SshEngine, make_executor, tmp_path: Path
 ) -> None:
@@ -93,42 +73,4 @@ def test_cells_spread_over_a_unix_and_an_ssh_engine_and_survive_sshd_dying(
 ) -> None:
     """Through pytest -n 2 (workers inherit the ``ssh`` wrapper on ``$PATH``): cells run on
     both engines; sshd is killed mid-run; every cell still ends with an official result."""
-    ssh = ssh_path
-    for i in range(6):
-        cohort.task(f"t{i}", test=PASS_TEST)
-    cohort.write(
-        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 3; echo ok > /app/done.txt"}],
-        executor={
-            "kind": "docker",
-            "engines": [FIRST_URL, ssh.url],
-            "slots_per_engine": 1,
-            "default_image": IMAGE,
-            "engine_retry_sec": 600,
-            "state_dir": str(state_dir),
-        },
-        retries={"infra": 2},
-    )
-    proc = cohort.pytester.popen(
-        [sys.executable, "-m", "pytest", *cohort.args("-n", "2", "-p", "no:cacheprovider")],
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        # once a cell has passed over ssh, that worker's next cell is leased there: cut it mid-run
-        deadline = time.monotonic() + 40
-        while not _finished_on(cohort, ssh.url) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)
-        ssh.kill()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, out.decode()[-3000:] + err.decode()[-2000:]
-    assert set(cohort.status().values()) == {"agent_success"}
-    attempts = cohort.attempts()
-    engines = {a["isolation"].get("engine") for a in attempts if a["status"] == "agent_success"}
-    assert FIRST_URL in engines and ssh.url in engines, engines
-    lost = [a for a in attempts if a["status"] == "infra_failure"]
-    assert lost, "the cut engine had a cell running"
-    assert all(ssh.url in a["error"]["message"] for a in lost), [a["error"] for a in lost]
+    check_cohort_survives_engine_loss(cohort, ssh_path.url, kill=ssh_path.kill, state_dir=state_dir, image=IMAGE)
