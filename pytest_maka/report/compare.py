@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core.stats import MCNEMAR, PairedComparison, SubjectSummary, compare_paired, graded_by_task, summarize
-from .html import environment, p_text, pct, pp
+from .formatting import p_text, pct, pp
+from .html import environment
 from .markdown import md
 
 #: Tasks listed per subject (largest changes first).

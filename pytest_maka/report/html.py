@@ -22,13 +22,13 @@ from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
 from . import charts
 from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
+from .formatting import DASH, money, p_text, pct, pp
 from .terminal import format_cost, format_duration
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
 TEMPLATE = "report.html.j2"
 TEMPLATES_DIR = Path(__file__).with_name("templates")
-DASH = "\u2013"
 #: Flagged tasks listed in the health table (the grid flags every one).
 MAX_HEALTH_ROWS = 200
 
@@ -49,29 +49,6 @@ def format_score(score: object) -> str:
     if isinstance(score, bool) or not isinstance(score, (int, float)):
         return DASH
     return f"{score:.3g}"
-
-
-def pct(value: float | None, digits: int = 1) -> str:
-    """``41.7%`` or an en dash."""
-    return DASH if value is None else f"{100 * value:.{digits}f}%"
-
-
-def pp(value: float | None) -> str:
-    """A difference in percentage points with its sign: ``+12.5 pp``."""
-    return DASH if value is None else f"{100 * value:+.1f} pp"
-
-
-def p_text(p: float | None) -> str:
-    """``p = 0.031``, ``p < 0.001``, or an en dash."""
-    if p is None:
-        return DASH
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
-
-
-def money(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"${value:,.2f}" if abs(value) >= 0.01 else f"${value:.4f}"
 
 
 def compact(value: float | None) -> str:

@@ -8,30 +8,8 @@ from typing import Any
 
 from ..core.stats import CLUSTER, MCNEMAR, CohortSummary
 from ..core.taxonomy import MEANING, OFFICIAL, Status
+from .formatting import DASH, money, p_text, pct, pp
 from .terminal import format_cost, format_duration
-
-DASH = "\u2013"
-
-
-def pct(value: float | None) -> str:
-    return DASH if value is None else f"{100 * value:.1f}%"
-
-
-def pp(value: float | None) -> str:
-    return DASH if value is None else f"{100 * value:+.1f} pp"
-
-
-def p_text(p: float | None) -> str:
-    if p is None:
-        return DASH
-    return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
-
-
-def money(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"${value:,.2f}" if abs(value) >= 0.01 else f"${value:.4f}"
-
 
 #: At most this many flagged tasks are listed in full.
 MAX_HEALTH_ROWS = 50
@@ -81,7 +59,8 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> li
         test = "McNemar exact" if c.method == MCNEMAR else "paired bootstrap"
         out.append(
             f"| {md(c.a)} | {md(c.b)} | {c.tasks} | {pp(c.diff)} | [{pp(c.low)}, {pp(c.high)}] | "
-            f"{p_text(c.p_value)} | {p_text(c.p_adjusted)} | {c.wins_a} / {c.wins_b} / {c.ties} | {test} |"
+            f"{p_text(c.p_value, prefix=False)} | {p_text(c.p_adjusted, prefix=False)} | "
+            f"{c.wins_a} / {c.wins_b} / {c.ties} | {test} |"
         )
     return [*out, ""]
 
