@@ -53,13 +53,23 @@ MEANING: dict[Status, str] = {
 }
 
 
+#: Stop reasons a subject may report (``usage.json``) that mean it did not finish its work.
+INCOMPLETE_STOP_REASONS: frozenset[str] = frozenset({"max_tokens", "context_length", "refusal", "error"})
+
+
 @dataclass(frozen=True)
 class SubjectOutcome:
-    """What happened to the subject's run (measured by the harness, not claimed)."""
+    """What happened to the subject's run: measured by the harness, plus the stop reason the
+    subject reported (which can only turn a non-pass into agent_incomplete, never into a pass)."""
 
     exit_code: int | None = None
     timed_out: bool = False
     started: bool = True
+    stop_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return not self.timed_out and self.exit_code == 0 and self.stop_reason not in INCOMPLETE_STOP_REASONS
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ def classify(facts: AttemptFacts) -> Status:
         return Status.AGENT_SUCCESS
     if facts.budget_exceeded:
         return Status.BUDGET_EXHAUSTED
-    if facts.subject.timed_out or facts.subject.exit_code != 0:
+    if not facts.subject.finished:
         return Status.AGENT_INCOMPLETE
     return Status.AGENT_FAILURE
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcom
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_usage, redact_tree, workspace_diff
+from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -114,6 +114,8 @@ class AttemptWork:
     def _incomplete_reason(self) -> str:
         if self.subject_outcome is not None and self.subject_outcome.timed_out:
             return f"the subject timed out after {self.agent_info.get('timeout_sec')} s"
+        if self.subject_outcome is not None and self.subject_outcome.exit_code == 0:
+            return f"the subject stopped early: {self.subject_outcome.stop_reason}"
         code = self.subject_outcome.exit_code if self.subject_outcome else None
         return f"the subject exited with code {code}"
 
@@ -262,6 +264,10 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     (d / "workspace.diff").write_text(diff, encoding="utf-8")
     work.agent_info["workspace_changes"] = counts
     work.usage = read_usage(d / "agent")
+    stop_reason = read_stop_reason(d / "agent")
+    if stop_reason and work.subject_outcome is not None:
+        work.subject_outcome = replace(work.subject_outcome, stop_reason=stop_reason)
+        work.agent_info["stop_reason"] = stop_reason
     work.claim = read_json_file(d / "agent" / "claim.json")
     budgets = work.settings.budgets
     tokens = (work.usage.get("input_tokens") or 0) + (work.usage.get("output_tokens") or 0)

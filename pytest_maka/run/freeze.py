@@ -109,6 +109,13 @@ def read_usage(agent_dir: Path) -> dict[str, Any]:
     return out
 
 
+def read_stop_reason(agent_dir: Path) -> str | None:
+    """``stop_reason`` from usage.json (e.g. max_tokens, refusal), if the subject reported one."""
+    data = read_json_file(agent_dir / "usage.json")
+    reason = data.get("stop_reason") if isinstance(data, dict) else None
+    return reason[:64] if isinstance(reason, str) and reason else None
+
+
 def redact_tree(root: Path, secrets: list[str]) -> int:
     """Replace every secret value in the files below ``root``; returns files changed."""
     needles = [s.encode() for s in secrets if s]

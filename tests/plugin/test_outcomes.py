@@ -60,6 +60,20 @@ def test_nonzero_exit_is_incomplete(cohort: Cohort) -> None:
     assert record["error"]["message"] == "the subject exited with code 3"
 
 
+@pytest.mark.parametrize("reason", ["max_tokens", "refusal"])
+def test_reported_stop_reason_is_incomplete_and_cannot_pass(cohort: Cohort, reason: str) -> None:
+    cohort.task("t")
+    usage = f"echo '{{\"input_tokens\": 10, \"stop_reason\": \"{reason}\"}}' > $MAKA_LOGS_DIR/usage.json"
+    cohort.write(subjects=[command("stopper", usage), command("finisher", f"{usage}; echo x > /app/done.txt")])
+    cohort.run().assert_outcomes(failed=1, passed=1)
+    stopped = cohort.results()["t[stopper-r0]"]
+    assert stopped["status"] == "agent_incomplete"
+    assert stopped["error"]["message"] == f"the subject stopped early: {reason}"
+    assert stopped["agent"]["stop_reason"] == reason
+    # a stop reason only explains a non-pass: the verifier's pass stands
+    assert cohort.results()["t[finisher-r0]"]["status"] == "agent_success"
+
+
 @pytest.mark.parametrize(
     ("test_script", "message"),
     [
