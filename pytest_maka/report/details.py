@@ -125,11 +125,7 @@ def _drill(record: Mapping[str, Any], out_dir: Path | None, budget: list[int]) -
         return detail, False
     if budget[0] <= 0:
         return detail, True
-    outputs = []
-    for key, label in SUBJECT_OUTPUT_KEYS:
-        text = _budgeted(read_tail(out_dir, artifacts[key]) if artifacts.get(key) else None, budget)
-        if text:
-            outputs.append([label, text])
+    outputs = _tails(out_dir, artifacts, SUBJECT_OUTPUT_KEYS, budget)
     if outputs:
         detail["out"] = outputs
     if artifacts.get("trajectory"):
@@ -141,14 +137,20 @@ def _drill(record: Mapping[str, Any], out_dir: Path | None, budget: list[int]) -
         diff = _budgeted(read_head(out_dir, artifacts["diff"]), budget)
         if diff:
             detail["diff"] = diff
-    verifier = []
-    for key, label in VERIFIER_OUTPUT_KEYS:
-        text = _budgeted(read_tail(out_dir, artifacts[key]) if artifacts.get(key) else None, budget)
-        if text:
-            verifier.append([label, text])
+    verifier = _tails(out_dir, artifacts, VERIFIER_OUTPUT_KEYS, budget)
     if verifier:
         detail["ver"] = verifier
     return detail, False
+
+
+def _tails(out_dir: Path, artifacts: Mapping[str, Any], keys: Any, budget: list[int]) -> list[list[str]]:
+    """``[label, tail]`` of each artifact in ``keys`` that exists, within the page's text budget."""
+    found = []
+    for key, label in keys:
+        text = _budgeted(read_tail(out_dir, artifacts[key]) if artifacts.get(key) else None, budget)
+        if text:
+            found.append([label, text])
+    return found
 
 
 def page_data(
