@@ -118,11 +118,17 @@ class Engine:
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:
-        """Turn engine errors into InfraError; a silent engine is taken out of rotation."""
+        """Turn engine errors into InfraError; an engine that no longer answers a ping is taken
+        out of rotation (a single dropped connection is not enough)."""
         try:
             yield
         except CONNECTION_ERRORS as exc:
             reason = one_line(exc)
+            self.close()  # the pooled connections are suspect either way
+            if self.ping() is None:  # a dropped connection (e.g. a stale ssh pipe), not a dead engine
+                raise InfraError(
+                    f"docker engine {self.url}: connection lost during {what} ({reason}); the engine still answers"
+                ) from exc
             self.mark_down(reason)
             raise EngineDown(f"docker engine {self.url} stopped answering during {what}: {reason}") from exc
         except docker.errors.DockerException as exc:
