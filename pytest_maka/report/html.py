@@ -23,7 +23,7 @@ from . import charts
 from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .formatting import DASH, money, p_text, pct, pp
-from .terminal import format_cost, format_duration, weak_line
+from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
@@ -155,6 +155,7 @@ def render_html(
             pass_k={s.subject: {e.k: e for e in s.pass_k} for s in subjects},
             health_rows=health_rows,
             weak=weak_line(summary),
+            few_tasks=few_tasks_line(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             charts={
                 "rate": charts.pass_rate_chart(subjects),

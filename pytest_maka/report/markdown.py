@@ -9,7 +9,7 @@ from typing import Any
 from ..core.stats import CLUSTER, REFERENCE, CohortSummary
 from ..core.taxonomy import MEANING, OFFICIAL, Status
 from .formatting import DASH, estimate, money, p_text, pp
-from .terminal import format_cost, format_duration, weak_line
+from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 #: At most this many flagged tasks are listed in full.
 MAX_HEALTH_ROWS = 50
@@ -127,6 +127,9 @@ def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, A
         ),
         "",
     ]
+    few = few_tasks_line(summary)
+    if few:
+        out += [f"**Weak:** {md(few)}.", ""]
     out += pass_k_lines(summary) + comparison_lines(summary)
 
     if summary.health:

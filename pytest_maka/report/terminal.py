@@ -65,6 +65,9 @@ def summary_lines(summary: CohortSummary) -> list[str]:
         lines.append(
             "95% CI: cluster-robust over tasks (a task's repetitions are one cluster; score interval, t(tasks - 1))"
         )
+    few = few_tasks_line(summary)
+    if few:
+        lines.append(few)
     lines += comparison_lines(summary)
     if summary.health:
         lines.append("")
@@ -74,6 +77,17 @@ def summary_lines(summary: CohortSummary) -> list[str]:
         if len(summary.health) > MAX_HEALTH_LINES:
             lines.append(f"  ... and {len(summary.health) - MAX_HEALTH_LINES} more (see summary.md)")
     return lines
+
+
+def few_tasks_line(summary: CohortSummary) -> str | None:
+    """The warning under the headline table (in every view) for a cohort of fewer than ``WEAK_TASKS`` tasks."""
+    n = len(summary.tasks)
+    if not 0 < n < WEAK_TASKS:
+        return None
+    return (
+        f"only {n} task(s): every interval here is approximate (a nominal 95% interval over so few tasks "
+        f"can cover less) and comparisons are weak"
+    )
 
 
 def weak_line(summary: CohortSummary) -> str | None:

@@ -231,7 +231,7 @@ def test_power_line_hand_computed() -> None:
     note = power_note(diffs)
     assert note.weak and note.detectable is None  # 5 tasks: nothing is detectable
     assert note.text == (
-        "5 shared tasks; no paired test can reach p < 0.05 (smallest possible p = 0.062); "
+        "5 shared tasks; no paired test can reach p < 0.05 (smallest possible p = 0.0625); "
         "a +60.0 pp difference needs about 11 tasks for 80% power"
     )
     assert tasks_needed([1.0] * 8) == MIN_TASKS  # all wins: the exact test's floor, not 0
@@ -268,6 +268,10 @@ def test_every_view_shows_the_same_small_sample_statistics(tmp_path: Path) -> No
         assert "comparisons are weak: 10 pair(s) share fewer than 10 tasks (fewest 8)" in text
     assert f"{100 * ab.diff:+.1f} pp [{100 * ab.low:+.1f}, {100 * ab.high:+.1f}]" in terminal
     assert ab.power.text in terminal and "comparisons are weak" in terminal
+    for text in (html, md, terminal):  # fewer than 10 tasks: the headline intervals are flagged too
+        assert "only 8 task(s): every interval here is approximate" in text
+    big = summarize(_cohort(10))
+    assert not big.weak and not any("only 10 task" in line for line in summary_lines(big))
     # the cluster-robust headline interval and the oracle's pass^2 interval are never zero width
     oracle = next(s for s in summary.subjects if s.subject == "oracle")
     assert oracle.official.interval_text in html and oracle.official.interval_text == "[67.6%, 100.0%]"

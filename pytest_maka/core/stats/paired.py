@@ -34,7 +34,7 @@ from math import comb
 
 from .power import WEAK_TASKS, PowerNote, power_note
 from .rates import mean_se, wilson_interval
-from .signflip import sign_flip_test
+from .signflip import DRAWS, sign_flip_test
 from .tdist import Z95, t95
 
 MCNEMAR = "mcnemar-exact"
@@ -177,7 +177,7 @@ class PairedComparison:
             return "-"
         if self.method == MCNEMAR:
             return f"McNemar exact ({self.only_a} vs {self.only_b} discordant), Tango score interval"
-        how = "exact" if self.exact else "Monte Carlo, 10,000 seeded draws"
+        how = "exact" if self.exact else f"Monte Carlo, {DRAWS:,} seeded draws"
         return f"sign-flip permutation ({how}), t({self.tasks - 1}) interval"
 
 

@@ -94,7 +94,7 @@ class PowerNote:
         """One line, worded identically in every view."""
         parts = [f"{self.tasks} shared tasks"]
         if self.tasks < MIN_TASKS:
-            parts.append(f"no paired test can reach p < 0.05 (smallest possible p = {smallest_p(self.tasks):.3f})")
+            parts.append(f"no paired test can reach p < 0.05 (smallest possible p = {smallest_p(self.tasks):.4g})")
         elif self.detectable is not None:
             parts.append(f"80% power only for differences of about ±{100 * self.detectable:.0f} pp or more")
         if self.needed is None:
