@@ -74,16 +74,17 @@ def _exact_dict(values: Sequence[int], observed: int) -> float:
 
 
 def _monte_carlo(values: Sequence[int], observed: int, draws: int, seed: int) -> float:
-    """Seeded Monte Carlo p: tasks with the same ``|a|`` are flipped together as one binomial draw."""
-    groups = sorted(Counter(values).items())
+    """Seeded Monte Carlo p: tasks with the same ``|a|`` are flipped together as one binomial draw.
+
+    For each group of ``m`` tasks with value ``v`` the ``draws`` binomial(m, 1/2) counts are the
+    popcounts of random ``m``-bit integers; the signed sums accumulate group by group.
+    """
     rng = random.Random(seed)
-    hits = 0
-    for _ in range(draws):
-        s = 0
-        for v, m in groups:
-            s += v * (2 * rng.getrandbits(m).bit_count() - m)
-        if abs(s) >= observed:
-            hits += 1
+    bits = rng.getrandbits
+    sums = [0] * draws
+    for v, m in sorted(Counter(values).items()):
+        sums = [s + v * (2 * bits(m).bit_count() - m) for s in sums]
+    hits = sum(1 for s in sums if abs(s) >= observed)
     return (1 + hits) / (1 + draws)
 
 
