@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -245,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     results = run(sizes, reps, args.cohorts, args.workers, args.seed)
     for line in report(results, args.cohorts):
         print(line)
-    print(f"wall {time.perf_counter() - started:.1f}s on {args.workers} worker(s)")
+    cpu = sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
+    print(f"wall {time.perf_counter() - started:.1f}s on {args.workers} worker(s), cpu {cpu:.1f}s")
     return 0
 
 
