@@ -17,7 +17,7 @@ def estimate(value: float, low: float, high: float) -> str:
 
 def pp(value: float | None) -> str:
     """A difference in percentage points with its sign: ``+12.5 pp``."""
-    return DASH if value is None else f"{100 * value:+.1f} pp"
+    return DASH if value is None else f"{100 * value + 0.0:+.1f} pp"
 
 
 def p_text(p: float | None, *, prefix: bool = True) -> str:

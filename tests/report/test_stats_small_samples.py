@@ -292,3 +292,35 @@ def test_compare_runs_adjusts_across_subjects_and_flags_weak_ones(tmp_path: Path
     assert "p (Holm)" in lines and "reference, unadjusted" in lines and f"gamma: {gamma.power.text}" in lines
     assert gamma.power.text in render_compare_markdown(result)
     assert gamma.power.text in render_compare_html(result)
+
+
+def test_flipped_comparison_never_shows_minus_zero() -> None:
+    s = summarize(_cohort(8, reps=2))
+    ab = s.comparison("beta", "nop")
+    ba = s.comparison("nop", "beta")
+    assert ab is not None and ba is not None and ab.low == 0.0  # extended to 0: p = 0.125
+    assert ba.high == 0.0 and math.copysign(1.0, ba.high) == 1.0  # +0.0, so no "-0.0 pp" anywhere
+
+
+def test_calibration_bench_runs_and_prints_every_size(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("maka_calibration", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "maka_calibration", bench)  # dataclasses and the worker pool look it up
+    spec.loader.exec_module(bench)
+    assert bench.main(["--cohorts", "9", "--sizes", "5,10", "--reps", "1,2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|") for line in out.splitlines() if line.lstrip()[:2] in {"5 ", "10"} and "|" in line]
+    assert [(r[0].strip(), r[1].strip(), r[2].strip()) for r in rows[:4]] == [
+        ("5", "1", "yes"),
+        ("5", "2", "yes"),
+        ("10", "1", "no"),
+        ("10", "2", "no"),
+    ]
+    assert "9 cohorts per row" in out and "cpu" in out

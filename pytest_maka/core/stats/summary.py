@@ -226,7 +226,7 @@ def flip(c: PairedComparison) -> PairedComparison:
     """B versus A from A versus B."""
 
     def neg(x: float | None) -> float | None:
-        return None if x is None else -x
+        return None if x is None else 0.0 - x  # never -0.0
 
     return replace(
         c,
