@@ -3,17 +3,28 @@
 Subjects are matched by name and tasks by id (a changed subject definition has new cell
 keys, but it is the same subject to the reader). For each subject present in both runs the
 change ``B - A`` is paired by task (:func:`core.stats.compare_paired`), and every task
-whose success rate moved is listed.
+whose success rate moved is listed. Testing several subjects at once is a family: Holm
+adjusts the p-values of the non-reference subjects (:func:`core.stats.adjust_family`);
+oracle and nop keep theirs as a check of the tasks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.stats import MCNEMAR, PairedComparison, SubjectSummary, compare_paired, graded_by_task, summarize
+from ..core.stats import (
+    REFERENCE,
+    REFERENCE_KINDS,
+    PairedComparison,
+    SubjectSummary,
+    adjust_family,
+    compare_paired,
+    graded_by_task,
+    summarize,
+)
 from .formatting import p_text, pct, pp
 from .html import environment
 from .markdown import md
@@ -87,10 +98,15 @@ def compare_runs(
     by_a, by_b = _by_subject(a), _by_subject(b)
     summaries_a = {s.subject: s for s in sa.subjects}
     summaries_b = {s.subject: s for s in sb.subjects}
+    names = sorted(by_a.keys() & by_b.keys())
+    references = {n for n in names if REFERENCE_KINDS & {summaries_a[n].kind, summaries_b[n].kind}}
+    graded = {n: (graded_by_task(by_a[n]), graded_by_task(by_b[n])) for n in names}
+    tests = [compare_paired(graded[n][1], graded[n][0], names=(n, n)) for n in names]
+    family = adjust_family(tests, references.__contains__)
     changes = []
-    for name in sorted(by_a.keys() & by_b.keys()):
-        ga, gb = graded_by_task(by_a[name]), graded_by_task(by_b[name])
-        paired = compare_paired(gb, ga, names=(labels[1], labels[0]))
+    for name, paired in zip(names, family, strict=True):
+        ga, gb = graded[name]
+        paired = replace(paired, a=labels[1], b=labels[0])
         st_a, st_b = _statuses(by_a[name]), _statuses(by_b[name])
         tasks = tuple(
             TaskChange(
@@ -115,7 +131,17 @@ def compare_runs(
 
 
 def _test(p: PairedComparison) -> str:
-    return "McNemar exact" if p.method == MCNEMAR else "paired bootstrap" if p.tasks else "-"
+    return p.test_text
+
+
+def adjusted_text(p: PairedComparison) -> str:
+    """The Holm-adjusted p, or ``reference, unadjusted`` for oracle and nop."""
+    return "reference, unadjusted" if p.family == REFERENCE else p_text(p.p_adjusted, prefix=False)
+
+
+def weak_lines(result: RunComparison) -> list[str]:
+    """The power line of every subject compared on fewer than ``WEAK_TASKS`` shared tasks."""
+    return [f"{s.subject}: {s.paired.power.text}" for s in result.subjects if s.paired.weak and s.paired.power]
 
 
 def compare_lines(result: RunComparison) -> list[str]:
@@ -127,6 +153,7 @@ def compare_lines(result: RunComparison) -> list[str]:
         "change (B - A)",
         "95% CI",
         "p",
+        "p (Holm)",
         "better/worse/same",
         "tasks",
     )
@@ -141,6 +168,7 @@ def compare_lines(result: RunComparison) -> list[str]:
                 pp(p.diff),
                 f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-",
                 p_text(p.p_value),
+                adjusted_text(p),
                 f"{p.wins_a}/{p.wins_b}/{p.ties}",
                 str(p.tasks),
             )
@@ -151,6 +179,9 @@ def compare_lines(result: RunComparison) -> list[str]:
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             lines.append(f"only in {label}: {', '.join(names)}")
+    weak = weak_lines(result)
+    if weak:
+        lines += ["weak comparisons (fewer shared tasks than a difference needs):", *(f"  {w}" for w in weak)]
     return lines
 
 
@@ -162,17 +193,21 @@ def render_compare_markdown(result: RunComparison) -> str:
         f"**{result.cells_a}** cells in {md(result.label_a)} · **{result.cells_b}** cells in {md(result.label_b)}",
         "",
         f"| subject | {md(result.label_a)} official | {md(result.label_b)} official | change (B - A) | 95% CI "
-        "| p | tasks better / worse / same | test |",
-        "| --- | --: | --: | --: | --: | --: | --: | --- |",
+        "| p | p (Holm) | tasks better / worse / same | test |",
+        "| --- | --: | --: | --: | --: | --: | --: | --: | --- |",
     ]
     for s in result.subjects:
         p = s.paired
         ci = f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-"
         out.append(
             f"| **{md(s.subject)}** | {s.a.official.text} | {s.b.official.text} | {pp(p.diff)} | {ci} | "
-            f"{p_text(p.p_value)} | {p.wins_a} / {p.wins_b} / {p.ties} | {_test(p)} |"
+            f"{p_text(p.p_value)} | {adjusted_text(p)} | {p.wins_a} / {p.wins_b} / {p.ties} | {md(_test(p))} |"
         )
     out.append("")
+    weak = weak_lines(result)
+    if weak:
+        out += ["**Weak:** fewer shared tasks than a difference of the observed size needs.", ""]
+        out += [f"- {md(w)}" for w in weak] + [""]
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             out += [f"Only in {md(label)}: " + ", ".join(md(n) for n in names), ""]
@@ -202,5 +237,7 @@ def render_compare_html(result: RunComparison) -> str:
             generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
             max_rows=MAX_TASK_ROWS,
             test=_test,
+            adjusted=adjusted_text,
+            weak=weak_lines(result),
         )
     )

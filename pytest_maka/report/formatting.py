@@ -10,9 +10,14 @@ def pct(value: float | None, digits: int = 1) -> str:
     return DASH if value is None else f"{100 * value:.{digits}f}%"
 
 
+def estimate(value: float, low: float, high: float) -> str:
+    """``66.7% [40.1%, 88.0%]``: a proportion with its interval."""
+    return f"{pct(value)} [{pct(low)}, {pct(high)}]"
+
+
 def pp(value: float | None) -> str:
     """A difference in percentage points with its sign: ``+12.5 pp``."""
-    return DASH if value is None else f"{100 * value:+.1f} pp"
+    return DASH if value is None else f"{100 * value + 0.0:+.1f} pp"
 
 
 def p_text(p: float | None, *, prefix: bool = True) -> str:

@@ -17,13 +17,13 @@ from typing import Any
 import jinja2
 
 from .. import __version__
-from ..core.stats import MCNEMAR, CohortSummary, PairedComparison
+from ..core.stats import REFERENCE, WEAK_TASKS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
 from . import charts
 from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .formatting import DASH, money, p_text, pct, pp
-from .terminal import format_cost, format_duration
+from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
@@ -62,20 +62,12 @@ def compact(value: float | None) -> str:
 
 
 def verdict_class(c: PairedComparison | None) -> str:
-    """CSS class of a comparison cell: which side is better, and whether the interval excludes 0."""
-    if c is None or c.diff is None or c.low is None or c.high is None:
-        return "na"
-    if c.low > 0:
-        return "better"
-    if c.high < 0:
-        return "worse"
-    return "even"
+    """CSS class of a comparison cell: ``better`` / ``worse`` when its deciding (Holm) p-value is below 0.05."""
+    return "na" if c is None else c.verdict
 
 
 def comparison_note(c: PairedComparison) -> str:
-    if c.method == MCNEMAR:
-        return f"McNemar exact on {c.only_a} vs {c.only_b} discordant tasks"
-    return "paired bootstrap over tasks (2000 resamples, seeded)"
+    return c.test_text
 
 
 #: Meta keys the page already shows elsewhere (title, counts, run window).
@@ -127,6 +119,8 @@ def environment() -> jinja2.Environment:
         version=__version__,
         verdict_class=verdict_class,
         comparison_note=comparison_note,
+        reference_family=REFERENCE,
+        weak_tasks=WEAK_TASKS,
     )
     return env
 
@@ -160,6 +154,8 @@ def render_html(
             ks=sorted({e.k for s in subjects for e in s.pass_k}),
             pass_k={s.subject: {e.k: e for e in s.pass_k} for s in subjects},
             health_rows=health_rows,
+            weak=weak_line(summary),
+            few_tasks=few_tasks_line(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             charts={
                 "rate": charts.pass_rate_chart(subjects),

@@ -6,10 +6,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.stats import CLUSTER, MCNEMAR, CohortSummary
+from ..core.stats import CLUSTER, REFERENCE, CohortSummary
 from ..core.taxonomy import MEANING, OFFICIAL, Status
-from .formatting import DASH, money, p_text, pct, pp
-from .terminal import format_cost, format_duration
+from .formatting import DASH, estimate, money, p_text, pp
+from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 #: At most this many flagged tasks are listed in full.
 MAX_HEALTH_ROWS = 50
@@ -38,14 +38,20 @@ def pass_k_lines(summary: CohortSummary) -> list[str]:
     ]
     for s in summary.subjects:
         by_k = {e.k: e for e in s.pass_k}
-        at = [pct(by_k[k].pass_at) if k in by_k else DASH for k in ks]
-        hat = [pct(by_k[k].pass_hat) if k in by_k else DASH for k in ks]
+        at = [estimate(e.pass_at, e.pass_at_low, e.pass_at_high) if (e := by_k.get(k)) else DASH for k in ks]
+        hat = [estimate(e.pass_hat, e.pass_hat_low, e.pass_hat_high) if (e := by_k.get(k)) else DASH for k in ks]
         out.append(f"| {md(s.subject)} | " + " | ".join(at + hat) + " |")
-    return [*out, "", "Unbiased estimators over official rows, averaged over tasks with at least k samples.", ""]
+    return [
+        *out,
+        "",
+        "Unbiased estimators over official rows, averaged over tasks with at least k samples; "
+        "95% score intervals over tasks with the t(tasks - 1) critical value.",
+        "",
+    ]
 
 
 def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> list[str]:
-    """Paired comparisons of every two subjects (A - B on shared tasks)."""
+    """Paired comparisons of every two subjects (A - B on shared tasks), and the weak-comparison lines."""
     rows = [c for c in summary.comparisons if c.tasks][:limit]
     if not rows:
         return []
@@ -56,13 +62,24 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> li
         "| --- | --- | --: | --: | --: | --: | --: | --: | --- |",
     ]
     for c in rows:
-        test = "McNemar exact" if c.method == MCNEMAR else "paired bootstrap"
+        adjusted = "reference, unadjusted" if c.family == REFERENCE else p_text(c.p_adjusted, prefix=False)
         out.append(
             f"| {md(c.a)} | {md(c.b)} | {c.tasks} | {pp(c.diff)} | [{pp(c.low)}, {pp(c.high)}] | "
-            f"{p_text(c.p_value, prefix=False)} | {p_text(c.p_adjusted, prefix=False)} | "
-            f"{c.wins_a} / {c.wins_b} / {c.ties} | {test} |"
+            f"{p_text(c.p_value, prefix=False)} | {adjusted} | "
+            f"{c.wins_a} / {c.wins_b} / {c.ties} | {md(c.test_text)} |"
         )
-    return [*out, ""]
+    out += [
+        "",
+        "A pair is significant when p (Holm) < 0.05. Holm adjusts over the pairs of non-reference subjects; "
+        "pairs with a reference subject (oracle, nop) check the tasks and keep their unadjusted p.",
+        "",
+    ]
+    warning = weak_line(summary)
+    if warning:
+        out += [f"**Weak:** {md(warning)}.", ""]
+        out += [f"- {md(c.a)} vs {md(c.b)}: {md(c.power.text)}" for c in rows if c.weak and c.power is not None]
+        out.append("")
+    return out
 
 
 def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, Any] | None = None) -> str:
@@ -103,12 +120,16 @@ def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, A
         + ", ".join(f"`{s}`" for s in Status if s in OFFICIAL)
         + "); strict pass rate counts every cell, any non-pass as 0. 95% CI: "
         + (
-            "cluster-robust over tasks (repetitions of a task are one cluster; Miller 2024)."
+            "cluster-robust over tasks (repetitions of a task are one cluster; Miller 2024), "
+            "as a score interval with the t(tasks - 1) critical value."
             if clustered
             else "Wilson score interval."
         ),
         "",
     ]
+    few = few_tasks_line(summary)
+    if few:
+        out += [f"**Weak:** {md(few)}.", ""]
     out += pass_k_lines(summary) + comparison_lines(summary)
 
     if summary.health:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.stats import CLUSTER, MCNEMAR, REFERENCE_KINDS, CohortSummary, SubjectSummary, summarize
+from ..core.stats import CLUSTER, MCNEMAR, REFERENCE_KINDS, WEAK_TASKS, CohortSummary, SubjectSummary, summarize
+from .formatting import p_text
 
 #: At most this many flagged tasks are listed; the rest are counted.
 MAX_HEALTH_LINES = 10
@@ -61,7 +62,12 @@ def summary_lines(summary: CohortSummary) -> list[str]:
     lines = [fmt(header), "  ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in rows]
     if any(CLUSTER in (s.official.method, s.strict.method) for s in summary.subjects):
-        lines.append("95% CI: cluster-robust over tasks (a task's repetitions are one cluster)")
+        lines.append(
+            "95% CI: cluster-robust over tasks (a task's repetitions are one cluster; score interval, t(tasks - 1))"
+        )
+    few = few_tasks_line(summary)
+    if few:
+        lines.append(few)
     lines += comparison_lines(summary)
     if summary.health:
         lines.append("")
@@ -73,23 +79,51 @@ def summary_lines(summary: CohortSummary) -> list[str]:
     return lines
 
 
+def few_tasks_line(summary: CohortSummary) -> str | None:
+    """The warning under the headline table (in every view) for a cohort of fewer than ``WEAK_TASKS`` tasks."""
+    n = len(summary.tasks)
+    if not 0 < n < WEAK_TASKS:
+        return None
+    return (
+        f"only {n} task(s): every interval here is approximate (a nominal 95% interval over so few tasks "
+        f"can cover less) and comparisons are weak"
+    )
+
+
+def weak_line(summary: CohortSummary) -> str | None:
+    """The warning printed (in every view) when some comparisons rest on fewer than ``WEAK_TASKS`` tasks."""
+    weak = summary.weak
+    if not weak:
+        return None
+    fewest = min(c.tasks for c in weak)
+    return (
+        f"comparisons are weak: {len(weak)} pair(s) share fewer than {WEAK_TASKS} tasks (fewest {fewest}); "
+        "a non-significant result there is not evidence of no difference"
+    )
+
+
 def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISON_LINES) -> list[str]:
-    """One line per pair of non-reference subjects: paired difference, interval, p-value, task wins."""
+    """One line per pair of non-reference subjects: paired difference, interval, p-values, task wins."""
     graded = [c for c in summary.comparisons if c.tasks and c.diff is not None]
     kinds = {s.subject: s.kind for s in summary.subjects}
     models = [c for c in graded if kinds.get(c.a) not in REFERENCE_KINDS and kinds.get(c.b) not in REFERENCE_KINDS]
     if not models:
         return []
-    out = ["", "paired (A - B on shared tasks):"]
+    out = ["", "paired (A - B on shared tasks; p (Holm) decides):"]
     for c in models[:limit]:
-        p = "p < 0.001" if (c.p_value or 0) < 0.001 else f"p = {c.p_value:.3f}"
-        test = "McNemar" if c.method == MCNEMAR else "bootstrap"
+        test = "McNemar" if c.method == MCNEMAR else "sign-flip"
         out.append(
             f"  {c.a} - {c.b}: {100 * c.diff:+.1f} pp [{100 * (c.low or 0):+.1f}, {100 * (c.high or 0):+.1f}]  "
-            f"{p} ({test})  wins {c.wins_a}/{c.wins_b}/{c.ties} tied, {c.tasks} tasks"
+            f"{p_text(c.p_value)}, Holm {p_text(c.p_adjusted, prefix=False)} ({test})  "
+            f"wins {c.wins_a}/{c.wins_b}/{c.ties} tied, {c.tasks} tasks"
         )
+        if c.weak and c.power is not None:
+            out.append(f"    weak: {c.power.text}")
     if len(models) > limit:
         out.append(f"  ... and {len(models) - limit} more pairs (see summary.md)")
+    warning = weak_line(summary)
+    if warning:
+        out.append(warning)
     return out
 
 

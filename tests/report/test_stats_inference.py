@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_maka.core.stats import (
-    BOOTSTRAP,
     CLUSTER,
     MCNEMAR,
+    SIGN_FLIP,
     WILSON,
     Z95,
     Distribution,
@@ -25,13 +25,14 @@ from pytest_maka.core.stats import (
     holm,
     mcnemar_exact,
     mean_se,
-    paired_bootstrap,
     pass_at_k,
     pass_hat_k,
     pass_k_table,
     quantile,
+    sign_flip_test,
     spend_of,
     summarize,
+    tango_interval,
     wilson_interval,
 )
 from pytest_maka.core.taxonomy import Status
@@ -89,9 +90,45 @@ def test_clustering_widens_the_interval_when_tasks_are_consistent() -> None:
     assert (r.passes, r.total, r.method, r.clusters) == (30, 50, CLUSTER, 10)
     se = _cluster_reference([[float(x) for x in c] for c in clusters])
     assert r.se == pytest.approx(se)
-    assert (r.low, r.high) == pytest.approx((0.6 - Z95 * se, 0.6 + Z95 * se))
+    # the score interval at the effective sample size p(1-p)/se^2 with t(9): the p0 where
+    # |0.6 - p0| = t * sqrt(p0 (1 - p0) / n_eff), found here by root-finding
+    assert (r.low, r.high) == pytest.approx(_score_roots(0.6, 0.24 / se**2, scipy_stats.t.ppf(0.975, 9)), abs=1e-9)
     assert r.high - r.low > naive.high - naive.low  # repetitions are not independent samples
+    assert r.low > 0.6 - scipy_stats.t.ppf(0.975, 9) * se  # bounded: no wider than the symmetric t interval
     assert r.method_text == "cluster-robust over 10 tasks"
+
+
+def _score_roots(p: float, n: float, crit: float) -> tuple[float, float]:
+    """The two p0 solving (p - p0)^2 = crit^2 p0 (1 - p0) / n, by Brent's method (an independent Wilson)."""
+    from scipy.optimize import brentq
+
+    def f(p0: float) -> float:
+        return (p - p0) ** 2 - crit**2 * p0 * (1 - p0) / n
+
+    low = 0.0 if p == 0 else brentq(f, 1e-15, p, xtol=1e-14)
+    high = 1.0 if p == 1 else brentq(f, p, 1 - 1e-15, xtol=1e-14)
+    return low, high
+
+
+def test_cluster_interval_uses_t_with_tasks_minus_one_degrees_of_freedom() -> None:
+    # 5 tasks x 3 reps, per-task rates 1, 2/3, 1/3, 0, 1/3 (pooled 7/15)
+    clusters = [[True] * 3, [True, True, False], [True, False, False], [False] * 3, [False, True, False]]
+    r = Rate.clustered(clusters)
+    se = _cluster_reference([[float(x) for x in c] for c in clusters])
+    p = 7 / 15
+    n_eff = min(15, p * (1 - p) / se**2)
+    assert (r.low, r.high) == pytest.approx(_score_roots(p, n_eff, scipy_stats.t.ppf(0.975, 4)), abs=1e-9)
+    # the old normal interval was narrower: 86% real coverage at 5 tasks (issue 12)
+    assert r.high - r.low > 2 * Z95 * se
+    assert 0.0 < r.low < p < r.high < 1.0
+
+
+def test_cluster_interval_near_zero_is_not_clipped() -> None:
+    # 10 tasks x 5 reps, one pass in all: a normal interval would cross 0 and be clipped there
+    clusters = [[False] * 5 for _ in range(9)] + [[True, False, False, False, False]]
+    r = Rate.clustered(clusters)
+    assert r.se is not None and 0.02 - Z95 * r.se < 0
+    assert 0.0 < r.low < 0.02 < r.high < 0.25
 
 
 def test_clustered_rate_without_repetitions_is_wilson() -> None:
@@ -150,6 +187,27 @@ def test_pass_k_table_averages_tasks_and_skips_tasks_with_too_few_samples() -> N
     assert pass_k_table({}) == []
 
 
+def test_pass_k_intervals_never_collapse_to_zero_width() -> None:
+    # an oracle passing 5 tasks twice each: every per-task value is 1, the standard error 0
+    table = pass_k_table({f"t{i}": [True, True] for i in range(5)})
+    headline = Rate.clustered([[True, True] for _ in range(5)])
+    for e in table:
+        assert (e.pass_at, e.pass_hat) == (1.0, 1.0)
+        assert (e.pass_at_low, e.pass_at_high) == pytest.approx(wilson_interval(5, 5))  # not [100%, 100%]
+        assert (e.pass_hat_low, e.pass_hat_high) == pytest.approx((headline.low, headline.high))
+
+
+def test_pass_at_1_interval_is_the_headline_interval() -> None:
+    rng = random.Random(11)
+    per_task = {f"t{i}": [rng.random() < 0.6 for _ in range(4)] for i in range(12)}
+    r = Rate.clustered(per_task.values())
+    k1 = pass_k_table(per_task)[0]
+    assert k1.pass_at == pytest.approx(r.value)
+    assert (k1.pass_at_low, k1.pass_at_high) == pytest.approx((r.low, r.high))
+    top = pass_k_table(per_task)[-1]  # pass^4: at most one disjoint 4-draw per task
+    assert 0.0 <= top.pass_hat_low < top.pass_hat < top.pass_hat_high <= 1.0
+
+
 # --- paired comparisons ---------------------------------------------------------------------
 
 
@@ -176,38 +234,37 @@ def test_paired_binary_comparison_uses_mcnemar_and_a_paired_interval() -> None:
     assert (c.tasks, c.method, c.only_a, c.only_b, c.wins_a, c.wins_b, c.ties) == (20, MCNEMAR, 8, 2, 8, 2, 10)
     assert c.diff == pytest.approx((13 - 7) / 20)
     assert (c.rate_a, c.rate_b) == pytest.approx((13 / 20, 7 / 20))
-    diffs = [float(i < 13) - float(8 <= i < 15) for i in range(20)]
-    se = scipy_stats.sem(diffs)
-    assert (c.low, c.high) == pytest.approx((0.3 - Z95 * se, 0.3 + Z95 * se))
+    assert (c.low, c.high) == pytest.approx(tango_interval(8, 2, 20))
+    assert c.low < c.diff < c.high
     assert c.p_value == pytest.approx(sm_mcnemar([[5, 8], [2, 5]], exact=True).pvalue)
+    # test and interval agree: p = 0.109 and the interval contains 0
+    assert c.p_value > 0.05 and c.low < 0 < c.high
 
 
-def test_paired_comparison_with_repetitions_bootstraps_deterministically() -> None:
+def test_paired_comparison_with_repetitions_uses_an_exact_sign_flip_and_a_t_interval() -> None:
     rng = random.Random(7)
     a = {f"t{i}": [rng.random() < 0.7 for _ in range(5)] for i in range(60)}
     b = {f"t{i}": [rng.random() < 0.4 for _ in range(5)] for i in range(60)}
     c1 = compare_paired(a, b)
     c2 = compare_paired(a, b)
-    assert c1 == c2 and c1.method == BOOTSTRAP and c1.only_a is None
-    assert c1.low < c1.diff < c1.high
+    assert c1 == c2 and c1.method == SIGN_FLIP and c1.only_a is None and c1.exact
     diffs = [sum(a[t]) / 5 - sum(b[t]) / 5 for t in a]
-    se = scipy_stats.sem(diffs)
-    # the percentile interval is close to the normal one for 60 tasks
-    assert c1.low == pytest.approx(c1.diff - Z95 * se, abs=0.03)
-    assert c1.high == pytest.approx(c1.diff + Z95 * se, abs=0.03)
+    low, high = scipy_stats.t.interval(0.95, 59, loc=np.mean(diffs), scale=scipy_stats.sem(diffs))
+    assert (c1.low, c1.high) == pytest.approx((low, high), rel=1e-9)
     assert c1.p_value < 0.01  # a 30-point gap over 60 tasks is real
     same = compare_paired(a, a)
     assert same.diff == 0 and same.p_value == 1.0 and same.ties == 60
 
 
-def test_paired_bootstrap_p_value_is_calibrated_under_no_difference() -> None:
-    rng = random.Random(3)
-    diffs = [rng.choice([-0.4, -0.2, 0.0, 0.2, 0.4]) for _ in range(40)]
-    shift = sum(diffs) / len(diffs)
-    centred = [d - shift for d in diffs]
-    assert paired_bootstrap(centred)[2] > 0.9
-    low, high, p = paired_bootstrap([d + 0.3 for d in centred])
-    assert p < 0.002 and low > 0.15 and high < 0.45
+def test_sign_flip_p_value_is_calibrated_under_no_difference() -> None:
+    # every one of the 2^10 equally likely sign patterns of the same magnitudes: at most 5% give p <= 0.05
+    mags = [0.2, 0.4, 0.4, 0.6, 0.2, 1.0, 0.8, 0.2, 0.4, 0.6]
+    ps = [
+        sign_flip_test([s * m for s, m in zip(signs, mags, strict=True)]).p_value
+        for signs in itertools.product((1, -1), repeat=len(mags))
+    ]
+    assert sum(p <= 0.05 for p in ps) <= 0.05 * len(ps)
+    assert min(ps) == pytest.approx(2 / 2**10)  # all one sign: the two most extreme patterns
 
 
 def test_comparison_without_shared_tasks_is_empty() -> None:
@@ -276,6 +333,12 @@ def test_a_difference_without_spread_still_gets_an_honest_interval() -> None:
     # oracle passes and nop fails all 5 tasks: the paired SE is 0, but 5 tasks are not certainty
     c = compare_paired({f"t{i}": [True] for i in range(5)}, {f"t{i}": [False] for i in range(5)})
     assert c.diff == 1.0 and c.high == 1.0
-    assert c.low == pytest.approx(wilson_interval(5, 5)[0] - wilson_interval(0, 5)[1]) and c.low < 0.6
+    # 5 tasks cannot reach p < 0.05 (p = 0.0625), so the interval reaches 0, agreeing with the test
+    assert c.p_value == pytest.approx(0.0625) and c.low == 0.0 < tango_interval(5, 0, 5)[0] < 0.6
+    six = compare_paired({f"t{i}": [True] for i in range(6)}, {f"t{i}": [False] for i in range(6)})
+    assert six.p_value < 0.05 and six.low == pytest.approx(tango_interval(6, 0, 6)[0]) and 0 < six.low < 0.6
+    with_reps = compare_paired({f"t{i}": [True] * 2 for i in range(6)}, {f"t{i}": [False] * 2 for i in range(6)})
+    assert with_reps.p_value < 0.05 and with_reps.high == 1.0
+    assert with_reps.low == pytest.approx(wilson_interval(6, 6)[0] - wilson_interval(0, 6)[1])
     ties = compare_paired({f"t{i}": [True, True] for i in range(5)}, {f"t{i}": [True] for i in range(5)})
     assert ties.diff == 0.0 and ties.low < 0 < ties.high

@@ -8,9 +8,13 @@ For a task with ``n`` graded samples of which ``c`` passed:
 - pass^k = C(c, k) / C(n, k): the chance that all ``k`` pass (Yao et al. 2024, tau-bench);
   a measure of reliability.
 
-A subject's figure is the mean over the tasks with at least ``k`` graded samples; its
-interval is the mean +/- 1.96 standard errors over those tasks (tasks are the independent
-units), clipped to [0, 1].
+A subject's figure is the mean over the tasks with at least ``k`` graded samples. Tasks
+are the independent units, so its interval is :func:`.rates.bounded_mean_interval` over
+those tasks: the Wilson score interval with the effective sample size and the ``t(T-1)``
+critical value, capped at the ``sum_t floor(n_t / k)`` disjoint ``k``-draws the rows hold.
+When every task has the same value (an oracle passing everything) there is no spread to
+estimate and the interval is Wilson's over the ``T`` tasks, as for the headline rate: never
+zero width.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import comb
 
-from .rates import Z95, mean_se
+from .rates import bounded_mean_interval, mean_se
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -55,12 +59,10 @@ class KEstimate:
     pass_hat_high: float
 
 
-def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+def _mean_interval(values: Sequence[float], draws: int) -> tuple[float, float, float]:
     mean = sum(values) / len(values)
-    se = mean_se(values)
-    if se is None:
-        return mean, mean, mean
-    return mean, max(0.0, mean - Z95 * se), min(1.0, mean + Z95 * se)
+    low, high = bounded_mean_interval(mean, mean_se(values), len(values), cap=draws)
+    return mean, low, high
 
 
 def pass_k_table(per_task: Mapping[str, Sequence[bool]], max_k: int | None = None) -> list[KEstimate]:
@@ -78,8 +80,9 @@ def pass_k_table(per_task: Mapping[str, Sequence[bool]], max_k: int | None = Non
     out = []
     for k in range(1, top + 1):
         usable = [(n, c) for n, c in counts if n >= k]
-        at = _mean_interval([pass_at_k(n, c, k) for n, c in usable])
-        hat = _mean_interval([pass_hat_k(n, c, k) for n, c in usable])
+        draws = sum(n // k for n, _ in usable)
+        at = _mean_interval([pass_at_k(n, c, k) for n, c in usable], draws)
+        hat = _mean_interval([pass_hat_k(n, c, k) for n, c in usable], draws)
         out.append(KEstimate(k, len(usable), *at, *hat))
     return out
 

@@ -5,6 +5,13 @@ a subject tends to pass every time. Treating ``tasks x repetitions`` rows as ind
 understates the uncertainty, so, following Miller (2024), "Adding Error Bars to Evals"
 (arXiv:2411.00640), the standard error of the mean treats the repetitions of a task as one
 cluster (the CR1 sandwich estimator, the ``cov_type="cluster"`` default of statsmodels).
+
+A normal interval around that standard error is too narrow with few clusters (its variance
+is estimated from ``G`` tasks) and can leave [0, 1] near 0 or 1. The interval used here is
+the Wilson score interval with the *effective sample size* ``n_eff = p(1 - p) / se^2`` (the
+rows' information after the design effect, capped at the number of rows) and the ``t(G-1)``
+critical value in place of 1.96 (Korn & Graubard 1998; Dean & Pagano 2015): bounded by
+construction, asymmetric near 0 and 1, and as wide as ``G`` tasks warrant.
 """
 
 from __future__ import annotations
@@ -13,11 +20,21 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-#: Two-sided 95% normal quantile (``scipy.stats.norm.ppf(0.975)``).
-Z95 = 1.959963984540054
+from .tdist import Z95, t95
 
 WILSON = "wilson"
 CLUSTER = "cluster"
+
+
+def score_interval(p: float, n: float, crit: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval for a proportion ``p`` observed over ``n`` (possibly effective) trials."""
+    z2 = crit * crit
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = (crit / denom) * math.sqrt(max(0.0, p * (1 - p)) / n + z2 / (4 * n * n))
+    low = 0.0 if p <= 0.0 else max(0.0, centre - half)
+    high = 1.0 if p >= 1.0 else min(1.0, centre + half)
+    return (low, high)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -29,14 +46,23 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
         raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
     if n == 0:
         return (0.0, 1.0)
-    p = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = (z / denom) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return (low, high)
+    return score_interval(successes / n, n, z)
+
+
+def bounded_mean_interval(mean: float, se: float | None, clusters: int, cap: float) -> tuple[float, float]:
+    """95% interval for the mean of ``clusters`` task-level values in [0, 1] with standard error ``se``.
+
+    Wilson score interval with the effective sample size ``mean(1 - mean) / se^2`` (at most
+    ``cap``, the rows' worth of information) and the ``t(clusters - 1)`` critical value. With
+    no spread to estimate (fewer than two tasks, or every task at the same value) it is the
+    plain Wilson interval over the tasks themselves: never zero width, never certainty.
+    """
+    if clusters < 1:
+        return (0.0, 1.0)
+    if se is None or se <= 0.0 or clusters < 2 or not 0.0 < mean < 1.0:
+        return score_interval(mean, clusters)
+    n_eff = min(cap, mean * (1 - mean) / (se * se))
+    return score_interval(mean, n_eff, t95(clusters - 1))
 
 
 def clustered_se(clusters: Sequence[Sequence[float]]) -> float | None:
@@ -88,9 +114,10 @@ class Rate:
     def clustered(cls, clusters: Iterable[Sequence[bool]]) -> Rate:
         """The pass rate of boolean rows grouped by task; clustered interval when any task has >1 row.
 
-        Without repetitions this is exactly :meth:`of`. When every row agrees (all pass or
-        all fail) the clustered standard error is 0, which would claim certainty; the
-        interval is then Wilson's over the number of clusters, the conservative choice.
+        Without repetitions this is exactly :meth:`of`. With repetitions the interval is
+        :func:`bounded_mean_interval` over the tasks: when every task has the same rate (all
+        pass, say) the clustered standard error is 0, which would claim certainty, and the
+        interval is Wilson's over the number of tasks, the conservative choice.
         """
         groups = [[1.0 if x else 0.0 for x in c] for c in clusters if len(c)]
         total = sum(len(c) for c in groups)
@@ -99,12 +126,8 @@ class Rate:
             return cls.of(passes, total)
         g = len(groups)
         se = clustered_se(groups)
-        if se is None or se == 0.0:
-            ok = round(g * passes / total)
-            low, high = wilson_interval(ok, g)
-            return cls(passes, total, low, high, CLUSTER, g, se)
-        p = passes / total
-        return cls(passes, total, max(0.0, p - Z95 * se), min(1.0, p + Z95 * se), CLUSTER, g, se)
+        low, high = bounded_mean_interval(passes / total, se, g, cap=total)
+        return cls(passes, total, low, high, CLUSTER, g, se)
 
     @property
     def value(self) -> float | None:

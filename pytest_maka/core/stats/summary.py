@@ -14,7 +14,7 @@ from typing import Any
 
 from ..taxonomy import OFFICIAL, Status
 from .describe import Distribution, Spend, spend_of
-from .paired import PairedComparison, compare_paired, holm
+from .paired import PairedComparison, adjust_family, compare_paired
 from .passk import KEstimate, TaskRate, pass_k_table
 from .rates import Rate
 
@@ -204,6 +204,11 @@ class CohortSummary:
     #: Every two subjects, A before B in name order, with Holm-adjusted p-values.
     comparisons: tuple[PairedComparison, ...] = ()
 
+    @property
+    def weak(self) -> tuple[PairedComparison, ...]:
+        """The comparisons on fewer than :data:`.power.WEAK_TASKS` shared tasks."""
+        return tuple(c for c in self.comparisons if c.weak)
+
     def subject_names(self) -> list[str]:
         return [s.subject for s in self.subjects]
 
@@ -221,7 +226,7 @@ def flip(c: PairedComparison) -> PairedComparison:
     """B versus A from A versus B."""
 
     def neg(x: float | None) -> float | None:
-        return None if x is None else -x
+        return None if x is None else 0.0 - x  # never -0.0
 
     return replace(
         c,
@@ -236,19 +241,22 @@ def flip(c: PairedComparison) -> PairedComparison:
         wins_b=c.wins_a,
         only_a=c.only_b,
         only_b=c.only_a,
+        power=None if c.power is None else replace(c.power, diff=-c.power.diff),
     )
 
 
-def pairwise(by_subject: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[PairedComparison, ...]:
-    """Paired comparisons of every two subjects on their shared tasks, with Holm-adjusted p-values."""
+def pairwise(
+    by_subject: Mapping[str, Sequence[Mapping[str, Any]]], references: frozenset[str] = frozenset()
+) -> tuple[PairedComparison, ...]:
+    """Paired comparisons of every two subjects on their shared tasks.
+
+    Holm adjusts over the pairs of non-reference subjects; a pair with a subject named in
+    ``references`` (oracle, nop) keeps its raw p-value (:func:`.paired.adjust_family`).
+    """
     names = sorted(by_subject)
     graded = {n: graded_by_task(by_subject[n]) for n in names}
     out = [compare_paired(graded[a], graded[b], names=(a, b)) for i, a in enumerate(names) for b in names[i + 1 :]]
-    tested = [i for i, c in enumerate(out) if c.p_value is not None]
-    adjusted = holm([out[i].p_value or 1.0 for i in tested])
-    for i, p in zip(tested, adjusted, strict=True):
-        out[i] = replace(out[i], p_adjusted=p)
-    return tuple(out)
+    return tuple(adjust_family(out, references.__contains__))
 
 
 def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> CohortSummary:
@@ -263,12 +271,14 @@ def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> 
     for row in grid.values():
         for cells in row.values():
             cells.sort(key=lambda r: (r.get("repetition") or 0, str(r.get("cell_id"))))
+    subjects = tuple(summarize_subject(name, by_subject[name]) for name in sorted(by_subject))
+    references = frozenset(s.subject for s in subjects if s.kind in REFERENCE_KINDS)
     return CohortSummary(
         cells=len(records),
         tasks=tuple(sorted(grid)),
-        subjects=tuple(summarize_subject(name, by_subject[name]) for name in sorted(by_subject)),
+        subjects=subjects,
         counts=counts,
         health=task_health(records),
         grid={task: grid[task] for task in sorted(grid)},
-        comparisons=pairwise(by_subject) if compare else (),
+        comparisons=pairwise(by_subject, references) if compare else (),
     )
