@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import inputs
 from .errors import SpecError
+from .validation import first_error as _first_error
+from .validation import key_path  # noqa: F401  (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 
@@ -139,80 +141,9 @@ class LoadedSpec:
         return (self.base_dir / source.path).resolve()
 
 
-def key_path(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
-    """Render a pydantic location as ``subjects[2].kind``."""
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif str(part) in {"str", "SubjectEntry"} or str(part).startswith("function-"):
-            continue  # union branch labels add nothing for a reader
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _first_error(
-    exc: ValidationError, file: Path, prefix: str = "", model: type | None = None, also: tuple[str, ...] = ()
-) -> SpecError:
-    errors = exc.errors(include_url=False)
-    # For union entries (subjects) pydantic reports one error per branch; prefer the
-    # branch that is a mapping, since that is what a user who wrote a mapping meant.
-    errors.sort(key=lambda e: any(str(p) == "str" for p in e["loc"]))
-    err = errors[0]
-    key = key_path(err["loc"], prefix)
-    etype = err["type"]
-    if etype == "extra_forbidden":
-        allowed = sorted(model.model_fields) if model is not None else []
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        if parent and model is not None:
-            allowed = sorted({*_allowed_keys_at(model, err["loc"][:-1]), *also})
-        msg = "unknown key" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
-    elif etype == "missing":
-        msg = "missing required key"
-    else:
-        given = err.get("input")
-        shown = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
-        msg = f"{err['msg']}{shown}"
-    more = len(errors) - 1
-    if more > 0 and etype != "union_tag_invalid":
-        msg += f" (+{more} more problem{'s' if more > 1 else ''})"
-    return SpecError(file, key or None, msg)
-
-
-def _allowed_keys_at(model: type, loc: tuple[Any, ...] | list[Any]) -> list[str]:
-    """The field names of the model found at ``loc`` (best effort)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        fields = getattr(current, "model_fields", {})
-        if part not in fields:
-            return []
-        ann = fields[part].annotation
-        args = getattr(ann, "__args__", ())
-        candidates = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
-        current = candidates[0] if candidates else None
-        if current is None:
-            return []
-    return sorted(getattr(current, "model_fields", {}))
-
-
 def read_yaml(path: Path, *, what: str = "cohort spec") -> Any:
-    """Read a YAML file; syntax errors become one line naming file, line and column."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(path, None, f"{what} not found") from None
-    except OSError as e:
-        raise SpecError(path, None, f"cannot read {what}: {e.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(path, where, f"invalid YAML: {problem}") from None
+    """Read a YAML file through the bounded loader; every problem is one line naming the file."""
+    return inputs.read_yaml(path, what=what, error=SpecError)
 
 
 def _canonical(data: Any) -> str:

@@ -99,7 +99,7 @@ def test_invalid_task_directory_is_named(cohort: Cohort) -> None:
     cohort.write()
     result = cohort.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "bad/task.toml: agent.timeout_sec: expected a non-negative number (got 'soon')" in result.stderr.str()
+    assert "bad/task.toml: agent.timeout_sec: expected a number greater than 0 (got 'soon')" in result.stderr.str()
 
 
 def test_task_without_verifier_is_rejected(cohort: Cohort) -> None:
