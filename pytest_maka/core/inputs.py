@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024
 MAX_DATA_BYTES = 2 * 1024 * 1024 * 1024
 #: Nesting of lists and mappings in any document.
 MAX_DEPTH = 64
+#: ``[``/``{`` nesting in a YAML text (brackets inside strings count, hence the margin).
+MAX_FLOW_DEPTH = 256
 #: YAML aliases (``*name``) in one document, and the nodes it may expand to.
 MAX_ALIASES = 256
 MAX_EXPANDED_NODES = 200_000
@@ -34,6 +37,7 @@ MAX_EXPANDED_NODES = 200_000
 MAX_INT = 2**63 - 1
 
 ErrorType = type[MakaUserError]
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 def read_bytes(path: Path, *, what: str, error: ErrorType = SpecError, limit: int = MAX_CONFIG_BYTES) -> bytes:
@@ -181,10 +185,34 @@ def expanded_size(root: yaml.Node, limit: int = MAX_EXPANDED_NODES) -> int:
     return sizes[id(root)]
 
 
+def flow_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in ``text`` (brackets in strings count too).
+
+    PyYAML scans a whole flow collection before its first node, in time quadratic in its
+    depth, so a deep one is refused before parsing, not after.
+    """
+    opens = text.count("[") + text.count("{")
+    if opens <= MAX_FLOW_DEPTH:
+        return opens  # an upper bound, and the common case: no scan needed
+    depth = deepest = 0
+    for char in _NOT_BRACKET.sub("", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_FLOW_DEPTH:
+                break
+        elif depth:
+            depth -= 1
+    return deepest
+
+
 def load_yaml(text: str, path: Path, *, error: ErrorType = SpecError) -> Any:
     """One YAML document as plain data, within the limits above."""
-    loader = BoundedLoader(text)
+    if flow_depth(text) > MAX_FLOW_DEPTH:
+        raise error(path, None, f"YAML refused: brackets nested more than {MAX_FLOW_DEPTH} deep")
+    loader = None
     try:
+        loader = BoundedLoader(text)  # its reader already refuses some characters
         node = loader.get_single_node()
         if node is None:
             return None
@@ -202,7 +230,8 @@ def load_yaml(text: str, path: Path, *, error: ErrorType = SpecError) -> Any:
     except RecursionError:
         raise error(path, None, f"YAML refused: nested more than {MAX_DEPTH} levels deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return plain(data, path, error=error)
 
 
