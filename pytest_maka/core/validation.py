@@ -63,13 +63,26 @@ def first_error(
         msg = "missing required key"
     else:
         given = err.get("input")
-        text = re.sub(r" or instance of \w+", "", err["msg"].removeprefix("Value error, "))
+        text, merged = _expectation([e for e in errors if key_path(e["loc"], prefix) == key])
         shown = "" if isinstance(given, (dict, list)) or "(got " in text else f" (got {shorten(repr(given))})"
         msg = f"{text}{shown}"
-    more = len(errors) - 1
+    more = len(errors) - max(merged, 1) if etype not in ("extra_forbidden", "missing") else len(errors) - 1
     if more > 0 and etype != "union_tag_invalid":
         msg += f" (+{more} more problem{'s' if more > 1 else ''})"
     return error(file, key or None, msg)
+
+
+def _clean(msg: str) -> str:
+    return re.sub(r" or instance of \w+", "", msg.removeprefix("Value error, "))
+
+
+def _expectation(same_key: list[Any]) -> tuple[str, int]:
+    """One message for the errors at one key: a union's branches become "a or b"."""
+    texts = list(dict.fromkeys(_clean(e["msg"]) for e in same_key))
+    lead = "Input should be "
+    if len(texts) > 1 and all(t.startswith(lead) for t in texts):
+        return lead + " or ".join(t.removeprefix(lead) for t in texts), len(same_key)
+    return texts[0], 1
 
 
 def _allowed_keys_at(model: type, loc: tuple[Any, ...] | list[Any]) -> list[str]:
