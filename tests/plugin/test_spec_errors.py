@@ -212,7 +212,10 @@ def test_task_tree_that_cannot_be_named_or_walked(
         (("[environment]", "[environment]\ncpus = -1"), "environment.cpus: expected a number greater than 0"),
         (("[environment]", "[environment]\nenv = {A = 1}"), "environment.env.A: Input should be a valid string"),
         (("[agent]", "[agent]\nuser = 1.5"), "agent.user: Input should be a valid string or a valid integer (got 1.5)"),
-        (("[environment]", "[environment]\nstorage_mb = " + "9" * 3000), "environment.storage_mb: integer out of range"),
+        (
+            ("[environment]", "[environment]\nstorage_mb = " + "9" * 3000),
+            "environment.storage_mb: integer out of range",
+        ),
     ],
 )
 def test_task_values_that_load_but_cannot_run(cohort: Cohort, change: tuple[str, str], expected: str) -> None:
