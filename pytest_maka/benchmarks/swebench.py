@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..core import inputs
 from ..core.errors import TaskError
+from ..core.spec import PathText
 from ..core.task import Task, digest_tree
 from ..core.validation import first_error
 from ..verifiers import parsers
@@ -56,7 +57,7 @@ class SweBenchOptions(BaseModel):
     #: Image name template for instances without ``image``: {instance_id} {repo} {version} {swebench_id} ...
     image: str | None = None
     #: Dockerfile template (its directory is the build context); {{instance_id}}, {{base_commit}}, ...
-    dockerfile: str | None = None
+    dockerfile: PathText | None = None
     #: Test command when the instance has no eval_script; {test_files} is replaced.
     test_cmd: str = "python -m pytest -rA -v -p no:cacheprovider {test_files}"
     use_eval_script: bool = True

@@ -93,7 +93,11 @@ def plain(data: Any, path: Path, *, error: ErrorType = SpecError, keys: tuple[An
     """A checked copy of parsed data: bounded depth, finite numbers, string keys, plain types."""
     if len(keys) > MAX_DEPTH:
         raise error(path, _where(keys[:MAX_DEPTH]), f"nested more than {MAX_DEPTH} levels deep")
-    if data is None or isinstance(data, (bool, str)):
+    if data is None or isinstance(data, bool):
+        return data
+    if isinstance(data, str):
+        if "\0" in data:
+            raise error(path, _where(keys), "a string holds a NUL character (\\0)")
         return data
     if isinstance(data, int):
         if abs(data) > MAX_INT:
@@ -110,6 +114,8 @@ def plain(data: Any, path: Path, *, error: ErrorType = SpecError, keys: tuple[An
         for k, v in data.items():
             if not isinstance(k, str):
                 raise error(path, _where(keys), f"key {k!r} is not a string (quote it)")
+            if "\0" in k:
+                raise error(path, _where(keys), "a key holds a NUL character (\\0)")
             out[k] = plain(v, path, error=error, keys=(*keys, k))
         return out
     if isinstance(data, list):

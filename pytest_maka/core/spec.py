@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import inputs
 from .errors import SpecError
@@ -16,6 +17,23 @@ from .validation import first_error as _first_error
 from .validation import key_path  # noqa: F401  (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+#: Names end up in node ids and file names: long enough for anyone, short enough for any filesystem.
+MAX_NAME = 128
+
+
+def _path_text(value: str) -> str:
+    """A relative or absolute path the OS can take: not empty, no part over 255 bytes, under 4096."""
+    raw = os.fsencode(value)
+    if not value.strip():
+        raise ValueError("expected a path, got an empty string")
+    if len(raw) >= 4096 or any(len(part) > 255 for part in raw.split(b"/")):
+        raise ValueError("path too long for the filesystem (a part over 255 bytes, or 4096 in all)")
+    return value
+
+
+#: A path written in a spec (tasks[].path, a subject file, a template).
+PathText = Annotated[str, AfterValidator(_path_text)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 
 
 class StrictModel(BaseModel):
@@ -29,7 +47,7 @@ class TaskSource(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    path: str
+    path: PathText
     format: str | None = None
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
@@ -53,7 +71,7 @@ class SubjectEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
     kind: str
 
 
@@ -92,10 +110,10 @@ class Policy(StrictModel):
 
 
 class CohortSpec(StrictModel):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
     description: str = ""
     tasks: list[TaskSource] = Field(min_length=1)
-    subjects: list[SubjectEntry | str] = Field(min_length=1)
+    subjects: list[SubjectEntry | PathText] = Field(min_length=1)
     repetitions: int = Field(default=1, ge=1, le=1000)
     executor: ExecutorEntry = Field(default_factory=ExecutorEntry)
     retries: Retries = Field(default_factory=Retries)
@@ -171,7 +189,11 @@ def load_spec(
 
     for i, source in enumerate(spec.tasks):
         target = (path.parent / source.path).resolve()
-        if not target.exists():
+        try:
+            found = target.exists()
+        except OSError as e:
+            raise SpecError(path, f"tasks[{i}].path", f"cannot use this path: {e.strerror or e}") from None
+        if not found:
             raise SpecError(path, f"tasks[{i}].path", f"no such file or directory: {target}")
 
     subjects: list[SubjectSpec] = []

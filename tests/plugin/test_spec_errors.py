@@ -211,7 +211,7 @@ def test_task_tree_that_cannot_be_named_or_walked(
         (("[environment]", "[environment]\nnetwork_mode = []"), "environment.network_mode: Input should be 'public'"),
         (("[environment]", "[environment]\ncpus = -1"), "environment.cpus: expected a number greater than 0"),
         (("[environment]", "[environment]\nenv = {A = 1}"), "environment.env.A: Input should be a valid string"),
-        (("[agent]", "[agent]\nuser = 1.5"), "agent.user: Input should be a valid string or a valid integer (got 1.5)"),
+        (("[agent]", "[agent]\nuser = 1.5"), "agent.user: Input should be a valid integer or a valid string (got 1.5)"),
         (
             ("[environment]", "[environment]\nstorage_mb = " + "9" * 3000),
             "environment.storage_mb: integer out of range",
