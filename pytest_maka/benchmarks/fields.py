@@ -8,20 +8,28 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from ..core.errors import TaskError
-from ..core.task import check_workdir
+from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, check_workdir
 from ..core.validation import first_error
 
 
-def _positive(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError("expected a number greater than 0")
+def _number(value: Any, low: float, high: float, what: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
+        raise ValueError(f"expected {what} greater than {low:g}")
+    if value > high:
+        raise ValueError(f"expected {what} of at most {high:g}")
     return value
 
 
-def _positive_int(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
-        raise ValueError("expected a whole number of at least 1")
-    return int(value)
+def _seconds(value: Any) -> Any:
+    return _number(value, 0, MAX_TIMEOUT_SEC, "a number")
+
+
+def _cpus(value: Any) -> Any:
+    return _number(value, 0, MAX_CPUS, "a number")
+
+
+def _megabytes(value: Any) -> Any:
+    return int(_number(value, 0, MAX_MEGABYTES, "a number"))
 
 
 def _text(value: Any) -> Any:
@@ -30,10 +38,12 @@ def _text(value: Any) -> Any:
     return value
 
 
-#: Seconds, cpus, ...: a finite number (the loaders refuse NaN and infinities) above 0.
-Positive = Annotated[float, BeforeValidator(_positive)]
-#: Megabytes: a whole number (a float is rounded down), at least 1.
-Count = Annotated[int, BeforeValidator(_positive_int)]
+#: Seconds: a finite number (the loaders refuse NaN and infinities) above 0, at most 30 days.
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+#: CPUs: above 0, at most MAX_CPUS.
+Cpus = Annotated[float, BeforeValidator(_cpus)]
+#: Megabytes: above 0 (a float is rounded down), at most MAX_MEGABYTES.
+Megabytes = Annotated[int, BeforeValidator(_megabytes)]
 #: A name, image or instruction: a string that is not blank.
 Text = Annotated[str, BeforeValidator(_text)]
 #: A workdir inside the environment that the harness can use.

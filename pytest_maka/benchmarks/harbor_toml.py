@@ -13,8 +13,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import TaskError
-from ..core.task import DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC
-from .fields import Count, Positive, Section, Text, Workdir, validate
+from ..core.task import (
+    DEFAULT_AGENT_TIMEOUT_SEC,
+    DEFAULT_BUILD_TIMEOUT_SEC,
+    DEFAULT_VERIFIER_TIMEOUT_SEC,
+    MAX_MEGABYTES,
+)
+from .fields import Cpus, Megabytes, Seconds, Section, Text, Workdir, validate
 
 NetworkMode = Literal["public", "no-network", "allowlist"]
 #: Top-level keys of a Harbor 0.25 task.toml.
@@ -35,7 +40,7 @@ TOP_LEVEL = (
 
 
 class AgentSection(Section):
-    timeout_sec: Positive | None = DEFAULT_AGENT_TIMEOUT_SEC
+    timeout_sec: Seconds | None = DEFAULT_AGENT_TIMEOUT_SEC
     user: str | int | None = None
     network_mode: NetworkMode | None = None
     allow_internet: bool | None = None
@@ -44,7 +49,7 @@ class AgentSection(Section):
 
 
 class VerifierSection(Section):
-    timeout_sec: Positive = DEFAULT_VERIFIER_TIMEOUT_SEC
+    timeout_sec: Seconds = DEFAULT_VERIFIER_TIMEOUT_SEC
     user: str | int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] | None = None
@@ -53,12 +58,12 @@ class VerifierSection(Section):
 
 
 class EnvironmentSection(Section):
-    build_timeout_sec: Positive = DEFAULT_BUILD_TIMEOUT_SEC
+    build_timeout_sec: Seconds = DEFAULT_BUILD_TIMEOUT_SEC
     docker_image: Text | None = None
-    cpus: Positive | None = None
-    memory_mb: Count | None = None
+    cpus: Cpus | None = None
+    memory_mb: Megabytes | None = None
     memory: str | int | None = None  # legacy "1G"
-    storage_mb: Count | None = None
+    storage_mb: Megabytes | None = None
     gpus: int | None = Field(default=None, ge=0)
     workdir: Workdir = "/app"
     env: dict[str, str] = Field(default_factory=dict)
@@ -104,7 +109,7 @@ def memory_mb(env: EnvironmentSection, file: Path) -> int | None:
         value = int(number)
     except (ValueError, OverflowError):
         value = 0
-    if not 1 <= value < 2**40:
+    if not 1 <= value <= MAX_MEGABYTES:
         raise TaskError(file, "environment.memory", f"expected a size such as '1G' (got {env.memory!r})")
     return value
 

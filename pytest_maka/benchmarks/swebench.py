@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..core import inputs
 from ..core.errors import TaskError
 from ..core.spec import PathText
-from ..core.task import Task, digest_tree
+from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, Task, digest_tree
 from ..core.validation import first_error
 from ..verifiers import parsers
 from . import detect
@@ -63,13 +63,13 @@ class SweBenchOptions(BaseModel):
     use_eval_script: bool = True
     log_parser: str | None = None
     hints: bool = False
-    agent_timeout_sec: float | None = Field(default=1800.0, gt=0)
-    verifier_timeout_sec: float = Field(default=1800.0, gt=0)
-    build_timeout_sec: float = Field(default=1800.0, gt=0)
+    agent_timeout_sec: float | None = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
+    verifier_timeout_sec: float = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
+    build_timeout_sec: float = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
     network: Literal["public", "none"] = "public"
     env: dict[str, str] = Field(default_factory=dict)
-    cpus: float | None = Field(default=None, gt=0)
-    memory_mb: int | None = Field(default=None, ge=16)
+    cpus: float | None = Field(default=None, gt=0, le=MAX_CPUS)
+    memory_mb: int | None = Field(default=None, ge=16, le=MAX_MEGABYTES)
 
     @field_validator("image")
     @classmethod

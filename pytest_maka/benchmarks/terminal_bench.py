@@ -18,7 +18,7 @@ from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdi
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
-from .fields import Positive, Section, Text, validate
+from .fields import Seconds, Section, Text, validate
 
 FORMAT = detect.TERMINAL_BENCH
 GRADING = "terminal-bench"
@@ -42,8 +42,8 @@ class TaskYaml(Section):
     instruction: str | None = None
     descriptions: list[dict[str, Any]] | None = None
     parser_name: Text | None = None
-    max_agent_timeout_sec: Positive | None = None
-    max_test_timeout_sec: Positive | None = None
+    max_agent_timeout_sec: Seconds | None = None
+    max_test_timeout_sec: Seconds | None = None
 
 
 class Build(Section):

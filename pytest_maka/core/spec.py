@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from . import inputs
 from .errors import SpecError
+from .task import MAX_TIMEOUT_SEC
 from .validation import first_error as _first_error
 from .validation import key_path  # noqa: F401  (re-exported)
 
@@ -91,11 +92,11 @@ class Retries(StrictModel):
 class Budgets(StrictModel):
     """Limits set by the experimenter. Timeouts override the task's own when given."""
 
-    agent_timeout_sec: float | None = Field(default=None, gt=0)
-    verifier_timeout_sec: float | None = Field(default=None, gt=0)
-    timeout_multiplier: float = Field(default=1.0, gt=0)
-    cell_timeout_sec: float | None = Field(default=None, gt=0)
-    cohort_timeout_sec: float | None = Field(default=None, gt=0)
+    agent_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    verifier_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    timeout_multiplier: float = Field(default=1.0, gt=0, le=100)
+    cell_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    cohort_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_output_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)

@@ -26,6 +26,10 @@ TESTS_DIR = "/tests"
 SOLUTION_DIR = "/solution"
 #: Paths a task's workdir may not be (or lie under): the harness's own, or the kernel's.
 RESERVED_DIRS = (LOGS_DIR, TESTS_DIR, SOLUTION_DIR, "/maka", "/proc", "/sys", "/dev")
+#: Upper bounds no real task needs to pass; beyond them waits and limits overflow the OS's types.
+MAX_TIMEOUT_SEC = 30 * 24 * 3600.0
+MAX_CPUS = 4096
+MAX_MEGABYTES = 2**40
 #: Directory levels below a task (or bundle) root; deeper trees are refused.
 MAX_TREE_DEPTH = 64
 
@@ -87,20 +91,23 @@ class Task:
 
     def __post_init__(self) -> None:
         """The last guard for every adapter: a Task that cannot run is never built."""
-        timeouts = {
-            "agent_timeout_sec": self.agent_timeout_sec,
-            "verifier_timeout_sec": self.verifier_timeout_sec,
-            "build_timeout_sec": self.build_timeout_sec,
-            "cpus": self.cpus,
-            "memory_mb": self.memory_mb,
-            "storage_mb": self.storage_mb,
+        limits = {
+            "agent_timeout_sec": (self.agent_timeout_sec, MAX_TIMEOUT_SEC),
+            "verifier_timeout_sec": (self.verifier_timeout_sec, MAX_TIMEOUT_SEC),
+            "build_timeout_sec": (self.build_timeout_sec, MAX_TIMEOUT_SEC),
+            "cpus": (self.cpus, MAX_CPUS),
+            "memory_mb": (self.memory_mb, MAX_MEGABYTES),
+            "storage_mb": (self.storage_mb, MAX_MEGABYTES),
         }
-        for key, value in timeouts.items():
+        for key, (value, limit) in limits.items():
             optional = key not in ("verifier_timeout_sec", "build_timeout_sec")
             if value is None and optional:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise TaskError(self.path, key, f"expected a finite number greater than 0 (got {value!r})")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or not 0 < value <= limit:
+                raise TaskError(
+                    self.path, key, f"expected a number greater than 0 and at most {limit:g} (got {value!r})"
+                )
         try:
             check_workdir(self.workdir)
         except ValueError as e:
