@@ -84,7 +84,9 @@ def read_ledger(path: Path) -> list[Record]:
             record = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise LedgerError(path, where, "not valid UTF-8") from None
-        except (ValueError, RecursionError):
+        except RecursionError:
+            raise LedgerError(path, where, "a JSON value nested too deeply to read") from None
+        except ValueError:
             if index == torn:
                 continue  # a torn last line from a crash mid-write
             raise LedgerError(path, where, "not a JSON record (is this a pytest-maka attempts ledger?)") from None
