@@ -19,10 +19,22 @@ def shorten(text: str, limit: int = 80) -> str:
 _TYPE_NAMES = {"str", "int", "float", "bool", "none", "list", "dict"}
 
 
+def _model_names() -> set[str]:
+    names: set[str] = set()
+    todo = list(BaseModel.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ not in names:
+            names.add(cls.__name__)
+            todo.extend(cls.__subclasses__())
+    return names
+
+
 def _is_branch_label(part: str) -> bool:
     """``str``, ``list[str]``, ``function-after[...]`` or a model's name such as ``Build``."""
-    camel = part[:1].isupper() and any(c.islower() for c in part) and "_" not in part
-    return part in _TYPE_NAMES or "[" in part or part.startswith("function-") or camel
+    if part in _TYPE_NAMES or "[" in part or part.startswith("function-"):
+        return True
+    return part[:1].isupper() and part in _model_names()
 
 
 def key_path(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
