@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .store.ledger import ATTEMPTS_FILE, Ledger, write_results
+from .core.records import cell_record, group_by_cell
+from .store.ledger import ATTEMPTS_FILE, write_results
+from .store.reading import LedgerError, read_ledger
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -39,7 +41,11 @@ def _records(out_dir: Path) -> list[dict]:
     """The cell records of an output directory's ledger (a usage error if there are none)."""
     if not (out_dir / ATTEMPTS_FILE).is_file():
         raise CliError(f"no {ATTEMPTS_FILE} in {out_dir} (is it a pytest-maka output directory?)", EXIT_USAGE)
-    records = Ledger(out_dir).cell_records()
+    try:
+        attempts = read_ledger(out_dir / ATTEMPTS_FILE)
+    except LedgerError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    records = [cell_record(group) for group in group_by_cell(attempts).values()]
     if not records:
         raise CliError(f"{out_dir / ATTEMPTS_FILE} holds no complete attempt", EXIT_USAGE)
     return records

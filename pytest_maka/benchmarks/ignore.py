@@ -13,6 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import inputs
+from ..core.errors import TaskError
+
 IGNORE_FILE = ".harborignore"
 
 
@@ -45,8 +48,9 @@ def _translate(glob: str) -> str:
 
 
 def parse_rules(text: str) -> list[Rule]:
+    """The rules of a .harborignore text; ValueError (naming the line) for a pattern that cannot work."""
     rules = []
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.rstrip()
         if not line or line.startswith("#"):
             continue
@@ -59,7 +63,11 @@ def parse_rules(text: str) -> list[Rule]:
         if not line:
             continue
         prefix = "" if anchored else "(?:.*/)?"
-        rules.append(Rule(re.compile(f"^{prefix}{_translate(line)}$"), negated, dir_only))
+        try:
+            regex = re.compile(f"^{prefix}{_translate(line)}$")
+        except re.error as e:
+            raise ValueError(f"line {number}: invalid pattern {line!r}: {e.msg}") from None
+        rules.append(Rule(regex, negated, dir_only))
     return rules
 
 
@@ -75,8 +83,15 @@ def ignored(rules: list[Rule], rel: str, is_dir: bool) -> bool:
 
 
 def load_rules(task_dir: Path) -> list[Rule] | None:
+    """The task's rules, None without a .harborignore; a TaskError for one that cannot be used."""
     path = task_dir / IGNORE_FILE
-    return parse_rules(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not os.path.lexists(path):
+        return None
+    try:
+        return parse_rules(inputs.read_text(path, what=IGNORE_FILE, error=TaskError))
+    except ValueError as e:
+        where, _, message = str(e).partition(": ")
+        raise TaskError(path, where, message) from None
 
 
 def copy_filtered(src: Path, dest: Path, rules: list[Rule]) -> list[str]:

@@ -11,21 +11,28 @@ import hashlib
 import json
 import re
 import shutil
+import string
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import Task, digest_tree
+from ..core.spec import PathText
+from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, Task, digest_tree
+from ..core.validation import first_error
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
+from .fields import Section, Text, validate
 
 FORMAT = detect.SWE_BENCH
 GRADING = "swe-bench"
 WORKDIR = "/testbed"
 REQUIRED = ("instance_id", "base_commit", "test_patch", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS")
+#: The names an ``image:`` template may use.
+TEMPLATE_FIELDS = ("instance_id", "repo", "version", "base_commit", "environment_setup_commit", "swebench_id")
 _GIT_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)\s*$", re.MULTILINE)
 _DIFF_PATH = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.+?)\s*$", re.MULTILINE)
 
@@ -50,19 +57,54 @@ class SweBenchOptions(BaseModel):
     #: Image name template for instances without ``image``: {instance_id} {repo} {version} {swebench_id} ...
     image: str | None = None
     #: Dockerfile template (its directory is the build context); {{instance_id}}, {{base_commit}}, ...
-    dockerfile: str | None = None
+    dockerfile: PathText | None = None
     #: Test command when the instance has no eval_script; {test_files} is replaced.
     test_cmd: str = "python -m pytest -rA -v -p no:cacheprovider {test_files}"
     use_eval_script: bool = True
     log_parser: str | None = None
     hints: bool = False
-    agent_timeout_sec: float | None = Field(default=1800.0, gt=0)
-    verifier_timeout_sec: float = Field(default=1800.0, gt=0)
-    build_timeout_sec: float = Field(default=1800.0, gt=0)
+    agent_timeout_sec: float | None = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
+    verifier_timeout_sec: float = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
+    build_timeout_sec: float = Field(default=1800.0, gt=0, le=MAX_TIMEOUT_SEC)
     network: Literal["public", "none"] = "public"
     env: dict[str, str] = Field(default_factory=dict)
-    cpus: float | None = Field(default=None, gt=0)
-    memory_mb: int | None = Field(default=None, ge=16)
+    cpus: float | None = Field(default=None, gt=0, le=MAX_CPUS)
+    memory_mb: int | None = Field(default=None, ge=16, le=MAX_MEGABYTES)
+
+    @field_validator("image")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        """Every ``{name}`` is one of TEMPLATE_FIELDS; a literal brace is written ``{{`` or ``}}``."""
+        if value is None:
+            return None
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        except ValueError as e:
+            raise ValueError(f"not a valid name template ({e}; write a literal brace as {{{{ or }}}})") from None
+        for name in names:
+            if name not in TEMPLATE_FIELDS:
+                raise ValueError(f"unknown template field {{{name}}}; expected one of: {', '.join(TEMPLATE_FIELDS)}")
+        return value
+
+
+class Instance(Section):
+    """One SWE-bench instance: the fields we read, strictly typed (others are kept)."""
+
+    instance_id: Text
+    base_commit: str
+    test_patch: str
+    problem_statement: str
+    FAIL_TO_PASS: list[str] | str
+    PASS_TO_PASS: list[str] | str
+    repo: str | None = None
+    version: str | int | float | None = None
+    environment_setup_commit: str | None = None
+    created_at: str | None = None
+    patch: str | None = None
+    hints_text: str | None = None
+    image: str | None = None
+    eval_script: str | None = None
+    log_parser: Text | None = None
 
 
 def parse_options(raw: dict[str, Any], spec_path: Path) -> SweBenchOptions:
@@ -70,37 +112,45 @@ def parse_options(raw: dict[str, Any], spec_path: Path) -> SweBenchOptions:
         return SweBenchOptions.model_validate(raw)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        key = ".".join(str(p) for p in err["loc"])
-        msg = "unknown key for the swe-bench format" if err["type"] == "extra_forbidden" else err["msg"]
         if err["type"] == "extra_forbidden":
+            key = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key for the swe-bench format"
             msg += f"; expected: path, format, include, exclude, limit, {', '.join(SweBenchOptions.model_fields)}"
-        raise TaskError(spec_path, f"tasks[].{key}", msg) from None
+            raise TaskError(spec_path, f"tasks[].{key}", msg) from None
+        raise first_error(e, spec_path, prefix="tasks[]", error=TaskError) from None
 
 
 def read_instances(path: Path) -> list[dict[str, Any]]:
     """Every record of a .json (list, or one object), .jsonl or .parquet file."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise TaskError(
-                path, None, "reading .parquet files needs pyarrow: pip install pyarrow (or convert the file to .jsonl)"
-            ) from None
-        return [dict(r) for r in pq.read_table(path).to_pylist()]
-    text = path.read_text(encoding="utf-8")
-    try:
+        rows = _read_parquet(path)
+    else:
+        text = inputs.read_text(path, what="instance file", error=TaskError, limit=inputs.MAX_DATA_BYTES)
         if suffix == ".jsonl":
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            rows = inputs.load_jsonl(text, path, error=TaskError)
         else:
-            data = json.loads(text)
+            data = inputs.load_json(text, path, error=TaskError)
             rows = data if isinstance(data, list) else [data]
-    except json.JSONDecodeError as e:
-        raise TaskError(path, f"line {e.lineno}", f"invalid JSON: {e.msg}") from None
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise TaskError(path, f"[{i}]", "expected an object with instance_id, base_commit, ...")
     return rows
+
+
+def _read_parquet(path: Path) -> list[Any]:
+    try:
+        import pyarrow
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TaskError(
+            path, None, "reading .parquet files needs pyarrow: pip install pyarrow (or convert the file to .jsonl)"
+        ) from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError, ValueError) as e:
+        raise TaskError(path, None, f"not a readable Parquet file: {str(e).splitlines()[0][:160]}") from None
+    return inputs.plain(rows, path, error=TaskError)
 
 
 def parse_test_list(value: Any, file: Path, where: str) -> list[str]:
@@ -108,7 +158,7 @@ def parse_test_list(value: Any, file: Path, where: str) -> list[str]:
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else []
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad JSON, or a number with thousands of digits
             raise TaskError(file, where, "expected a list of test ids or a JSON-encoded list") from None
     if hasattr(value, "tolist"):
         value = value.tolist()
@@ -142,7 +192,7 @@ def _fields(instance: dict[str, Any]) -> dict[str, str]:
 
 def _recipe(template: Path, fields: dict[str, str]) -> Path:
     """A build context: the template's directory with its Dockerfile rendered for one instance."""
-    text = template.read_text(encoding="utf-8")
+    text = inputs.read_text(template, what="Dockerfile template", error=TaskError)
     for key, value in fields.items():
         text = text.replace("{{" + key + "}}", value)
     context = template.parent
@@ -176,9 +226,11 @@ def load_instances(path: Path, options: SweBenchOptions, spec_path: Path) -> lis
 
 def _task(row: dict[str, Any], i: int, path: Path, opts: SweBenchOptions, template: Path | None) -> Task:
     missing = [k for k in REQUIRED if k not in row]
-    where = str(row.get("instance_id") or f"[{i}]")
+    iid = row.get("instance_id")
+    where = iid if isinstance(iid, str) and iid.strip() else f"[{i}]"
     if missing:
         raise TaskError(path, where, f"missing instance field(s): {', '.join(missing)}")
+    validate(Instance, row, path, prefix=where)
     f2p = parse_test_list(row["FAIL_TO_PASS"], path, f"{where}.FAIL_TO_PASS")
     p2p = parse_test_list(row["PASS_TO_PASS"], path, f"{where}.PASS_TO_PASS")
     fields = _fields(row)

@@ -10,13 +10,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import Field
 
+from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, digest_tree
+from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
+from .fields import Seconds, Section, Text, validate
 
 FORMAT = detect.TERMINAL_BENCH
 GRADING = "terminal-bench"
@@ -31,6 +33,35 @@ COMPOSE_VARIABLES = {
 }
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _METADATA_KEYS = ("difficulty", "category", "tags", "author_name", "author_email", "run_tests_in_same_shell")
+Scalar = str | int | float | bool | None
+
+
+class TaskYaml(Section):
+    """``task.yaml``: the keys we read, strictly typed; the rest is the task's metadata."""
+
+    instruction: str | None = None
+    descriptions: list[dict[str, Any]] | None = None
+    parser_name: Text | None = None
+    max_agent_timeout_sec: Seconds | None = None
+    max_test_timeout_sec: Seconds | None = None
+
+
+class Build(Section):
+    context: str = "."
+    dockerfile: str = "Dockerfile"
+
+
+class ClientService(Section):
+    """The ``client`` service of docker-compose.yaml: the task's one environment."""
+
+    build: str | Build | None = None
+    image: Text | None = None
+    environment: dict[str, Scalar] | list[str] | None = None
+    working_dir: str | None = None
+
+
+class Compose(Section):
+    services: dict[str, Any] = Field(default_factory=dict)
 
 
 def discover(path: Path) -> list[Task]:
@@ -48,26 +79,14 @@ def _substitute(value: str) -> str:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise TaskError(path, None, f"invalid YAML: {str(e).splitlines()[0]}") from None
+    return inputs.read_yaml(path, what=path.name, error=TaskError)
 
 
-def _number(data: dict[str, Any], key: str, file: Path, default: float) -> float:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise TaskError(file, key, f"expected a positive number of seconds (got {value!r})")
-    return float(value)
-
-
-def _instruction(data: dict[str, Any], file: Path) -> str:
-    text = data.get("instruction")
+def _instruction(data: TaskYaml, file: Path) -> str:
+    text = data.instruction
     if text is None:  # the oldest layout: descriptions: [{key: base, description: ...}]
-        for entry in data.get("descriptions") or []:
-            if isinstance(entry, dict) and entry.get("key", "base") == "base":
+        for entry in data.descriptions or []:
+            if entry.get("key", "base") == "base":
                 text = entry.get("description")
                 break
     if not isinstance(text, str) or not text.strip():
@@ -75,18 +94,16 @@ def _instruction(data: dict[str, Any], file: Path) -> str:
     return text
 
 
-def _env_map(raw: Any, file: Path) -> dict[str, str]:
+def _env_map(raw: dict[str, Scalar] | list[str] | None) -> dict[str, str]:
     if raw is None:
         return {}
     if isinstance(raw, dict):
-        return {str(k): _substitute(str(v)) for k, v in raw.items() if v is not None}
-    if isinstance(raw, list):
-        out = {}
-        for item in raw:
-            key, _, value = str(item).partition("=")
-            out[key] = _substitute(value)
-        return out
-    raise TaskError(file, "services.client.environment", "expected a list of NAME=value or a mapping")
+        return {k: _substitute(str(v)) for k, v in raw.items() if v is not None}
+    out = {}
+    for item in raw:
+        key, _, value = item.partition("=")
+        out[key] = _substitute(value)
+    return out
 
 
 def _environment(path: Path) -> dict[str, Any]:
@@ -102,28 +119,29 @@ def _environment(path: Path) -> dict[str, Any]:
     }
     if compose_path is None:
         return out
-    compose = _read_yaml(compose_path) or {}
-    services = compose.get("services") if isinstance(compose, dict) else None
-    if not isinstance(services, dict) or "client" not in services:
+    raw = _read_yaml(compose_path)
+    services = validate(Compose, raw if isinstance(raw, dict) else {}, compose_path).services
+    if "client" not in services:
         raise TaskError(compose_path, "services.client", "missing: the task's environment is the 'client' service")
     if len(services) > 1:
         others = ", ".join(sorted(set(services) - {"client"}))
         out["unsupported"] = (
             f"multi-container environments (docker-compose services besides client: {others}) are not supported yet"
         )
-    client = services["client"] or {}
-    build = client.get("build")
-    if isinstance(build, str):
-        build = {"context": build}
-    if isinstance(build, dict):
-        context = (path / _substitute(str(build.get("context", ".")))).resolve()
+    client = validate(ClientService, services["client"] or {}, compose_path, prefix="services.client")
+    build = Build(context=client.build) if isinstance(client.build, str) else client.build
+    if build is not None:
+        context = (path / _substitute(build.context)).resolve()
         out["context"] = context
-        out["dockerfile"] = context / _substitute(str(build.get("dockerfile", "Dockerfile")))
-    elif client.get("image"):
-        out["image"], out["dockerfile"] = _substitute(str(client["image"])), None
-    out["env"] = _env_map(client.get("environment"), compose_path)
-    if client.get("working_dir"):
-        out["workdir"] = _substitute(str(client["working_dir"]))
+        out["dockerfile"] = context / _substitute(build.dockerfile)
+    elif client.image:
+        out["image"], out["dockerfile"] = _substitute(client.image), None
+    out["env"] = _env_map(client.environment)
+    if client.working_dir:
+        try:
+            out["workdir"] = check_workdir(_substitute(client.working_dir))
+        except ValueError as e:
+            raise TaskError(compose_path, "services.client.working_dir", str(e)) from None
     return out
 
 
@@ -145,21 +163,22 @@ def load_task(path: Path) -> Task:
     """Parse and validate one legacy Terminal-Bench task directory."""
     path = path.resolve()
     yaml_path = path / "task.yaml"
-    data = _read_yaml(yaml_path)
-    if not isinstance(data, dict):
+    raw = _read_yaml(yaml_path)
+    if not isinstance(raw, dict):
         raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
+    data = validate(TaskYaml, raw, yaml_path)
     run_tests = path / "run-tests.sh"
     if not run_tests.is_file():
         raise TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)")
     env = _environment(path)
     if env["dockerfile"] is not None and not env["dockerfile"].is_file():
         raise TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})")
-    parser = str(data.get("parser_name") or "pytest")
+    parser = data.parser_name or "pytest"
     unsupported = env["unsupported"]
     if parsers.get(parser) is None and unsupported is None:
         unsupported = f"no test-log parser named {parser!r} (known: {', '.join(parsers.names())})"
     solution_dir, solution_note = _solution(path)
-    metadata = {k: data[k] for k in _METADATA_KEYS if k in data}
+    metadata = {k: raw[k] for k in _METADATA_KEYS if k in raw}
     if solution_note:
         metadata["solution_unsupported"] = solution_note
     tests_dir = path / "tests"
@@ -170,8 +189,8 @@ def load_task(path: Path) -> Task:
         digest=digest_tree(path, extra=FORMAT),
         format=FORMAT,
         workdir=env["workdir"],
-        agent_timeout_sec=_number(data, "max_agent_timeout_sec", yaml_path, DEFAULT_AGENT_TIMEOUT_SEC),
-        verifier_timeout_sec=_number(data, "max_test_timeout_sec", yaml_path, DEFAULT_TEST_TIMEOUT_SEC),
+        agent_timeout_sec=data.max_agent_timeout_sec or DEFAULT_AGENT_TIMEOUT_SEC,
+        verifier_timeout_sec=data.max_test_timeout_sec or DEFAULT_TEST_TIMEOUT_SEC,
         build_timeout_sec=DEFAULT_BUILD_TIMEOUT_SEC,
         environment_dir=env["context"] if env["dockerfile"] is not None else None,
         dockerfile=env["dockerfile"],

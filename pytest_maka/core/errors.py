@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """Printable on any terminal as one line: control characters and undecodable bytes escaped."""
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class MakaUserError(Exception):
@@ -17,7 +29,7 @@ class MakaUserError(Exception):
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.key) if p]
         prefix = ": ".join(parts)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        return one_line(f"{prefix}: {self.message}" if prefix else self.message)
 
 
 class SpecError(MakaUserError):

@@ -4,16 +4,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import inputs
 from .errors import SpecError
+from .task import MAX_TIMEOUT_SEC
+from .validation import first_error as _first_error
+from .validation import key_path  # noqa: F401  (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+#: Names end up in node ids and file names: long enough for anyone, short enough for any filesystem.
+MAX_NAME = 128
+
+
+def _path_text(value: str) -> str:
+    """A relative or absolute path the OS can take: not empty, no part over 255 bytes, under 4096."""
+    raw = os.fsencode(value)
+    if not value.strip():
+        raise ValueError("expected a path, got an empty string")
+    if len(raw) >= 4096 or any(len(part) > 255 for part in raw.split(b"/")):
+        raise ValueError("path too long for the filesystem (a part over 255 bytes, or 4096 in all)")
+    return value
+
+
+#: A path written in a spec (tasks[].path, a subject file, a template).
+PathText = Annotated[str, AfterValidator(_path_text)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 
 
 class StrictModel(BaseModel):
@@ -27,7 +48,7 @@ class TaskSource(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    path: str
+    path: PathText
     format: str | None = None
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
@@ -51,7 +72,7 @@ class SubjectEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
     kind: str
 
 
@@ -71,11 +92,11 @@ class Retries(StrictModel):
 class Budgets(StrictModel):
     """Limits set by the experimenter. Timeouts override the task's own when given."""
 
-    agent_timeout_sec: float | None = Field(default=None, gt=0)
-    verifier_timeout_sec: float | None = Field(default=None, gt=0)
-    timeout_multiplier: float = Field(default=1.0, gt=0)
-    cell_timeout_sec: float | None = Field(default=None, gt=0)
-    cohort_timeout_sec: float | None = Field(default=None, gt=0)
+    agent_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    verifier_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    timeout_multiplier: float = Field(default=1.0, gt=0, le=100)
+    cell_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
+    cohort_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_output_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -90,10 +111,10 @@ class Policy(StrictModel):
 
 
 class CohortSpec(StrictModel):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
     description: str = ""
     tasks: list[TaskSource] = Field(min_length=1)
-    subjects: list[SubjectEntry | str] = Field(min_length=1)
+    subjects: list[SubjectEntry | PathText] = Field(min_length=1)
     repetitions: int = Field(default=1, ge=1, le=1000)
     executor: ExecutorEntry = Field(default_factory=ExecutorEntry)
     retries: Retries = Field(default_factory=Retries)
@@ -139,80 +160,9 @@ class LoadedSpec:
         return (self.base_dir / source.path).resolve()
 
 
-def key_path(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
-    """Render a pydantic location as ``subjects[2].kind``."""
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif str(part) in {"str", "SubjectEntry"} or str(part).startswith("function-"):
-            continue  # union branch labels add nothing for a reader
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _first_error(
-    exc: ValidationError, file: Path, prefix: str = "", model: type | None = None, also: tuple[str, ...] = ()
-) -> SpecError:
-    errors = exc.errors(include_url=False)
-    # For union entries (subjects) pydantic reports one error per branch; prefer the
-    # branch that is a mapping, since that is what a user who wrote a mapping meant.
-    errors.sort(key=lambda e: any(str(p) == "str" for p in e["loc"]))
-    err = errors[0]
-    key = key_path(err["loc"], prefix)
-    etype = err["type"]
-    if etype == "extra_forbidden":
-        allowed = sorted(model.model_fields) if model is not None else []
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        if parent and model is not None:
-            allowed = sorted({*_allowed_keys_at(model, err["loc"][:-1]), *also})
-        msg = "unknown key" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
-    elif etype == "missing":
-        msg = "missing required key"
-    else:
-        given = err.get("input")
-        shown = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
-        msg = f"{err['msg']}{shown}"
-    more = len(errors) - 1
-    if more > 0 and etype != "union_tag_invalid":
-        msg += f" (+{more} more problem{'s' if more > 1 else ''})"
-    return SpecError(file, key or None, msg)
-
-
-def _allowed_keys_at(model: type, loc: tuple[Any, ...] | list[Any]) -> list[str]:
-    """The field names of the model found at ``loc`` (best effort)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        fields = getattr(current, "model_fields", {})
-        if part not in fields:
-            return []
-        ann = fields[part].annotation
-        args = getattr(ann, "__args__", ())
-        candidates = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
-        current = candidates[0] if candidates else None
-        if current is None:
-            return []
-    return sorted(getattr(current, "model_fields", {}))
-
-
 def read_yaml(path: Path, *, what: str = "cohort spec") -> Any:
-    """Read a YAML file; syntax errors become one line naming file, line and column."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(path, None, f"{what} not found") from None
-    except OSError as e:
-        raise SpecError(path, None, f"cannot read {what}: {e.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(path, where, f"invalid YAML: {problem}") from None
+    """Read a YAML file through the bounded loader; every problem is one line naming the file."""
+    return inputs.read_yaml(path, what=what, error=SpecError)
 
 
 def _canonical(data: Any) -> str:
@@ -240,7 +190,11 @@ def load_spec(
 
     for i, source in enumerate(spec.tasks):
         target = (path.parent / source.path).resolve()
-        if not target.exists():
+        try:
+            found = target.exists()
+        except OSError as e:
+            raise SpecError(path, f"tasks[{i}].path", f"cannot use this path: {e.strerror or e}") from None
+        if not found:
             raise SpecError(path, f"tasks[{i}].path", f"no such file or directory: {target}")
 
     subjects: list[SubjectSpec] = []

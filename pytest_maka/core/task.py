@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .errors import TaskError
 
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_SEC = 600.0
@@ -20,6 +24,32 @@ VERIFIER_LOGS_DIR = "/logs/verifier"
 ARTIFACTS_DIR = "/logs/artifacts"
 TESTS_DIR = "/tests"
 SOLUTION_DIR = "/solution"
+#: Paths a task's workdir may not be (or lie under): the harness's own, or the kernel's.
+RESERVED_DIRS = (LOGS_DIR, TESTS_DIR, SOLUTION_DIR, "/maka", "/proc", "/sys", "/dev")
+#: Upper bounds no real task needs to pass; beyond them waits and limits overflow the OS's types.
+MAX_TIMEOUT_SEC = 30 * 24 * 3600.0
+MAX_CPUS = 4096
+MAX_MEGABYTES = 2**40
+#: Directory levels below a task (or bundle) root; deeper trees are refused.
+MAX_TREE_DEPTH = 64
+
+
+def check_workdir(value: Any) -> str:
+    """A workdir the environment can have: absolute, normal, not ``/`` nor a reserved dir.
+
+    Raises ValueError with the expectation; adapters turn it into a TaskError with their key.
+    """
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError(f"expected an absolute path (got {value!r})")
+    if any(c in value for c in "\0\n\r") or ".." in value.split("/"):
+        raise ValueError(f"expected a plain absolute path without '..' or control characters (got {value!r})")
+    path = posixpath.normpath(value)
+    if path == "/":
+        raise ValueError("the workdir cannot be / (the subject's workspace would be the whole filesystem)")
+    for reserved in RESERVED_DIRS:
+        if path == reserved or path.startswith(reserved + "/"):
+            raise ValueError(f"the workdir cannot be {reserved} or lie under it (reserved for the harness)")
+    return path
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,73 @@ class Task:
     #: Set by adapters for tasks that need a feature not supported yet: the cell is skipped.
     unsupported: str | None = None
 
+    def __post_init__(self) -> None:
+        """The last guard for every adapter: a Task that cannot run is never built."""
+        limits = {
+            "agent_timeout_sec": (self.agent_timeout_sec, MAX_TIMEOUT_SEC),
+            "verifier_timeout_sec": (self.verifier_timeout_sec, MAX_TIMEOUT_SEC),
+            "build_timeout_sec": (self.build_timeout_sec, MAX_TIMEOUT_SEC),
+            "cpus": (self.cpus, MAX_CPUS),
+            "memory_mb": (self.memory_mb, MAX_MEGABYTES),
+            "storage_mb": (self.storage_mb, MAX_MEGABYTES),
+        }
+        for key, (value, limit) in limits.items():
+            optional = key not in ("verifier_timeout_sec", "build_timeout_sec")
+            if value is None and optional:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or not 0 < value <= limit:
+                raise TaskError(
+                    self.path, key, f"expected a number greater than 0 and at most {limit:g} (got {value!r})"
+                )
+        try:
+            check_workdir(self.workdir)
+        except ValueError as e:
+            raise TaskError(self.path, "workdir", str(e)) from None
+
+
+def _utf8(raw: bytes, full: bytes, what: str) -> bytes:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TaskError(os.fsdecode(full), None, f"{what} is not valid UTF-8") from None
+    return raw
+
+
+def walk_tree(root: Path, prune: frozenset[bytes] = frozenset()) -> list[tuple[bytes, os.DirEntry[bytes]]]:
+    """Every entry below ``root`` as (relative path, entry), sorted, never following a link.
+
+    Iterative, so any depth is safe; names and link targets must be UTF-8, depth is bounded
+    by MAX_TREE_DEPTH and an unreadable directory is a TaskError naming it. Directories
+    named in ``prune`` are left out with their contents.
+    """
+    out: list[tuple[bytes, os.DirEntry[bytes]]] = []
+    base = os.fsencode(root)
+    stack: list[tuple[bytes, int]] = [(b"", 0)]
+    while stack:
+        rel, depth = stack.pop()
+        here = os.path.join(base, rel) if rel else base
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            raise TaskError(os.fsdecode(here), None, f"cannot read the directory: {e.strerror or e}") from None
+        subdirs = []
+        for entry in entries:
+            child = os.path.join(rel, entry.name) if rel else entry.name
+            _utf8(entry.name, entry.path, "the file name")
+            if entry.is_symlink():
+                _utf8(os.readlink(entry.path), entry.path, "the symlink's target")
+            elif entry.is_dir(follow_symlinks=False):
+                if entry.name in prune:
+                    continue
+                if depth + 1 > MAX_TREE_DEPTH:
+                    raise TaskError(root, None, f"directories nested more than {MAX_TREE_DEPTH} levels deep")
+                subdirs.append(child)
+            out.append((child, entry))
+        stack.extend((d, depth + 1) for d in reversed(subdirs))
+    return out
+
 
 def digest_tree(root: Path, *, extra: str = "") -> str:
     """A stable content digest of every regular file below ``root`` (names and bytes)."""
@@ -66,14 +163,23 @@ def digest_tree(root: Path, *, extra: str = "") -> str:
     if root.is_file():
         h.update(root.read_bytes())
         return h.hexdigest()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in {"__pycache__", ".git"})
-        for name in sorted(filenames):
-            full = Path(dirpath, name)
-            rel = full.relative_to(root).as_posix()
-            h.update(rel.encode() + b"\0")
-            if full.is_symlink():
-                h.update(b"L" + os.readlink(full).encode())
-            elif full.is_file():
-                h.update(hashlib.sha256(full.read_bytes()).digest())
+    for rel, entry in walk_tree(root, prune=frozenset({b"__pycache__", b".git"})):
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        h.update(rel + b"\0")
+        if entry.is_symlink():
+            h.update(b"L" + os.readlink(entry.path))
+        elif entry.is_file(follow_symlinks=False):
+            h.update(_file_digest(entry.path))
     return h.hexdigest()
+
+
+def _file_digest(path: bytes) -> bytes:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError as e:
+        raise TaskError(os.fsdecode(path), None, f"cannot read the file: {e.strerror or e}") from None
+    return h.digest()

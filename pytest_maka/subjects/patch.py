@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, computed_field, field_validator
 
 from ..benchmarks.swebench import APPLY_PATCH_SH
+from ..core import inputs
 from ..core.task import AGENT_LOGS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
 from .base import RunContext, SubjectBase
@@ -28,14 +29,12 @@ STAGE_DIR = "/tmp/maka-prediction"
 
 def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
     """``{instance_id: record}``; ValueError (one line) for anything malformed."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() == ".jsonl":
-            rows: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            rows = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path.name}: invalid JSON at line {e.lineno}: {e.msg}") from None
+    # The shared bounded readers: a SpecError naming this file for bad bytes, JSON or numbers.
+    text = inputs.read_text(path, what="predictions file", limit=inputs.MAX_DATA_BYTES)
+    if path.suffix.lower() == ".jsonl":
+        rows: Any = inputs.load_jsonl(text, path)
+    else:
+        rows = inputs.load_json(text, path)
     if isinstance(rows, dict):  # keyed by instance id
         rows = [{"instance_id": k, **v} if isinstance(v, dict) else v for k, v in rows.items()]
     if not isinstance(rows, list):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from ..conftest import Cohort
@@ -99,7 +104,7 @@ def test_invalid_task_directory_is_named(cohort: Cohort) -> None:
     cohort.write()
     result = cohort.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "bad/task.toml: agent.timeout_sec: expected a non-negative number (got 'soon')" in result.stderr.str()
+    assert "bad/task.toml: agent.timeout_sec: expected a number greater than 0 (got 'soon')" in result.stderr.str()
 
 
 def test_task_without_verifier_is_rejected(cohort: Cohort) -> None:
@@ -137,3 +142,112 @@ def test_bad_spec_loses_nothing_already_recorded(cohort: Cohort) -> None:
     assert cohort.run().ret == pytest.ExitCode.USAGE_ERROR
     assert (cohort.out / "attempts.jsonl").read_bytes() == before
     assert (cohort.out / "results.jsonl").read_bytes() == results_before
+
+
+def _one_error_line(cohort: Cohort) -> str:
+    result = cohort.run("--collect-only")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    lines = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def _nest(top: Path, levels: int) -> None:
+    """``levels`` directories below ``top``, made relative to a dir fd (no path gets too long)."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def deep_tree_cleanup(cohort: Cohort) -> Iterator[None]:
+    """Remove what a test nested 1,000 deep: Python's rmtree (and pytest's) recurse and fail."""
+    yield
+    subprocess.run(["rm", "-rf", str(cohort.tasks)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("hostile", "expected"),
+    [
+        ("name", r"tests/x\xff: the file name is not valid UTF-8"),
+        ("link", "tests/link: the symlink's target is not valid UTF-8"),
+        ("deep", "tasks/one: directories nested more than 64 levels deep"),
+    ],
+)
+def test_task_tree_that_cannot_be_named_or_walked(
+    cohort: Cohort, deep_tree_cleanup: None, hostile: str, expected: str
+) -> None:
+    task = cohort.task("one")
+    if hostile == "name":
+        (task / "tests" / os.fsdecode(b"x\xff")).write_text("x")
+    elif hostile == "link":
+        os.symlink(os.fsdecode(b"/tmp/\xfe\xff"), task / "tests" / "link")
+    else:
+        _nest(task / "environment", 1000)
+    cohort.write()
+    assert expected in _one_error_line(cohort)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("timeout_sec = 30", "timeout_sec = 0"), "agent.timeout_sec: expected a number greater than 0 (got 0)"),
+        (("timeout_sec = 30", "timeout_sec = nan"), "agent.timeout_sec: expected a finite number (got nan)"),
+        (("timeout_sec = 30", "timeout_sec = -inf"), "agent.timeout_sec: expected a finite number (got -inf)"),
+        (('workdir = "/app"', 'workdir = "/"'), "environment.workdir: the workdir cannot be /"),
+        (('workdir = "/app"', 'workdir = "/logs"'), "environment.workdir: the workdir cannot be /logs"),
+        (('workdir = "/app"', 'workdir = "/tests/x"'), "environment.workdir: the workdir cannot be /tests"),
+        (('workdir = "/app"', 'workdir = "/app/../logs"'), "environment.workdir: expected a plain absolute path"),
+        (('workdir = "/app"', "workdir = []"), "environment.workdir: Input should be a valid string"),
+        (("[environment]", "[environment]\nmemory_mb = inf"), "environment.memory_mb: expected a finite number"),
+        (("[environment]", "[environment]\nnetwork_mode = []"), "environment.network_mode: Input should be 'public'"),
+        (("[environment]", "[environment]\ncpus = -1"), "environment.cpus: expected a number greater than 0"),
+        (("[environment]", "[environment]\nenv = {A = 1}"), "environment.env.A: Input should be a valid string"),
+        (("[agent]", "[agent]\nuser = 1.5"), "agent.user: Input should be a valid integer or a valid string (got 1.5)"),
+        (
+            ("[environment]", "[environment]\nstorage_mb = " + "9" * 3000),
+            "environment.storage_mb: integer out of range",
+        ),
+    ],
+)
+def test_task_values_that_load_but_cannot_run(cohort: Cohort, change: tuple[str, str], expected: str) -> None:
+    task = cohort.task("one")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(*change, 1))
+    cohort.write()
+    line = _one_error_line(cohort)
+    assert "one/task.toml: " + expected in line, line
+
+
+def test_alias_bomb_in_a_legacy_task_is_refused(cohort: Cohort) -> None:
+    """The 417-byte task.yaml that made 62 MB records: refused before anything is built."""
+    task = cohort.tasks / "bomb"
+    task.mkdir()
+    levels = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdef", "bcdefg", strict=True):
+        levels.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    (task / "task.yaml").write_text("\n".join(levels) + "\ninstruction: hi\ntags: [" + ",".join(["*g"] * 9) + "]\n")
+    assert len((task / "task.yaml").read_bytes()) < 500
+    (task / "run-tests.sh").write_text("true\n")
+    (task / "Dockerfile").write_text("FROM debian\n")
+    cohort.write()
+    assert "bomb/task.yaml: YAML refused: its aliases expand to more than" in _one_error_line(cohort)
+    assert not cohort.out.exists()
+
+
+def test_bad_task_file_loses_nothing_already_recorded(cohort: Cohort) -> None:
+    task = cohort.task("one")
+    cohort.write()
+    assert cohort.run().ret == 0
+    before = {p.name: p.read_bytes() for p in cohort.out.iterdir() if p.is_file()}
+    (task / "instruction.md").write_bytes(b"Do \xff it")
+    assert "one/instruction.md: line 1: instruction is not valid UTF-8 (byte 0xff)" in _one_error_line(cohort)
+    assert {p.name: p.read_bytes() for p in cohort.out.iterdir() if p.is_file()} == before

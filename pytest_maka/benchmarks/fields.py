@@ -1,0 +1,64 @@
+"""Field types shared by the task-file models of every adapter (strict, finite, runnable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from ..core.errors import TaskError
+from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, check_workdir
+from ..core.validation import first_error
+
+
+def _number(value: Any, low: float, high: float, what: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
+        raise ValueError(f"expected {what} greater than {low:g}")
+    if value > high:
+        raise ValueError(f"expected {what} of at most {high:g}")
+    return value
+
+
+def _seconds(value: Any) -> Any:
+    return _number(value, 0, MAX_TIMEOUT_SEC, "a number")
+
+
+def _cpus(value: Any) -> Any:
+    return _number(value, 0, MAX_CPUS, "a number")
+
+
+def _megabytes(value: Any) -> Any:
+    return int(_number(value, 0, MAX_MEGABYTES, "a number"))
+
+
+def _text(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+#: Seconds: a finite number (the loaders refuse NaN and infinities) above 0, at most 30 days.
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+#: CPUs: above 0, at most MAX_CPUS.
+Cpus = Annotated[float, BeforeValidator(_cpus)]
+#: Megabytes: above 0 (a float is rounded down), at most MAX_MEGABYTES.
+Megabytes = Annotated[int, BeforeValidator(_megabytes)]
+#: A name, image or instruction: a string that is not blank.
+Text = Annotated[str, BeforeValidator(_text)]
+#: A workdir inside the environment that the harness can use.
+Workdir = Annotated[str, AfterValidator(check_workdir)]
+
+
+class Section(BaseModel):
+    """A section of a task file: known keys strictly typed, other keys kept for their owners."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") -> Any:
+    """``model.model_validate(data)``, a TaskError naming the file and key on failure."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise first_error(e, file, prefix=prefix, model=model, error=TaskError) from None
