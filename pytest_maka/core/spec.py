@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import hostpattern
 from .errors import SpecError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
@@ -53,6 +54,20 @@ class SubjectEntry(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     kind: str
+    #: Hosts this subject needs in its agent phase (e.g. its model provider), reached through the egress proxy.
+    egress: list[str] = Field(default_factory=list)
+
+    @field_validator("egress")
+    @classmethod
+    def _egress_entries(cls, v: list[str]) -> list[str]:
+        return _host_entries(v)
+
+
+def _host_entries(entries: list[str]) -> list[str]:
+    """Validate allowlist entries (``host[:port]``, ``*.domain[:port]``, IP literals)."""
+    for entry in entries:
+        hostpattern.parse(entry)
+    return entries
 
 
 class ExecutorEntry(BaseModel):
@@ -87,6 +102,15 @@ class Policy(StrictModel):
     allow_unsandboxed: bool = False
     agent_network: bool = False
     verifier_network: bool = False
+    #: Hosts every subject may reach in its agent phase, through the egress proxy.
+    egress: list[str] = Field(default_factory=list)
+    #: Hosts the verifier phase may reach through the egress proxy (e.g. a package index).
+    verifier_egress: list[str] = Field(default_factory=list)
+
+    @field_validator("egress", "verifier_egress")
+    @classmethod
+    def _egress_entries(cls, v: list[str]) -> list[str]:
+        return _host_entries(v)
 
 
 class CohortSpec(StrictModel):
@@ -110,6 +134,8 @@ class SubjectSpec:
     options: BaseModel
     declared_in: Path
     digest: str
+    #: Allowlist entries this subject needs in its agent phase.
+    egress: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -281,10 +307,19 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
     try:
         options = model.model_validate(extras, context={"base_dir": file.parent})
     except ValidationError as e:
-        raise _first_error(e, file, prefix=prefix, model=model, also=("name", "kind")) from None
-    material = _canonical({"kind": entry.kind, "options": options.model_dump(mode="json")})
-    digest = hashlib.sha256(material.encode()).hexdigest()
-    return SubjectSpec(name=entry.name, kind=entry.kind, options=options, declared_in=file, digest=digest)
+        raise _first_error(e, file, prefix=prefix, model=model, also=("name", "kind", "egress")) from None
+    identity: dict[str, Any] = {"kind": entry.kind, "options": options.model_dump(mode="json")}
+    if entry.egress:
+        identity["egress"] = entry.egress
+    digest = hashlib.sha256(_canonical(identity).encode()).hexdigest()
+    return SubjectSpec(
+        name=entry.name,
+        kind=entry.kind,
+        options=options,
+        declared_in=file,
+        digest=digest,
+        egress=tuple(entry.egress),
+    )
 
 
 def _resolve_executor(entry: ExecutorEntry, kinds: dict[str, type[BaseModel]], file: Path) -> ExecutorSpec:
