@@ -6,10 +6,10 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import hostpattern
 from .errors import SpecError
@@ -47,6 +47,15 @@ class TaskSource(BaseModel):
         return dict(self.model_extra or {})
 
 
+def _host_entry(entry: str) -> str:
+    """An allowlist entry (``host[:port]``, ``*.domain[:port]``, an IP literal), validated."""
+    hostpattern.parse(entry)
+    return entry
+
+
+HostEntry = Annotated[str, AfterValidator(_host_entry)]
+
+
 class SubjectEntry(BaseModel):
     """One entry of ``subjects:``; the keys beyond name/kind are validated by the kind."""
 
@@ -55,19 +64,7 @@ class SubjectEntry(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     kind: str
     #: Hosts this subject needs in its agent phase (e.g. its model provider), reached through the egress proxy.
-    egress: list[str] = Field(default_factory=list)
-
-    @field_validator("egress")
-    @classmethod
-    def _egress_entries(cls, v: list[str]) -> list[str]:
-        return _host_entries(v)
-
-
-def _host_entries(entries: list[str]) -> list[str]:
-    """Validate allowlist entries (``host[:port]``, ``*.domain[:port]``, IP literals)."""
-    for entry in entries:
-        hostpattern.parse(entry)
-    return entries
+    egress: list[HostEntry] = Field(default_factory=list)
 
 
 class ExecutorEntry(BaseModel):
@@ -103,14 +100,9 @@ class Policy(StrictModel):
     agent_network: bool = False
     verifier_network: bool = False
     #: Hosts every subject may reach in its agent phase, through the egress proxy.
-    egress: list[str] = Field(default_factory=list)
+    egress: list[HostEntry] = Field(default_factory=list)
     #: Hosts the verifier phase may reach through the egress proxy (e.g. a package index).
-    verifier_egress: list[str] = Field(default_factory=list)
-
-    @field_validator("egress", "verifier_egress")
-    @classmethod
-    def _egress_entries(cls, v: list[str]) -> list[str]:
-        return _host_entries(v)
+    verifier_egress: list[HostEntry] = Field(default_factory=list)
 
 
 class CohortSpec(StrictModel):
