@@ -28,6 +28,7 @@ from .log import EgressEvent
 #: Where the socket directory appears inside the sandbox.
 SANDBOX_DIR = "/run/maka-egress"
 SOCKET_NAME = "proxy.sock"
+TINYPROXY = "tinyproxy"
 MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
 #: Started in front of every command of an allowlist phase: the forwarder on the sandbox's
 #: loopback, a wait until it listens (0C38 = port 3128), then the command itself ("$1").
@@ -81,7 +82,7 @@ class HostProxy:
 
     def start(self) -> None:
         """Start tinyproxy and the bridge; EgressUnavailable with the reason when either fails."""
-        if shutil.which("tinyproxy") is None or shutil.which("socat") is None:
+        if shutil.which(TINYPROXY) is None or shutil.which("socat") is None:
             raise EgressUnavailable(MISSING)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         (self.dir / "filter").write_text("\n".join(tinyproxy.filter_lines(self.patterns)) + "\n")
@@ -94,7 +95,7 @@ class HostProxy:
                 [
                     "bwrap", "--die-with-parent", "--dev-bind", "/", "/",
                     "--ro-bind", str(self.dir / "hosts"), "/etc/hosts",
-                    "tinyproxy", "-d", "-c", str(self.dir / "tinyproxy.conf"),
+                    TINYPROXY, "-d", "-c", str(self.dir / "tinyproxy.conf"),
                 ]
             )  # fmt: skip
             if self._wait(functools.partial(_listening, port), proc):
