@@ -49,12 +49,12 @@ class EgressLog:
             return [e for e in self._events if phase is None or e.phase == phase]
 
     def summary(self, phase: str) -> dict[str, Any]:
-        """Counts and the refused destinations (most frequent first) of one phase."""
+        """Counts, and refused destination -> times (most frequent first), of one phase."""
         events = self.events(phase)
         refused = Counter(e.destination for e in events if not e.allowed)
         return {
             "connections": {"allowed": sum(e.allowed for e in events), "refused": sum(refused.values())},
-            "refused_destinations": [d for d, _ in refused.most_common()],
+            "refused_destinations": dict(refused.most_common()),
         }
 
 

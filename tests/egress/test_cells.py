@@ -59,6 +59,11 @@ def test_agent_reaches_only_its_allowlist_and_the_record_says_so(cohort: Cohort,
         lines = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
         assert [(x["phase"], x["allowed"]) for x in lines] == [("agent", True), ("agent", False), ("agent", False)]
         assert set(lines[0]) == {"time", "phase", "method", "destination", "allowed", "bytes", "reason"}
+    summary = (cohort.out / "summary.md").read_text()
+    for name in ("a", "b"):
+        assert f"| {name} | agent | telemetry.test:{server.port} | 1 | 1 |" in summary, summary
+    html = (cohort.out / "report.html").read_text()
+    assert 'id="egress"' in html and f"telemetry.test:{server.port}" in html
 
 
 def test_verifier_phase_gets_only_its_own_allowlist(cohort: Cohort, server: HttpServer) -> None:
