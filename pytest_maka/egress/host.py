@@ -90,27 +90,30 @@ class HostProxy:
         for _ in range(5):  # a free port can be taken between choosing and binding it
             port = _free_port()
             self._write_config(port)
-            proc = self._spawn(
-                "tinyproxy",
-                [
-                    "bwrap", "--die-with-parent", "--dev-bind", "/", "/",
-                    "--ro-bind", str(self.dir / "hosts"), "/etc/hosts",
-                    TINYPROXY, "-d", "-c", str(self.dir / "tinyproxy.conf"),
-                ]
-            )  # fmt: skip
+            proc = self._spawn("tinyproxy", self._proxy_argv())
+            # The bridge connects to the port per client, so both start at once.
+            bridge = self._spawn(
+                "socat",
+                ["socat", f"UNIX-LISTEN:{self.socket_path},fork,mode=0666,unlink-early", f"TCP:127.0.0.1:{port}"],
+            )
             if self._wait(functools.partial(_listening, port), proc):
                 break
+            self._stop(bridge)
             self._stop(proc)
         else:
             self.stop()
             raise EgressUnavailable(f"tinyproxy did not start: {self._log_tail()}")
-        bridge = self._spawn(
-            "socat",
-            ["socat", f"UNIX-LISTEN:{self.socket_path},fork,mode=0666,unlink-early", f"TCP:127.0.0.1:{port}"]
-        )
         if not self._wait(self.socket_path.exists, bridge):
             self.stop()
             raise EgressUnavailable("the unix-socket bridge to the egress proxy (socat) did not start")
+
+    def _proxy_argv(self) -> list[str]:
+        """tinyproxy in the foreground; under bwrap with a private /etc/hosts when names are mapped."""
+        argv = [TINYPROXY, "-d", "-c", str(self.dir / "tinyproxy.conf")]
+        if not self.hosts:
+            return argv
+        hosts = str(self.dir / "hosts")
+        return ["bwrap", "--die-with-parent", "--dev-bind", "/", "/", "--ro-bind", hosts, "/etc/hosts", *argv]
 
     def _hosts_file(self) -> str:
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
