@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import shutil
 import signal
 import socket
@@ -29,6 +30,8 @@ from .log import EgressEvent
 SANDBOX_DIR = "/run/maka-egress"
 SOCKET_NAME = "proxy.sock"
 TINYPROXY = "tinyproxy"
+#: The user tinyproxy runs as when the harness is root.
+UNPRIVILEGED = "nobody"
 MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
 #: Started in front of every command of an allowlist phase: the forwarder on the sandbox's
 #: loopback, a wait until it listens (0C38 = port 3128), then the command itself ("$1").
@@ -90,7 +93,7 @@ class HostProxy:
         for _ in range(5):  # a free port can be taken between choosing and binding it
             port = _free_port()
             self._write_config(port)
-            proc = self._spawn("tinyproxy", self._proxy_argv())
+            proc = self._spawn("tinyproxy", self._proxy_argv(), log=self._log)
             # The bridge connects to the port per client, so both start at once.
             bridge = self._spawn(
                 "socat",
@@ -108,12 +111,16 @@ class HostProxy:
             raise EgressUnavailable("the unix-socket bridge to the egress proxy (socat) did not start")
 
     def _proxy_argv(self) -> list[str]:
-        """tinyproxy in the foreground; under bwrap with a private /etc/hosts when names are mapped."""
-        argv = [TINYPROXY, "-d", "-c", str(self.dir / "tinyproxy.conf")]
-        if not self.hosts:
-            return argv
+        """tinyproxy in the foreground, in a pid namespace of its own with a private /etc/hosts.
+
+        The pid namespace is what stops it with the harness: tinyproxy changes its user,
+        which clears a parent-death signal, but it cannot outlive the namespace's init.
+        """
         hosts = str(self.dir / "hosts")
-        return ["bwrap", "--die-with-parent", "--dev-bind", "/", "/", "--ro-bind", hosts, "/etc/hosts", *argv]
+        return [
+            "bwrap", "--die-with-parent", "--unshare-pid", "--dev-bind", "/", "/", "--ro-bind", hosts, "/etc/hosts",
+            TINYPROXY, "-d", "-c", str(self.dir / "tinyproxy.conf"),
+        ]  # fmt: skip
 
     def _hosts_file(self) -> str:
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
@@ -121,18 +128,24 @@ class HostProxy:
         return "\n".join(lines) + "\n"
 
     def _write_config(self, port: int) -> None:
+        """Logs go to stdout (captured in the log file); as root, tinyproxy drops to ``nobody``."""
         conf = tinyproxy.render_config(
-            listen="127.0.0.1", port=port, filter_path=str(self.dir / "filter"), log_path=str(self._log)
+            listen="127.0.0.1",
+            port=port,
+            filter_path=str(self.dir / "filter"),
+            log_path=None,
+            user=UNPRIVILEGED if os.geteuid() == 0 else None,
         )
         (self.dir / "tinyproxy.conf").write_text(conf)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with (self.dir / f"{name}.stderr").open("wb") as err:
+    def _spawn(self, name: str, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start ``argv``; its output goes to ``log`` (default ``<name>.out``)."""
+        with (log or self.dir / f"{name}.out").open("wb") as out:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,  # the harness may be killed: the proxy must go too
             )
         self._procs.append(proc)
@@ -150,9 +163,9 @@ class HostProxy:
 
     def _log_tail(self) -> str:
         text = self._log.read_text(errors="replace") if self._log.exists() else ""
-        errors = [line for line in text.splitlines() if line.startswith(("ERROR", "CRITICAL"))]
-        stderr = (self.dir / "tinyproxy.stderr").read_text(errors="replace").strip().splitlines()
-        return (errors or stderr or ["no log written"])[-1]
+        lines = [line for line in text.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith(("ERROR", "CRITICAL"))]
+        return (errors or lines or ["no log written"])[-1]
 
     @staticmethod
     def _stop(proc: subprocess.Popen[bytes]) -> None:

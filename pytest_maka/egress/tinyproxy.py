@@ -42,15 +42,26 @@ def filter_lines(patterns: tuple[HostPattern, ...]) -> list[str]:
     return lines or [r"^$"]  # an empty filter file would allow nothing anyway; keep it explicit
 
 
-def render_config(*, listen: str, port: int, filter_path: str, log_path: str, pid_path: str | None = None) -> str:
-    """A tinyproxy.conf that refuses what the filter does not name and logs every request."""
+def render_config(
+    *,
+    listen: str,
+    port: int,
+    filter_path: str,
+    log_path: str | None,
+    pid_path: str | None = None,
+    user: str | None = None,
+) -> str:
+    """A tinyproxy.conf that refuses what the filter does not name and logs every request.
+
+    Without ``log_path`` tinyproxy logs to stdout (run it with ``-d``); with ``user`` it drops to
+    that user (and the group of the same name's primary group) after binding.
+    """
     lines = [
         f"Port {port}",
         f"Listen {listen}",
         "Timeout 600",
         "MaxClients 64",
         "LogLevel Connect",
-        f'LogFile "{log_path}"',
         "FilterURLs On",
         "FilterType ere",
         "FilterCaseSensitive No",
@@ -58,9 +69,24 @@ def render_config(*, listen: str, port: int, filter_path: str, log_path: str, pi
         f'Filter "{filter_path}"',
         "DisableViaHeader Yes",
     ]
+    if log_path:
+        lines.append(f'LogFile "{log_path}"')
     if pid_path:
         lines.append(f'PidFile "{pid_path}"')
+    if user:
+        lines += [f"User {user}", f"Group {user_group(user)}"]
     return "\n".join(lines) + "\n"
+
+
+def user_group(user: str) -> str:
+    """The name of ``user``'s primary group (``nogroup`` for Debian's nobody)."""
+    import grp
+    import pwd
+
+    try:
+        return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+    except KeyError:
+        return user
 
 
 def _destination(request_line: str) -> tuple[str, str, str]:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,6 +136,13 @@ def test_a_proxy_that_cannot_start_is_infra_failure_never_an_open_network(
     assert server.paths == []
 
 
+def _is_zombie(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 def _processes_mentioning(text: str) -> list[str]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -142,16 +150,18 @@ def _processes_mentioning(text: str) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if text in cmdline and int(pid) != os.getpid():
+        if text in cmdline and int(pid) != os.getpid() and not _is_zombie(pid):
             found.append(f"{pid}: {cmdline}")
     return found
 
 
-def test_no_proxy_outlives_its_lease_after_ctrl_c(cohort: Cohort, server: HttpServer) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: signal.Signals) -> None:
+    marker = f"egress-{uuid.uuid4().hex[:10]}"  # the subject's name, hence in the proxy's paths
     cohort.task("t", agent_timeout=120)
     cmd = fetch(f"http://allowed.test:{server.port}/started", "$MAKA_LOGS_DIR/net.txt") + "sleep 120"
     cohort.write(
-        subjects=[{"name": "a", "kind": "command", "command": cmd}],
+        subjects=[{"name": marker, "kind": "command", "command": cmd}],
         executor=LOCAL,
         policy={"egress": [f"allowed.test:{server.port}"]},
     )
@@ -166,14 +176,16 @@ def test_no_proxy_outlives_its_lease_after_ctrl_c(cohort: Cohort, server: HttpSe
         while server.paths != ["/started"] and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)
         assert server.paths == ["/started"], "the subject never reached the proxy"
-        assert _processes_mentioning(str(cohort.root)), "the proxy should be running now"
-        proc.send_signal(signal.SIGINT)
+        running = _processes_mentioning(marker)
+        assert any("tinyproxy -d" in p for p in running), running
+        assert any(p.split(" ", 2)[1] == "socat" for p in running), running
+        proc.send_signal(sig)
         proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 10
-    while _processes_mentioning(str(cohort.root)) and time.monotonic() < deadline:
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _processes_mentioning(str(cohort.root)) == []
+    assert _processes_mentioning(marker) == []
