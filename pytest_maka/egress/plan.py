@@ -55,10 +55,6 @@ class NetworkPlan:
         plan: PhasePlan = getattr(self, name)
         return plan
 
-    @property
-    def uses_proxy(self) -> bool:
-        return any(self.phase(p).mode == "allowlist" for p in PHASES)
-
 
 def _task_hosts(task: Task) -> tuple[tuple[HostPattern, ...], tuple[str, ...]]:
     """The task's ``allowed_hosts``, parsed; entries that are not host patterns come back unparsed."""
@@ -87,8 +83,15 @@ def _phase(
         return PhasePlan("all", (), declared)
     missing: tuple[str, ...] = ()
     if declared == "allowlist":
-        missing = tuple(p.text for p in task_hosts if p not in base)
+        missing = tuple(p.text for p in task_hosts if not _covered(p, base))
     return PhasePlan("allowlist" if base else "none", base, declared, missing)
+
+
+def _covered(p: HostPattern, base: tuple[HostPattern, ...]) -> bool:
+    """True when ``base`` already allows everything ``p`` names."""
+    if p in base:
+        return True
+    return not p.wildcard and all(hostpattern.allowed(base, p.host, port) for port in p.ports)
 
 
 def build_plan(task: Task, policy: Policy, subject_egress: tuple[str, ...] = ()) -> NetworkPlan:

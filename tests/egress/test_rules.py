@@ -73,10 +73,10 @@ def test_plan_unions_policy_subject_and_task_hosts(tmp_path: Path) -> None:
 
 
 def test_plan_says_what_the_policy_did_not_grant(tmp_path: Path) -> None:
-    task = _task(tmp_path, "allowlist", ["pypi.test", "api.model.test", "not a host"])
-    plan = build_plan(task, Policy(egress=["api.model.test"]))
+    task = _task(tmp_path, "allowlist", ["pypi.test", "api.model.test", "a.model.test:443", "not a host"])
+    plan = build_plan(task, Policy(egress=["api.model.test", "*.model.test:443"]))
     assert plan.agent.mode == "allowlist"
-    assert [p.text for p in plan.agent.allow] == ["api.model.test"]
+    assert [p.text for p in plan.agent.allow] == ["api.model.test", "*.model.test:443"]
     assert plan.agent.record()["not_granted"] == ["pypi.test", "not a host (not a host pattern)"]
 
 
