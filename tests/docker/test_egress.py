@@ -120,3 +120,25 @@ def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_d
         for net in (gone, kept):
             with contextlib.suppress(docker.errors.NotFound):
                 docker_api.remove_network(net)
+
+
+def test_a_proxy_that_cannot_start_is_infra_failure_and_leaves_nothing(
+    cohort: Cohort, docker_api, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    cohort.task("egress-broken")
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": FETCH + "http://allowed.test:8080/"}],
+        executor={
+            "kind": "docker",
+            "state_dir": str(tmp_path_factory.mktemp("state")),
+            "egress_network": "maka-test-no-such-network",
+        },
+        policy={"egress": ["allowed.test:8080"]},
+        retries={"infra": 0},
+    )
+    cohort.run_subprocess(timeout=300)
+    record = cohort.results()["egress-broken[a-r0]"]
+    assert record["status"] == "infra_failure"
+    assert "egress proxy" in record["error"]["message"] and "maka-test-no-such-network" in record["error"]["message"]
+    assert (record.get("agent") or {}).get("exit_code") is None, "the subject never ran"
+    assert _egress_leftovers(docker_api, "egress-broken") == []
