@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import inputs
+from . import hostpattern, inputs
 from .errors import SpecError
 from .task import MAX_TIMEOUT_SEC
 from .validation import first_error as _first_error
@@ -67,6 +67,15 @@ class TaskSource(BaseModel):
         return dict(self.model_extra or {})
 
 
+def _host_entry(entry: str) -> str:
+    """An allowlist entry (``host[:port]``, ``*.domain[:port]``, an IP literal), validated."""
+    hostpattern.parse(entry)
+    return entry
+
+
+HostEntry = Annotated[str, AfterValidator(_host_entry)]
+
+
 class SubjectEntry(BaseModel):
     """One entry of ``subjects:``; the keys beyond name/kind are validated by the kind."""
 
@@ -74,6 +83,8 @@ class SubjectEntry(BaseModel):
 
     name: Name
     kind: str
+    #: Hosts this subject needs in its agent phase (e.g. its model provider), reached through the egress proxy.
+    egress: list[HostEntry] = Field(default_factory=list)
 
 
 class ExecutorEntry(BaseModel):
@@ -108,6 +119,10 @@ class Policy(StrictModel):
     allow_unsandboxed: bool = False
     agent_network: bool = False
     verifier_network: bool = False
+    #: Hosts every subject may reach in its agent phase, through the egress proxy.
+    egress: list[HostEntry] = Field(default_factory=list)
+    #: Hosts the verifier phase may reach through the egress proxy (e.g. a package index).
+    verifier_egress: list[HostEntry] = Field(default_factory=list)
 
 
 class CohortSpec(StrictModel):
@@ -131,6 +146,8 @@ class SubjectSpec:
     options: BaseModel
     declared_in: Path
     digest: str
+    #: Allowlist entries this subject needs in its agent phase.
+    egress: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -235,10 +252,19 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
     try:
         options = model.model_validate(extras, context={"base_dir": file.parent})
     except ValidationError as e:
-        raise _first_error(e, file, prefix=prefix, model=model, also=("name", "kind")) from None
-    material = _canonical({"kind": entry.kind, "options": options.model_dump(mode="json")})
-    digest = hashlib.sha256(material.encode()).hexdigest()
-    return SubjectSpec(name=entry.name, kind=entry.kind, options=options, declared_in=file, digest=digest)
+        raise _first_error(e, file, prefix=prefix, model=model, also=("name", "kind", "egress")) from None
+    identity: dict[str, Any] = {"kind": entry.kind, "options": options.model_dump(mode="json")}
+    if entry.egress:
+        identity["egress"] = entry.egress
+    digest = hashlib.sha256(_canonical(identity).encode()).hexdigest()
+    return SubjectSpec(
+        name=entry.name,
+        kind=entry.kind,
+        options=options,
+        declared_in=file,
+        digest=digest,
+        egress=tuple(entry.egress),
+    )
 
 
 def _resolve_executor(entry: ExecutorEntry, kinds: dict[str, type[BaseModel]], file: Path) -> ExecutorSpec:

@@ -8,6 +8,9 @@ Contract every executor keeps (checked by tests/conformance for each one):
 - Output beyond ``max_output_bytes`` per stream is dropped and flagged, never buffered.
 - Only the variables in ``env`` reach the command; the host environment does not.
 - ``network=False`` means the command cannot reach any network, loopback of the host included.
+- A sandbox that can enforce an allowlist phase also implements ``egress.phase.EgressSandbox``
+  (``egress_phase(name, plan, log)``): inside it ``network=True`` reaches only the egress
+  proxy; without it an allowlist phase is an infra failure, never an open network.
 - ``put`` overwrites what is at the destination; ``get`` never follows a symlink out of
   the environment.
 """

@@ -154,8 +154,13 @@ def command_argv(
     env: Mapping[str, str],
     command: str,
     info_fd: int | None,
+    extra_args: Iterable[str] = (),
+    wrapper: str | None = None,
 ) -> list[str]:
-    """The per-exec part: network, task binds (in order), working directory, environment."""
+    """The per-exec part: network, task binds (in order), working directory, environment.
+
+    ``wrapper`` is a shell script run instead of the command, which it gets as ``$1``.
+    """
     argv = list(prefix)
     if isolated and not network:
         argv.append("--unshare-net")
@@ -163,12 +168,13 @@ def command_argv(
         argv += ["--ro-bind", resolv_target, resolv_target]
     for dest, src in binds.items():
         argv += ["--bind", str(src), dest]
+    argv += extra_args
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     argv += ["--chdir", cwd, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    argv += ["--", "/bin/sh", "-c", command]
+    argv += ["--", "/bin/sh", "-c", command] if wrapper is None else ["--", "/bin/sh", "-c", wrapper, "maka", command]
     return argv
 
 

@@ -19,10 +19,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.errors import ExecutorUnavailable, InfraError
+from ..core.hostpattern import check_egress_hosts
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
 from . import bwrap
 from .base import ExecResult, LeaseRequest
 from .hostfs import clear_dir, copy_out, descend, remove_path
+from .local_egress import LocalEgress
 from .process import run_process
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
@@ -40,6 +42,13 @@ class LocalOptions(BaseModel):
     ro_binds: list[str] = Field(default_factory=list)
     #: Seconds between SIGTERM and SIGKILL when a command times out.
     kill_grace_sec: float = Field(default=1.0, ge=0)
+    #: Names the egress proxy resolves as given (name -> IP address), e.g. a local model gateway.
+    egress_hosts: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("egress_hosts")
+    @classmethod
+    def _ip_values(cls, hosts: dict[str, str]) -> dict[str, str]:
+        return check_egress_hosts(hosts)
 
     @field_validator("ro_binds")
     @classmethod
@@ -122,6 +131,9 @@ class LocalSandbox:
         self._mount_tops: list[str] = []
         self._lay_out()
         self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds)
+        self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
+        #: The network plan's phase context: ``egress_phase(name, plan, log)``.
+        self.egress_phase = self.egress.phase
 
     def _check_workdir(self) -> None:
         top = PurePosixPath(self._workdir).parts[1:2]
@@ -162,18 +174,21 @@ class LocalSandbox:
         """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
         self._require_open()
         isolated = self.options.sandbox == "bwrap"
+        proxied = self.egress.current if network and isolated else None
         read_fd, write_fd = os.pipe()
         try:
             argv = bwrap.command_argv(
                 self._prefix if isolated else self._open_prefix(),
                 binds=self._binds(),
-                network=network,
+                network=network and proxied is None,
                 isolated=isolated,
                 resolv_target=self._layout.resolv_target,
                 cwd=cwd or self._workdir,
-                env=env,
+                env={**env, **proxied.env} if proxied else env,
                 command=command,
                 info_fd=write_fd if isolated else None,
+                extra_args=proxied.extra_args if proxied else (),
+                wrapper=proxied.wrapper if proxied else None,
             )
 
             def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:

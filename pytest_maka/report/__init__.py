@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.stats import summarize
+from .egress import refused_rows
 from .html import render_html
 from .markdown import render_markdown
 from .terminal import format_duration, terminal_lines
@@ -82,8 +83,9 @@ def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict |
         else:
             info.pop("run_time", None)
     summary = summarize(records)
-    html = render_html(summary, records, cohort=cohort, out_dir=out_dir, meta=info)
-    markdown = render_markdown(summary, cohort=cohort, meta=info)
+    refused = refused_rows(records)
+    html = render_html(summary, records, cohort=cohort, out_dir=out_dir, meta=info, refused=refused)
+    markdown = render_markdown(summary, cohort=cohort, meta=info, refused=refused)
     return {
         "html": write_atomic(out_dir / HTML_FILE, html),
         "markdown": write_atomic(out_dir / MARKDOWN_FILE, markdown),

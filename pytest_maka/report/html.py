@@ -22,6 +22,7 @@ from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
 from . import charts
 from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
+from .egress import RefusedRow
 from .formatting import DASH, money, p_text, pct, pp
 from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
@@ -132,6 +133,7 @@ def render_html(
     cohort: str,
     out_dir: Path | None = None,
     meta: Mapping[str, Any] | None = None,
+    refused: list[RefusedRow] | None = None,
 ) -> str:
     """The whole ``report.html`` text. ``out_dir`` is where artifact paths are resolved."""
     meta = dict(meta or {})
@@ -157,6 +159,7 @@ def render_html(
             weak=weak_line(summary),
             few_tasks=few_tasks_line(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
+            refused=refused or [],
             charts={
                 "rate": charts.pass_rate_chart(subjects),
                 "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),

@@ -8,6 +8,8 @@ from typing import Any
 
 from ..core.stats import CLUSTER, REFERENCE, CohortSummary
 from ..core.taxonomy import MEANING, OFFICIAL, Status
+from .egress import RefusedRow
+from .egress import markdown_lines as egress_lines
 from .formatting import DASH, estimate, money, p_text, pp
 from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
@@ -82,7 +84,13 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> li
     return out
 
 
-def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, Any] | None = None) -> str:
+def render_markdown(
+    summary: CohortSummary,
+    *,
+    cohort: str,
+    meta: Mapping[str, Any] | None = None,
+    refused: list[RefusedRow] | None = None,
+) -> str:
     """The whole ``summary.md`` text."""
     present = [s for s in Status if summary.counts[s]]
     out: list[str] = [f"## pytest-maka: {md(cohort)}", ""]
@@ -130,7 +138,7 @@ def render_markdown(summary: CohortSummary, *, cohort: str, meta: Mapping[str, A
     few = few_tasks_line(summary)
     if few:
         out += [f"**Weak:** {md(few)}.", ""]
-    out += pass_k_lines(summary) + comparison_lines(summary)
+    out += pass_k_lines(summary) + comparison_lines(summary) + egress_lines(refused or [], md)
 
     if summary.health:
         out += [f"### Task health ({len(summary.health)} flagged)", ""]

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.cell import Cell
-from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..egress.log import LOG_NAME, EgressLog
+from ..egress.phase import network_phase, network_record
+from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
@@ -30,9 +32,11 @@ def base_env(task: Task) -> dict[str, str]:
     return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
 
 
-def agent_network(task: Task, policy: Policy) -> bool:
-    """The subject gets a network only if the task declares one and the spec allows it."""
-    return policy.agent_network and task.network != "none"
+def attempt_plan(work: AttemptWork) -> NetworkPlan:
+    """The attempt's NetworkPlan: task, policy, the subject's declared needs and its own hook."""
+    extra = getattr(work.subject, "egress", None)
+    needs = (*work.cell.subject.egress, *(extra() if callable(extra) else ()))
+    return build_plan(work.cell.task, work.settings.policy, needs)
 
 
 @dataclass
@@ -57,6 +61,8 @@ class AttemptWork:
     agent_info: dict[str, Any] = field(default_factory=dict)
     verifier_info: dict[str, Any] = field(default_factory=dict)
     isolation: dict[str, Any] = field(default_factory=dict)
+    plan: NetworkPlan = field(default_factory=NetworkPlan)
+    egress: EgressLog | None = None
     budget_info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -133,6 +139,7 @@ class AttemptWork:
             "verifier_stderr": d / "verifier.stderr.txt",
             "verifier_logs": d / "verifier",
             "harness_error": d / "harness-error.txt",
+            "egress_log": d / LOG_NAME,
         }
         out = {"dir": d.relative_to(out_dir).as_posix()}
         out.update({k: p.relative_to(out_dir).as_posix() for k, p in wanted.items() if p.exists()})
@@ -153,15 +160,16 @@ def run_attempt_steps(
 ) -> None:
     """prepare → run subject → stop → freeze → restore → verify, filling ``work``."""
     task, settings, d = work.cell.task, work.settings, work.attempt_dir
-    budgets, policy = settings.budgets, settings.policy
+    budgets = settings.budgets
     (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
+    work.plan, work.egress = attempt_plan(work), EgressLog(d / LOG_NAME)
     stack = ExitStack()
     try:
         with work.timed("setup"):
             sandbox = stack.enter_context(lease(request))
             sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
             work.isolation = sandbox.isolation(
-                agent_network=agent_network(task, policy), verifier_network=policy.verifier_network
+                agent_network=work.plan.agent.mode == "all", verifier_network=work.plan.verifier.mode == "all"
             )
         agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
         work.budget_info = {
@@ -186,6 +194,8 @@ def run_attempt_steps(
     finally:
         with work.timed("teardown"):
             _close(stack, work)
+        if work.isolation:
+            work.isolation["network"] = network_record(work.plan, work.isolation.get("network"), work.egress)
         redact_tree(d, work.subject.secrets())
 
 
@@ -240,9 +250,10 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         stdout_path=d / "agent.stdout.txt",
         stderr_path=d / "agent.stderr.txt",
         max_output_bytes=work.settings.budgets.max_output_bytes,
-        network=agent_network(task, work.settings.policy),
+        network=work.plan.agent.network,
     )
-    with work.timed("agent"):
+    assert work.egress is not None
+    with work.timed("agent"), network_phase(sandbox, "agent", work.plan, work.egress):
         result = work.subject.run(sandbox, task, ctx)
     work.subject_outcome = SubjectOutcome(exit_code=result.exit_code, timed_out=result.timed_out)
     work.agent_info = {
@@ -287,12 +298,13 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",
-        network=settings.policy.verifier_network,
+        network=work.plan.verifier.network,
         max_output_bytes=budgets.max_output_bytes,
         attempt_dir=d,
         scratch_dir=scratch,
     )
-    with work.timed("verify"):
+    assert work.egress is not None
+    with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress):
         result = verifier.run(sandbox, task, ctx)
     with work.timed("collect"):
         sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir)

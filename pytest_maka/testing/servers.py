@@ -48,3 +48,65 @@ def tcp_server(greeting: bytes | None = None) -> Iterator[TcpServer]:
         stop.set()
         thread.join(2)
         sock.close()
+
+
+#: What the egress test server answers, so a probe can tell it reached it.
+EGRESS_TOKEN = "maka-egress-ok"
+#: A small HTTP + UDP server for egress tests: answers every GET with EGRESS_TOKEN and prints
+#: "UDP <data>" for every datagram. Runs as ``python3 -c EGRESS_SERVER PORT`` (e.g. in a container).
+EGRESS_SERVER = f"""
+import http.server, socket, sys, threading
+port = int(sys.argv[1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"{EGRESS_TOKEN} " + self.path.encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+        print("HTTP", self.path, flush=True)
+    def log_message(self, *a): pass
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
+    while True:
+        print("UDP", s.recvfrom(100)[0], flush=True)
+threading.Thread(target=udp, daemon=True).start()
+http.server.ThreadingHTTPServer(("0.0.0.0", port), H).serve_forever()
+"""
+
+
+@dataclass
+class HttpServer:
+    """An HTTP server on 127.0.0.1 answering EGRESS_TOKEN; ``paths`` are the requests it served."""
+
+    port: int
+    paths: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def http_server() -> Iterator[HttpServer]:
+    """Serve HTTP on 127.0.0.1 until the block ends."""
+    import http.server
+
+    server_state = HttpServer(port=0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            server_state.paths.append(self.path)
+            body = f"{EGRESS_TOKEN} {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server_state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server_state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(2)

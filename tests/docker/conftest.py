@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,3 +59,30 @@ def make_executor(docker_api: docker.APIClient, state_dir: Path) -> Iterator:
     yield _make
     for executor in made:
         executor.close()
+
+
+@pytest.fixture(scope="session")
+def egress_upstream(docker_api: docker.APIClient) -> Iterator[tuple[str, str, int]]:
+    """An HTTP + UDP test server in a container on a network of its own: (network, ip, port).
+
+    The egress proxy joins that network as its egress side, so egress tests send traffic
+    only to containers they created.
+    """
+    from pytest_maka.testing.servers import EGRESS_SERVER
+
+    name = f"maka-test-upstream-{uuid.uuid4().hex[:8]}"
+    labels = {"io.pytest-maka.test": "egress-upstream"}
+    net = docker_api.create_network(name, driver="bridge", internal=True, labels=labels)["Id"]
+    cid = docker_api.create_container(
+        BASE_IMAGE,
+        ["python3", "-u", "-c", EGRESS_SERVER, "8080"],
+        labels=labels,
+        host_config=docker_api.create_host_config(network_mode=name),
+    )["Id"]
+    try:
+        docker_api.start(cid)
+        ip = docker_api.inspect_container(cid)["NetworkSettings"]["Networks"][name]["IPAddress"]
+        yield name, ip, 8080
+    finally:
+        docker_api.remove_container(cid, force=True)
+        docker_api.remove_network(net)

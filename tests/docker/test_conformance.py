@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from pytest_maka.executors.docker import DockerExecutor
-from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, ExecutorConformance
+from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, EgressTarget, ExecutorConformance
 
 pytestmark = pytest.mark.docker
 
@@ -28,10 +28,17 @@ class TestDockerConformance(ExecutorConformance):
         assert again.stdout.split() == ["lo"], "the network is granted per command, then taken away"
 
     @pytest.fixture
-    def executor(self, make_executor: Callable[..., DockerExecutor]) -> DockerExecutor:
-        executor = make_executor()
+    def executor(self, make_executor: Callable[..., DockerExecutor], egress_upstream) -> DockerExecutor:  # type: ignore[no-untyped-def]
+        network, ip, _ = egress_upstream
+        executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
         executor.check()
         return executor
+
+    @pytest.fixture
+    def egress_target(self, egress_upstream) -> EgressTarget:  # type: ignore[no-untyped-def,override]
+        """The upstream container (the proxy cannot reach the host's loopback from its network)."""
+        _, ip, port = egress_upstream
+        return EgressTarget(name="allowed.test", ip=ip, port=port)
 
     def test_env_contains_only_what_was_passed(self, sandbox, tmp_path, monkeypatch, docker_api) -> None:  # type: ignore[override]
         """As the suite's, except that variables the image itself sets (``ENV``) are allowed.

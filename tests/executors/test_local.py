@@ -14,8 +14,11 @@ from types import FrameType
 import pytest
 from pydantic import ValidationError
 
+from pytest_maka.core import hostpattern
 from pytest_maka.core.errors import ExecutorUnavailable, InfraError
 from pytest_maka.core.task import Task
+from pytest_maka.egress.log import EgressLog
+from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import Executor, LeaseRequest, Sandbox
 from pytest_maka.executors.local import MISSING_BWRAP, LocalExecutor, LocalOptions, LocalSandbox
 from pytest_maka.testing import ExecutorConformance, make_cell, make_task
@@ -32,7 +35,7 @@ class TestLocalConformance(ExecutorConformance):
 
     @pytest.fixture
     def executor(self) -> Executor:
-        executor = LocalExecutor(LocalOptions(kill_grace_sec=0.5))
+        executor = LocalExecutor(LocalOptions(kill_grace_sec=0.5, egress_hosts={"allowed.test": "127.0.0.1"}))
         executor.check()
         return executor
 
@@ -56,6 +59,17 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     test_timeout_kills_everything = None  # type: ignore[assignment]
     test_no_survivors_after_normal_exit = None  # type: ignore[assignment]
     test_host_filesystem_not_writable = None  # type: ignore[assignment]
+    test_egress_listed_host_is_reached_and_others_refused = None  # type: ignore[assignment]
+    test_egress_without_the_proxy_reaches_nothing = None  # type: ignore[assignment]
+    test_egress_each_phase_gets_only_its_own_allowlist = None  # type: ignore[assignment]
+
+    def test_an_allowlist_phase_is_refused_not_opened(self, sandbox: Sandbox, tmp_path: Path) -> None:
+        """With the host's network there is nothing to filter: the phase fails, it never runs open."""
+        plan = PhasePlan("allowlist", hostpattern.parse_all(["allowed.test:80"]))
+        with pytest.raises(InfraError, match="cannot enforce"), sandbox.egress_phase(  # type: ignore[attr-defined]
+            "agent", plan, EgressLog(tmp_path / "egress.log")
+        ):
+            pytest.fail("the phase ran")
 
     def test_shares_the_host_network_and_says_so(self, sandbox: Sandbox, tmp_path: Path, host_server: int) -> None:
         run = self.run(sandbox, self._probe(host_server), tmp_path, network=False)

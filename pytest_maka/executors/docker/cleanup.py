@@ -39,6 +39,7 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
             except docker.errors.APIError as exc:
                 name += f": not removed: {one_line(exc)}"
         removed.append(name)
+    removed += _sweep_networks(engine, everything=everything, dry_run=dry_run)
     if images:
         with engine.guard("listing images"):
             found = api.images(filters={"label": f"{L.MANAGED}=1"})
@@ -50,6 +51,27 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
                 except docker.errors.APIError as exc:
                     tags += f": not removed: {one_line(exc)}"
             removed.append(f"image {tags}")
+    return removed
+
+
+def _sweep_networks(engine: Engine, *, everything: bool, dry_run: bool) -> list[str]:
+    """Remove the egress networks of dead runs (their containers are gone by now)."""
+    api, removed = engine.api, []
+    with engine.guard("listing networks"):
+        networks = api.networks(filters={"label": f"{L.MANAGED}=1"})
+    for net in networks:
+        labels = net.get("Labels") or {}
+        if not (everything or L.owner_is_dead(labels)):
+            continue
+        name = f"network {net['Name']} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
+        if not dry_run:
+            try:
+                api.remove_network(net["Id"])
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                name += f": not removed: {one_line(exc)}"
+        removed.append(name)
     return removed
 
 

@@ -20,6 +20,7 @@ from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
 from . import labels as L
 from .cleanup import sweep
+from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
 from .leases import SlotPool, acquire
@@ -112,6 +113,7 @@ class DockerExecutor:
                 cid, info = spare.container_id, spare.info
             slot.record(cid)
             failed = True
+            egress = self._egress(engine, request)
             try:
                 sandbox = DockerSandbox(
                     engine,
@@ -122,6 +124,7 @@ class DockerExecutor:
                     info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
                 )
+                sandbox.egress = egress
                 if spare is None:
                     sandbox.start()
                 else:
@@ -143,8 +146,21 @@ class DockerExecutor:
                 with _sigint_deferred():
                     if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                         slot.clear()
+                    with contextlib.suppress(Exception):  # left behind, `maka docker-cleanup` removes it
+                        egress.close()
         finally:
             slot.release()
+
+    def _egress(self, engine: Engine, request: LeaseRequest) -> DockerEgress:
+        """The attempt's egress: nothing is created until a phase needs its allowlist."""
+        return DockerEgress(
+            engine,
+            labels={L.CELL: request.cell.id, L.CELL_KEY: request.cell.key, L.ATTEMPT: str(request.attempt)},
+            egress_network=self.options.egress_network,
+            hosts=self.options.egress_hosts,
+            state_dir=self.options.resolved_state_dir(),
+            attempt_dir=request.attempt_dir,
+        )
 
     def _env_key(self, engine: Engine, image_id: str, task: Task) -> EnvKey:
         cpus = task.cpus or self.options.cpus

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...core.hostpattern import check_egress_hosts
+
 #: What agents need: file ownership and permissions, switching users, signalling their own
 #: processes, binding low ports, chroot. Dropped from Docker's default set: NET_RAW (raw
 #: sockets), MKNOD, SETFCAP, AUDIT_WRITE.
@@ -62,6 +64,10 @@ class DockerOptions(BaseModel):
     cap_add: list[str] = Field(default_factory=list)
     #: Network a command joins when the policy allows it network access.
     network: str = "bridge"
+    #: Network the egress proxy container reaches destinations through.
+    egress_network: str = "bridge"
+    #: Names the egress proxy resolves as given (name -> IP address or "host-gateway").
+    egress_hosts: dict[str, str] = Field(default_factory=dict)
     no_new_privileges: bool = True
     #: Start the next container of an environment ahead of time (once it was leased twice).
     prestart: bool = True
@@ -82,6 +88,11 @@ class DockerOptions(BaseModel):
         if v == "host" or v.startswith("container:"):
             raise ValueError("host and container network modes cannot be joined per command; use a network name")
         return v
+
+    @field_validator("egress_hosts")
+    @classmethod
+    def _egress_hosts(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_egress_hosts(v)
 
     @field_validator("cap_add")
     @classmethod

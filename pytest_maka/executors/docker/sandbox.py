@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker.errors
 
 from ...core.errors import InfraError
+from ...egress.log import EgressLog
+from ...egress.plan import PhasePlan
 from ..base import ExecResult
 from .archive import Batch, extract_archive
+from .egress import DockerEgress
 from .engines import Engine
 from .execs import CLEAR_PATH, Capture
 from .processes import ContainerProcesses
@@ -53,6 +57,8 @@ class DockerSandbox(ContainerProcesses):
         self._batch = Batch()  # puts waiting to be sent as one archive
         self._dirty = False  # an exec ran: the subject may have planted links
         self.networks_used: set[str] = set()
+        #: The attempt's egress (internal network + proxy), set by the executor's lease.
+        self.egress: DockerEgress | None = None
         self.restarts = 0
         #: Seconds the last exec spent stopping what its command left (for the benchmark).
         self.last_stop_s = 0.0
@@ -73,16 +79,27 @@ class DockerSandbox(ContainerProcesses):
         """``sh -c command``; returns once every process it started is gone (also on timeout)."""
         self._dirty, self._fresh = True, set()
         started = time.monotonic()
+        proxied = self.egress.current if network and self.egress is not None else None
+        target = proxied.network if proxied else self._network
         with self.engine.guard("running a command"):
             self._flush()
             if network:
-                self.api.connect_container_to_network(self.id, self._network)
-                self.networks_used.add(self._network)
+                self.api.connect_container_to_network(self.id, target)
+                self.networks_used.add("egress-internal" if proxied else target)
             try:
+                env = {**env, **proxied.env} if proxied else env
                 return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, max_output_bytes, started)
             finally:
                 if network:
-                    self.api.disconnect_container_from_network(self.id, self._network, force=True)
+                    self.api.disconnect_container_from_network(self.id, target, force=True)
+
+    @contextmanager
+    def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Iterator[None]:
+        """Phase ``name`` of the network plan: an allowlist phase runs behind the attempt's proxy."""
+        if self.egress is None:
+            raise InfraError("this docker sandbox has no egress proxy")
+        with self.egress.phase(name, plan, log):
+            yield
 
     def _exec(
         self,

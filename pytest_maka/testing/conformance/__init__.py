@@ -9,12 +9,13 @@ does not offer. Commands are POSIX ``sh``; the network probes also need ``python
 from __future__ import annotations
 
 from .base import SECRET_NAME, SECRET_VALUE, TOKEN, WORKSPACE_FILES, ConformanceBase, Run, make_cell, make_task
+from .egress import EgressTarget, EgressTests
 from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
 
 
-class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, ConformanceBase):
+class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, EgressTests, ConformanceBase):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
 
@@ -24,6 +25,8 @@ __all__ = [
     "TOKEN",
     "WORKSPACE_FILES",
     "ConformanceBase",
+    "EgressTarget",
+    "EgressTests",
     "ExecutorConformance",
     "Run",
     "make_cell",

@@ -1,0 +1,175 @@
+"""What the egress proxy adds: per attempt start (an allowlist phase's proxy up and down) and per request.
+
+    python bench/egress_overhead.py                  # local (bubblewrap) executor, concurrency 1 and 4
+    python bench/egress_overhead.py --docker         # also the Docker executor
+
+Per attempt start: the time to enter and leave an allowlist phase with no request (local:
+tinyproxy + the unix-socket bridge on the host; Docker: the first phase creates the
+internal network and the proxy container, later phases only restart tinyproxy in it).
+Per request: inside the sandbox, a fresh connection per GET through the proxy, compared
+with the same GET without the proxy (local: from the host; Docker: a command joined to the
+upstream's network directly). Concurrency 1 and 4 run that many leases in threads at once,
+like ``-n 1`` and ``-n 4``. Targets: <= 100 ms per attempt start, <= 5 ms per request on
+loopback. Traffic stays on 127.0.0.1 and on networks this script creates. Figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_maka.core import hostpattern  # noqa: E402
+from pytest_maka.egress.log import EgressLog  # noqa: E402
+from pytest_maka.egress.plan import PhasePlan  # noqa: E402
+from pytest_maka.executors.base import LeaseRequest  # noqa: E402
+from pytest_maka.testing.conformance import make_cell, make_task  # noqa: E402
+from pytest_maka.testing.servers import EGRESS_SERVER, http_server  # noqa: E402
+
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+#: Times N GETs (a fresh connection each) inside the sandbox; prints one duration (s) per line.
+TIMER = """
+import sys, time, urllib.request
+url, n = sys.argv[1], int(sys.argv[2])
+opener = urllib.request.build_opener()
+for _ in range(n):
+    t = time.perf_counter(); opener.open(url, timeout=10).read(); print(time.perf_counter() - t)
+"""
+
+
+def ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:7.1f} ms" if values else "      -"
+
+
+def _run(sandbox: Any, root: Path, command: str, env: dict[str, str], network: bool) -> str:
+    n = uuid.uuid4().hex[:8]
+    out, err = root / f"o-{n}", root / f"e-{n}"
+    sandbox.exec(command, env=env, timeout_sec=120, stdout_path=out, stderr_path=err, network=network)
+    return out.read_text()
+
+
+def one_lease(
+    executor: Any, root: Path, target: tuple[str, int], requests: int, phases: int, direct_url: str | None
+) -> dict[str, list[float]]:
+    """One attempt: ``phases`` allowlist phases timed empty, then ``requests`` GETs via the proxy."""
+    task = make_task(root / "task", docker_image="python:3.11-slim")
+    req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s")
+    (root / "a").mkdir(parents=True, exist_ok=True)
+    name, port = target
+    plan = PhasePlan("allowlist", hostpattern.parse_all([f"{name}:{port}"]))
+    log = EgressLog(root / "a" / "egress.log")
+    out: dict[str, list[float]] = {"first_phase": [], "phase": [], "proxied": [], "direct": []}
+    env = {**ENV, "T": TIMER}
+    with executor.lease(req) as sandbox:
+        for i in range(phases):
+            t = time.perf_counter()
+            with sandbox.egress_phase("agent", plan, log):
+                pass
+            out["first_phase" if i == 0 else "phase"].append(time.perf_counter() - t)
+        with sandbox.egress_phase("agent", plan, log):
+            text = _run(sandbox, root, f'python3 -c "$T" http://{name}:{port}/ {requests}', env, True)
+        out["proxied"] = [float(x) for x in text.split()]
+        if direct_url is not None:
+            text = _run(sandbox, root, f'python3 -c "$T" {direct_url} {requests}', env, True)
+            out["direct"] = [float(x) for x in text.split()]
+    return out
+
+
+def host_direct(url: str, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        urllib.request.urlopen(url, timeout=10).read()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct: Callable[[], list[float]] | None,
+            direct_url: str | None, args: argparse.Namespace) -> None:  # fmt: skip
+    executor = make()
+    for workers in (1, 4):
+        with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:
+            roots = [Path(tmp) / f"lease-{i}" for i in range(workers * args.leases)]
+            started = time.perf_counter()
+            with ThreadPoolExecutor(workers) as pool:
+                results = list(
+                    pool.map(lambda r: one_lease(executor, r, target, args.requests, args.phases, direct_url), roots)
+                )
+            wall = time.perf_counter() - started
+        merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}
+        baseline = direct() if direct is not None else merged["direct"]
+        added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
+        print(
+            f"{label:6} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
+            f"later phase {ms(merged['phase'])}; request via proxy {ms(merged['proxied'])}, "
+            f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
+        )
+    executor.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docker", action="store_true", help="also measure the Docker executor")
+    parser.add_argument("--requests", type=int, default=50, help="GETs per lease")
+    parser.add_argument("--phases", type=int, default=5, help="empty allowlist phases timed per lease")
+    parser.add_argument("--leases", type=int, default=2, help="leases per worker")
+    args = parser.parse_args()
+
+    from pytest_maka.executors.local import LocalExecutor, LocalOptions
+
+    with http_server() as server:
+        url = f"http://127.0.0.1:{server.port}/"
+        measure(
+            "local",
+            lambda: LocalExecutor(LocalOptions(egress_hosts={"allowed.test": "127.0.0.1"})),
+            ("allowed.test", server.port),
+            lambda: host_direct(url, args.requests * 4),
+            None,
+            args,
+        )
+    if args.docker:
+        docker_bench(args)
+    return 0
+
+
+def docker_bench(args: argparse.Namespace) -> None:
+    import docker
+
+    from pytest_maka.executors.docker import DockerExecutor, DockerOptions
+
+    api = docker.APIClient(version="auto")
+    name = f"maka-bench-upstream-{uuid.uuid4().hex[:8]}"
+    net = api.create_network(name, internal=True, labels={"io.pytest-maka.bench": "1"})["Id"]
+    server = ["python3", "-c", EGRESS_SERVER, "8080"]
+    cid = api.create_container("python:3.11-slim", server, host_config=api.create_host_config(network_mode=name))["Id"]
+    try:
+        api.start(cid)
+        ip = api.inspect_container(cid)["NetworkSettings"]["Networks"][name]["IPAddress"]
+        state = Path(tempfile.mkdtemp(prefix="maka-egress-bench-state-"))
+        options = {"egress_network": name, "network": name, "egress_hosts": {"allowed.test": ip}, "state_dir": state}
+        measure(
+            "docker",
+            lambda: DockerExecutor(DockerOptions(**options, slots_per_engine=8, prestart=False)),
+            ("allowed.test", 8080),
+            None,
+            f"http://{ip}:8080/",
+            args,
+        )
+    finally:
+        api.remove_container(cid, force=True)
+        api.remove_network(net)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""``egress.log``: one JSON line per connection attempt of an attempt, allowed or refused."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+LOG_NAME = "egress.log"
+
+
+@dataclass(frozen=True)
+class EgressEvent:
+    """One request the egress proxy saw."""
+
+    time: str
+    phase: str
+    method: str
+    destination: str
+    allowed: bool
+    #: Bytes relayed, when the proxy reports them (tinyproxy does not: null).
+    bytes: int | None = None
+    reason: str | None = None
+
+
+class EgressLog:
+    """Appends events to ``<attempt_dir>/egress.log`` and keeps per-phase counts for the record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._events: list[EgressEvent] = []
+
+    def extend(self, events: list[EgressEvent]) -> None:
+        if not events:
+            return
+        with self._lock:
+            self._events.extend(events)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                for event in events:
+                    f.write(json.dumps(asdict(event), separators=(",", ":")) + "\n")
+
+    def events(self, phase: str | None = None) -> list[EgressEvent]:
+        with self._lock:
+            return [e for e in self._events if phase is None or e.phase == phase]
+
+    def summary(self, phase: str) -> dict[str, Any]:
+        """Counts, and refused destination -> times (most frequent first), of one phase."""
+        events = self.events(phase)
+        refused = Counter(e.destination for e in events if not e.allowed)
+        return {
+            "connections": {"allowed": sum(e.allowed for e in events), "refused": sum(refused.values())},
+            "refused_destinations": dict(refused.most_common()),
+        }
+
+
+def read_events(path: Path) -> list[EgressEvent]:
+    """The events of an ``egress.log`` (lines that do not parse are skipped)."""
+    out: list[EgressEvent] = []
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            out.append(EgressEvent(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out

@@ -1,0 +1,52 @@
+"""Entering a phase of the NetworkPlan on a sandbox, and the record's ``isolation.network``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, runtime_checkable
+
+from ..core.errors import InfraError
+from .log import EgressLog
+from .plan import PHASES, NetworkPlan, PhasePlan
+
+
+@runtime_checkable
+class EgressSandbox(Protocol):
+    """A sandbox that can enforce an allowlist phase (start its proxy, route ``network=True`` through it)."""
+
+    def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Any:
+        """A context manager: the proxy runs for the block; what it saw goes to ``log``."""
+        ...
+
+
+@contextmanager
+def network_phase(sandbox: object, name: str, plan: NetworkPlan, log: EgressLog) -> Iterator[PhasePlan]:
+    """Run the block under phase ``name`` of ``plan``; an allowlist the sandbox cannot enforce is an infra error."""
+    phase = plan.phase(name)
+    if phase.mode != "allowlist":
+        yield phase
+        return
+    if not isinstance(sandbox, EgressSandbox):
+        raise InfraError(f"this executor cannot enforce the {name} phase's egress allowlist (no egress proxy)")
+    with sandbox.egress_phase(name, phase, log):
+        yield phase
+
+
+def network_record(plan: NetworkPlan, executor_network: dict[str, Any] | None, log: EgressLog) -> dict[str, Any]:
+    """``isolation.network``: a summary string per phase (as before) plus ``phases`` with the details."""
+    given = executor_network or {}
+    out: dict[str, Any] = {}
+    phases: dict[str, Any] = {}
+    for name in PHASES:
+        phase = plan.phase(name)
+        if phase.mode == "all":
+            out[name] = given.get(name, "all")
+        else:
+            out[name] = phase.mode
+        detail = phase.record()
+        if phase.mode == "allowlist":
+            detail.update(log.summary(name))
+        phases[name] = detail
+    out["phases"] = phases
+    return out

@@ -1,0 +1,123 @@
+"""The NetworkPlan: what each phase of an attempt may reach, decided from task, policy and subject."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import hostpattern
+from ..core.hostpattern import HostPattern
+from ..core.spec import Policy
+from ..core.task import Task
+
+PHASES = ("setup", "agent", "verifier")
+#: none: no network; services: only the task's own sidecars; allowlist: through the egress
+#: proxy; all: the executor's network, unfiltered.
+MODES = ("none", "services", "allowlist", "all")
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One phase's network: its mode and, for ``allowlist``, what the proxy lets through."""
+
+    mode: str = "none"
+    allow: tuple[HostPattern, ...] = ()
+    #: What the task declared for this phase (public, none, allowlist), if anything.
+    declared: str | None = None
+    #: Task-declared hosts the policy did not grant (the phase ran without them).
+    not_granted: tuple[str, ...] = ()
+
+    @property
+    def network(self) -> bool:
+        """True when commands of this phase get a network at all (filtered or not)."""
+        return self.mode in ("allowlist", "all")
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "declared": self.declared}
+        if self.mode == "allowlist":
+            out["allowed"] = [p.text for p in self.allow]
+        if self.not_granted:
+            out["not_granted"] = list(self.not_granted)
+        return out
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """The per-phase plan of one attempt; fixed before the attempt starts."""
+
+    setup: PhasePlan = field(default_factory=PhasePlan)
+    agent: PhasePlan = field(default_factory=PhasePlan)
+    verifier: PhasePlan = field(default_factory=PhasePlan)
+
+    def phase(self, name: str) -> PhasePlan:
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(PHASES)}")
+        plan: PhasePlan = getattr(self, name)
+        return plan
+
+
+def _task_hosts(task: Task) -> tuple[tuple[HostPattern, ...], tuple[str, ...]]:
+    """The task's ``allowed_hosts``, parsed; entries that are not host patterns come back unparsed."""
+    good: list[HostPattern] = []
+    bad: list[str] = []
+    for entry in task.grading_options.get("allowed_hosts") or []:
+        try:
+            good.append(hostpattern.parse(entry))
+        except ValueError:
+            bad.append(f"{entry} (not a host pattern)")
+    return tuple(good), tuple(bad)
+
+
+def _phase(
+    declared: str | None,
+    granted_all: bool,
+    base: tuple[HostPattern, ...],
+    task_hosts: tuple[HostPattern, ...],
+    *,
+    honour_none: bool,
+) -> PhasePlan:
+    if granted_all and declared == "allowlist":
+        allow = tuple(dict.fromkeys(base + task_hosts))
+        return PhasePlan("allowlist" if allow else "none", allow, declared)
+    if granted_all and not (honour_none and declared == "none"):
+        return PhasePlan("all", (), declared)
+    missing: tuple[str, ...] = ()
+    if declared == "allowlist":
+        missing = tuple(p.text for p in task_hosts if not _covered(p, base))
+    return PhasePlan("allowlist" if base else "none", base, declared, missing)
+
+
+def _covered(p: HostPattern, base: tuple[HostPattern, ...]) -> bool:
+    """True when ``base`` already allows everything ``p`` names."""
+    if p in base:
+        return True
+    return not p.wildcard and all(hostpattern.allowed(base, p.host, port) for port in p.ports)
+
+
+def build_plan(task: Task, policy: Policy, subject_egress: tuple[str, ...] = ()) -> NetworkPlan:
+    """Decide every phase: the policy's switches grant what the task declares, the allowlists add hosts.
+
+    Agent phase: ``policy.egress`` plus the subject's own ``egress`` always go through the
+    proxy; with ``policy.agent_network`` a task declaring ``public`` gets ``all`` and one
+    declaring ``allowlist`` gets its ``allowed_hosts`` on top. Verifier phase: the same with
+    ``policy.verifier_egress`` and ``policy.verifier_network``. Setup runs without network.
+    """
+    task_hosts, bad = _task_hosts(task)
+    agent = _phase(
+        task.network,
+        policy.agent_network,
+        hostpattern.parse_all([*policy.egress, *subject_egress]),
+        task_hosts,
+        honour_none=True,
+    )
+    verifier_declared = task.grading_options.get("network", task.network)
+    verifier = _phase(
+        verifier_declared,
+        policy.verifier_network,
+        hostpattern.parse_all(policy.verifier_egress),
+        task_hosts,
+        honour_none=False,  # an explicit verifier_network grant stands, as before allowlists
+    )
+    if bad:
+        agent = PhasePlan(agent.mode, agent.allow, agent.declared, agent.not_granted + bad)
+    return NetworkPlan(setup=PhasePlan("none"), agent=agent, verifier=verifier)

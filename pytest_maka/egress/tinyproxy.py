@@ -1,0 +1,156 @@
+"""Rules for Debian's tinyproxy (``tinyproxy-bin``) and its log read back as egress events.
+
+tinyproxy handles HTTP CONNECT (the tunnel is never opened: no TLS interception) and plain
+HTTP; with ``FilterURLs On`` its filter sees ``host:port`` for CONNECT and the absolute URL
+for plain HTTP, so one anchored regular expression per allowed (host, port) decides both.
+``FilterDefaultDeny Yes`` refuses everything else, including IP literals nobody listed.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+from ..core.hostpattern import HostPattern, allowed
+from .log import EgressEvent
+
+#: Port the proxy listens on inside its own network namespace or container.
+PROXY_PORT = 3128
+_LINE = re.compile(r"^(?P<level>[A-Z]+)\s+(?P<stamp>\w{3} \d\d \d\d:\d\d:\d\d\.\d{3}) \[\d+\]: (?P<msg>.*)$")
+_REQUEST = re.compile(r"^Request \(file descriptor (?P<fd>\d+)\): (?P<line>.*)$")
+_REFUSED = re.compile(r'^Proxying refused on filtered (?:url|domain) "(?P<url>.*)"$')
+
+
+def _host_regex(p: HostPattern) -> str:
+    if p.is_ip:
+        return re.escape(f"[{p.host}]" if ":" in p.host else p.host)
+    name = re.escape(p.host)
+    return rf"([a-z0-9-]+\.)+{name}" if p.wildcard else name
+
+
+def filter_lines(patterns: tuple[HostPattern, ...]) -> list[str]:
+    """One extended regex per allowed (host, port), for CONNECT targets and for http:// URLs."""
+    lines: list[str] = []
+    for p in patterns:
+        host = _host_regex(p)
+        for port in p.ports:
+            lines.append(rf"^{host}:{port}$")
+            lines.append(rf"^http://{host}:{port}([/?].*)?$")
+            if port == 80:
+                lines.append(rf"^http://{host}([/?].*)?$")
+    return lines or [r"^$"]  # an empty filter file would allow nothing anyway; keep it explicit
+
+
+def render_config(
+    *,
+    listen: str,
+    port: int,
+    filter_path: str,
+    log_path: str | None,
+    pid_path: str | None = None,
+    user: str | None = None,
+) -> str:
+    """A tinyproxy.conf that refuses what the filter does not name and logs every request.
+
+    Without ``log_path`` tinyproxy logs to stdout (run it with ``-d``); with ``user`` it drops to
+    that user (and the group of the same name's primary group) after binding.
+    """
+    lines = [
+        f"Port {port}",
+        f"Listen {listen}",
+        "Timeout 600",
+        "MaxClients 64",
+        "LogLevel Connect",
+        "FilterURLs On",
+        "FilterType ere",
+        "FilterCaseSensitive No",
+        "FilterDefaultDeny Yes",
+        f'Filter "{filter_path}"',
+        "DisableViaHeader Yes",
+    ]
+    if log_path:
+        lines.append(f'LogFile "{log_path}"')
+    if pid_path:
+        lines.append(f'PidFile "{pid_path}"')
+    if user:
+        lines += [f"User {user}", f"Group {user_group(user)}"]
+    return "\n".join(lines) + "\n"
+
+
+def user_group(user: str) -> str:
+    """The name of ``user``'s primary group (``nogroup`` for Debian's nobody)."""
+    import grp
+    import pwd
+
+    try:
+        return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+    except KeyError:
+        return user
+
+
+def _destination(request_line: str) -> tuple[str, str, str]:
+    """(method, host:port, url) of a request line (``?`` parts when it does not parse)."""
+    parts = request_line.split()
+    method = parts[0] if parts else "?"
+    url = parts[1] if len(parts) > 1 else ""
+    if method.upper() == "CONNECT":
+        return method, url, url
+    split = urlsplit(url)
+    if split.scheme and split.hostname:
+        try:
+            port = split.port or (443 if split.scheme == "https" else 80)
+        except ValueError:
+            return method, url, url
+        host = f"[{split.hostname}]" if ":" in split.hostname else split.hostname
+        return method, f"{host}:{port}", url
+    return method, url or "?", url
+
+
+def _iso(stamp: str) -> str:
+    now = datetime.now(UTC)
+    parsed = datetime.strptime(f"{now.year} {stamp}", "%Y %b %d %H:%M:%S.%f").replace(tzinfo=UTC)
+    return parsed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _split(dest: str) -> tuple[str, int] | None:
+    host, _, port = dest.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def parse_log(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[EgressEvent]:
+    """Every request in a tinyproxy log; allowed only when the rules allow it and tinyproxy did not refuse it."""
+    pending: list[dict[str, object]] = []
+    for raw in text.splitlines():
+        m = _LINE.match(raw)
+        if not m:
+            continue
+        msg = m["msg"]
+        req = _REQUEST.match(msg)
+        if req:
+            method, dest, url = _destination(req["line"])
+            pending.append({"time": _iso(m["stamp"]), "method": method, "destination": dest, "url": url})
+            continue
+        refused = _REFUSED.match(msg)
+        if refused:
+            for item in reversed(pending):
+                if item["url"] == refused["url"] and "reason" not in item:
+                    item["reason"] = "not in the allowlist"
+                    break
+    events = []
+    for item in pending:
+        reason = item.get("reason")
+        target = _split(str(item["destination"]))
+        if reason is None and (target is None or not allowed(patterns, *target)):
+            reason = "not in the allowlist" if target else "not a proxy request"
+        events.append(
+            EgressEvent(
+                time=str(item["time"]),
+                phase=phase,
+                method=str(item["method"]),
+                destination=str(item["destination"]),
+                allowed=reason is None,
+                reason=None if reason is None else str(reason),
+            )
+        )
+    return events

@@ -1,0 +1,63 @@
+"""The local executor's egress: an allowlist phase runs its commands behind the host-side proxy.
+
+The sandbox keeps ``--unshare-net``; only the proxy's unix socket directory is bound in
+(read-only), and every command starts behind the forwarder of ``egress.host``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import InfraError
+from ..egress import host
+from ..egress.log import EgressLog
+from ..egress.plan import PhasePlan
+from ..egress.tinyproxy import PROXY_PORT
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class ProxiedExec:
+    """What an exec of an allowlist phase adds to the bwrap command line and the environment."""
+
+    extra_args: tuple[str, ...]
+    env: Mapping[str, str]
+    wrapper: str = host.FORWARDER
+
+
+class LocalEgress:
+    """Holds the running host proxy of the current phase (at most one at a time)."""
+
+    def __init__(self, scratch: Path, hosts: Mapping[str, str], *, isolated: bool) -> None:
+        self._scratch = scratch
+        self._isolated = isolated
+        self._hosts = dict(hosts)
+        self.current: ProxiedExec | None = None
+
+    @contextmanager
+    def phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Iterator[None]:
+        """Start the proxy for ``plan`` (an allowlist phase) and stop it, logging what it saw."""
+        if plan.mode != "allowlist":
+            yield
+            return
+        if not self._isolated:
+            raise InfraError(f"the {name} phase needs an allowlist, which sandbox: none cannot enforce")
+        proxy = host.HostProxy(self._scratch / f"egress-{name}", plan.allow, self._hosts, name)
+        try:
+            proxy.start()
+        except host.EgressUnavailable as exc:
+            raise InfraError(f"egress proxy for the {name} phase: {exc}") from None
+        sock_dir = proxy.socket_path.parent
+        self.current = ProxiedExec(
+            extra_args=("--ro-bind", str(sock_dir), host.SANDBOX_DIR),
+            env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
+        )
+        try:
+            yield
+        finally:
+            self.current = None
+            log.extend(proxy.stop())

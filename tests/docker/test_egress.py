@@ -1,0 +1,144 @@
+"""Egress through whole cells on the Docker executor: records, cleanup, Ctrl-C leaves no network or proxy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from pytest_maka.executors.docker import DockerOptions
+from pytest_maka.executors.docker import labels as L
+from pytest_maka.executors.docker.cleanup import sweep
+from pytest_maka.executors.docker.engines import Engine
+from pytest_maka.testing.servers import EGRESS_TOKEN
+
+from ..conftest import Cohort
+
+pytestmark = pytest.mark.docker
+
+FETCH = (
+    "python3 -c \"import sys, urllib.request as u\n"
+    "for url in sys.argv[1:]:\n"
+    "    try: print(url, u.urlopen(url, timeout=10).read().decode())\n"
+    "    except Exception as e: print(url, 'FAILED', e)\" "
+)
+
+
+def _executor(state: Path, upstream: tuple[str, str, int]) -> dict[str, object]:
+    network, ip, _ = upstream
+    return {"kind": "docker", "state_dir": str(state), "egress_network": network, "egress_hosts": {"allowed.test": ip}}
+
+
+def _egress_leftovers(docker_api, cell_prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
+    nets = [n["Name"] for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})]
+    nets = [n for n in nets if (docker_api.inspect_network(n)["Labels"] or {}).get(L.CELL, "").startswith(cell_prefix)]
+    proxies = [
+        c["Names"][0]
+        for c in docker_api.containers(all=True, filters={"label": f"{L.ROLE}=egress-proxy"})
+        if c["Labels"].get(L.CELL, "").startswith(cell_prefix)
+    ]
+    return nets + proxies
+
+
+def test_cell_reaches_its_allowlist_and_leaves_nothing(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    _, ip, port = egress_upstream
+    cohort.task("egress-ok")
+    urls = f"http://allowed.test:{port}/agent http://unlisted.test:{port}/t http://{ip}:{port}/ip"
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": FETCH + urls + " > $MAKA_LOGS_DIR/net.txt"}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [f"allowed.test:{port}"]},
+    )
+    result = cohort.run_subprocess(timeout=300)
+    record = cohort.results()["egress-ok[a-r0]"]
+    assert record["status"] == "agent_failure", result.stdout.str()[-2000:]
+    seen = (cohort.out / record["artifacts"]["agent_logs"] / "net.txt").read_text()
+    assert seen.count(EGRESS_TOKEN) == 1 and seen.count("403") == 2, seen
+    agent = record["isolation"]["network"]["phases"]["agent"]
+    assert agent["connections"] == {"allowed": 1, "refused": 2}
+    assert set(agent["refused_destinations"]) == {f"unlisted.test:{port}", f"{ip}:{port}"}
+    assert record["isolation"]["network"]["agent"] == "allowlist"
+    assert _egress_leftovers(docker_api, "egress-ok") == []
+
+
+def test_ctrl_c_removes_egress_networks_and_proxies(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    _, _, port = egress_upstream
+    for i in range(2):
+        cohort.task(f"egress-slow-{i}", agent_timeout=300)
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": FETCH + f"http://allowed.test:{port}/x; sleep 300"}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [f"allowed.test:{port}"]},
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *cohort.args("-n", "2")],
+        cwd=cohort.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(_egress_leftovers(docker_api, "egress-slow")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_egress_leftovers(docker_api, "egress-slow")) == 4, "two networks and two proxies while running"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert _egress_leftovers(docker_api, "egress-slow") == [], out.decode(errors="replace")[-3000:]
+
+
+def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    labels = {**L.owner_labels(), L.OWNER_PID: str(dead.pid), L.OWNER_START: "0", L.ROLE: "egress", L.CELL: "dead"}
+    alive = {**L.owner_labels(), L.ROLE: "egress", L.CELL: "alive"}
+    gone = docker_api.create_network("maka-test-dead-egress", internal=True, labels=labels)["Id"]
+    kept = docker_api.create_network("maka-test-live-egress", internal=True, labels=alive)["Id"]
+    try:
+        options = DockerOptions()
+        engine = Engine(options.engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
+        removed = sweep(engine)  # (a concurrent run's sweep may have removed the dead one first)
+        assert not any("maka-test-live-egress" in r for r in removed)
+        names = {n["Name"] for n in docker_api.networks()}
+        assert "maka-test-dead-egress" not in names and "maka-test-live-egress" in names
+    finally:
+        for net in (gone, kept):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_api.remove_network(net)
+
+
+def test_a_proxy_that_cannot_start_is_infra_failure_and_leaves_nothing(
+    cohort: Cohort, docker_api, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    cohort.task("egress-broken")
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": FETCH + "http://allowed.test:8080/"}],
+        executor={
+            "kind": "docker",
+            "state_dir": str(tmp_path_factory.mktemp("state")),
+            "egress_network": "maka-test-no-such-network",
+        },
+        policy={"egress": ["allowed.test:8080"]},
+        retries={"infra": 0},
+    )
+    cohort.run_subprocess(timeout=300)
+    record = cohort.results()["egress-broken[a-r0]"]
+    assert record["status"] == "infra_failure"
+    assert "egress proxy" in record["error"]["message"] and "maka-test-no-such-network" in record["error"]["message"]
+    assert (record.get("agent") or {}).get("exit_code") is None, "the subject never ran"
+    assert _egress_leftovers(docker_api, "egress-broken") == []
