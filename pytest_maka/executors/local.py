@@ -22,6 +22,7 @@ from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
 from . import bwrap
 from .base import ExecResult, LeaseRequest
+from .copyout import CopyReport
 from .hostfs import clear_dir, copy_out, descend, remove_path
 from .process import run_process
 
@@ -229,8 +230,9 @@ class LocalSandbox:
         if base == self._mounts and parts[0] not in self._mount_tops:
             self._mount_tops.append(parts[0])
 
-    def get(self, sandbox_path: str, host_path: Path) -> bool:
-        """Copy out without following symlinks; False when nothing is at ``sandbox_path``."""
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
         self._require_open()
         base, parts = self._locate(sandbox_path)
         parent = descend(base, parts[:-1], make=False) if parts else base.parent
@@ -240,7 +242,7 @@ class LocalSandbox:
         if os.path.lexists(host_path):
             remove_path(host_path)
         host_path.parent.mkdir(parents=True, exist_ok=True)
-        return copy_out(source, host_path)
+        return copy_out(source, host_path, report)
 
     def remove(self, sandbox_path: str) -> None:
         """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
@@ -268,8 +270,8 @@ class LocalSandbox:
             raise ValueError(f"the local executor cannot place files at {sandbox_path}")
         return self._mounts, list(path.parts[1:])
 
-    def workspace_snapshot(self, dest: Path) -> Path:
-        """The live workspace directory on the host (no copy)."""
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """The live workspace directory on the host (no copy: ``report`` stays empty)."""
         return self._workspace
 
     def baseline_workspace(self) -> Path | None:

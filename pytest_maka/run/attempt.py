@@ -14,9 +14,10 @@ from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..executors.base import Executor, LeaseRequest, Sandbox
+from ..executors.copyout import CopyReport
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
+from .freeze import read_json_file, read_stop_reason, read_usage, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -186,7 +187,6 @@ def run_attempt_steps(
     finally:
         with work.timed("teardown"):
             _close(stack, work)
-        redact_tree(d, work.subject.secrets())
 
 
 def _close(stack: ExitStack, work: AttemptWork) -> None:
@@ -259,10 +259,16 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     d = work.attempt_dir
-    sandbox.get(AGENT_LOGS_DIR, d / "agent")
-    diff, counts = workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after"))
+    cap = work.settings.budgets.max_artifact_bytes
+    logs, workspace = CopyReport(max_bytes=cap), CopyReport(max_bytes=cap)
+    sandbox.get(AGENT_LOGS_DIR, d / "agent", report=logs)
+    after = sandbox.workspace_snapshot(scratch / "workspace-after", report=workspace)
+    diff, counts = workspace_diff(sandbox.baseline_workspace(), after)
     (d / "workspace.diff").write_text(diff, encoding="utf-8")
     work.agent_info["workspace_changes"] = counts
+    work.agent_info["copied_out"] = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
+    if logs.truncated or workspace.truncated:
+        work.agent_info["copy_truncated"] = True
     work.usage = read_usage(d / "agent")
     stop_reason = read_stop_reason(d / "agent")
     if stop_reason and work.subject_outcome is not None:

@@ -12,6 +12,7 @@ import docker.errors
 
 from ...core.errors import InfraError
 from ..base import ExecResult
+from ..copyout import CopyReport
 from .archive import Batch, extract_archive
 from .engines import Engine
 from .execs import CLEAR_PATH, Capture
@@ -205,8 +206,9 @@ class DockerSandbox(ContainerProcesses):
         for host_path, path in entries:
             self._batch.add(host_path, _check_path(path))
 
-    def get(self, sandbox_path: str, host_path: Path) -> bool:
-        """Copy out; False when nothing is at ``sandbox_path``. Links leaving the copy are dropped."""
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (streamed, capped, no link kept; noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} out of the container"):
             self._flush(path)
@@ -219,7 +221,7 @@ class DockerSandbox(ContainerProcesses):
             elif host_path.exists():
                 shutil.rmtree(host_path)
             host_path.parent.mkdir(parents=True, exist_ok=True)
-            extract_archive(chunks, host_path)
+            extract_archive(chunks, host_path, report)
         return True
 
     def remove(self, sandbox_path: str) -> None:
@@ -231,9 +233,9 @@ class DockerSandbox(ContainerProcesses):
                 self._clear(path, make_parent=False)
             self._fresh.add(path)
 
-    def workspace_snapshot(self, dest: Path) -> Path:
-        """A host copy of the workdir as it is now."""
-        if not self.get(self.workdir, dest):
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """A host copy of the workdir as it is now (capped like ``get``)."""
+        if not self.get(self.workdir, dest, report=report):
             dest.mkdir(parents=True, exist_ok=True)
         return dest
 
