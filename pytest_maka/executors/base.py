@@ -36,6 +36,8 @@ class ExecResult:
     duration_s: float
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    #: Resource limits the command ran into (e.g. ``memory``, ``pids``), where the executor can tell.
+    limits_hit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
@@ -24,10 +25,14 @@ from . import bwrap
 from .base import ExecResult, LeaseRequest
 from .copyout import CopyReport
 from .hostfs import clear_dir, copy_out, descend, remove_path
+from .limits import MB, LimitSpec, open_limits
 from .process import run_process
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+STORAGE_NOTE = (
+    "workdir and /logs on the host's disk: no total cap; a task's storage_mb caps each file (RLIMIT_FSIZE)"
+)
 
 
 class LocalOptions(BaseModel):
@@ -41,6 +46,14 @@ class LocalOptions(BaseModel):
     ro_binds: list[str] = Field(default_factory=list)
     #: Seconds between SIGTERM and SIGKILL when a command times out.
     kill_grace_sec: float = Field(default=1.0, ge=0)
+    #: Memory per sandbox when the task gives no ``memory_mb`` (None: unlimited).
+    memory_mb: int | None = Field(default=None, ge=16)
+    #: Processes (and threads) per sandbox at once.
+    pids_limit: int = Field(default=4096, ge=16)
+    #: Size of each of the sandbox's tmpfs (/ and /tmp), in MiB.
+    tmpfs_mb: int = Field(default=1024, ge=1)
+    #: Largest file a command may write, in MiB, when the task gives no ``storage_mb`` (None: no cap).
+    max_file_mb: int | None = Field(default=None, ge=1)
 
     @field_validator("ro_binds")
     @classmethod
@@ -122,7 +135,14 @@ class LocalSandbox:
         self._empty = scratch / "empty"  # bound over masked secret files
         self._mount_tops: list[str] = []
         self._lay_out()
-        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds)
+        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
+        self._limits = open_limits(
+            LimitSpec(
+                memory_mb=task.memory_mb or options.memory_mb,
+                pids=options.pids_limit,
+                file_mb=int(task.storage_mb) if task.storage_mb else options.max_file_mb,
+            )
+        )
 
     def _check_workdir(self) -> None:
         top = PurePosixPath(self._workdir).parts[1:2]
@@ -163,6 +183,7 @@ class LocalSandbox:
         """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
         self._require_open()
         isolated = self.options.sandbox == "bwrap"
+        env_fd = bwrap.env_file(env)
         read_fd, write_fd = os.pipe()
         try:
             argv = bwrap.command_argv(
@@ -172,15 +193,15 @@ class LocalSandbox:
                 isolated=isolated,
                 resolv_target=self._layout.resolv_target,
                 cwd=cwd or self._workdir,
-                env=env,
                 command=command,
                 info_fd=write_fd if isolated else None,
+                env_fd=env_fd,
             )
 
             def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
                 return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
 
-            return run_process(
+            result = run_process(
                 argv,
                 timeout_sec=timeout_sec,
                 stdout_path=stdout_path,
@@ -188,9 +209,13 @@ class LocalSandbox:
                 max_output_bytes=max_output_bytes,
                 grace_sec=self.options.kill_grace_sec,
                 make_stopper=stopper,
-                pass_fds=(write_fd,) if isolated else (),
+                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                preexec_fn=self._limits.preexec(),
             )
+            hit = self._limits.exceeded()
+            return replace(result, limits_hit=tuple(hit)) if hit else result
         finally:
+            os.close(env_fd)
             os.close(read_fd)
             os.close(write_fd)
 
@@ -291,6 +316,7 @@ class LocalSandbox:
                 "kill": "process group, best effort (a process that calls setsid survives)",
                 "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
                 "mounts": self._mount_list(),
+                "limits": self._limits.describe(),
             }
         net = {True: "host", False: "none"}
         return {
@@ -304,13 +330,14 @@ class LocalSandbox:
             "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
             "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
             "mounts": self._mount_list(),
+            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": STORAGE_NOTE},
         }
 
     def _mount_list(self) -> list[str]:
         if self.options.sandbox == "bwrap":
-            mounts = ["/ (tmpfs)"]
+            mounts = [f"/ (tmpfs, {self.options.tmpfs_mb} MiB)"]
             mounts += [f"{p} -> {t}" if t else f"{p} (host, ro)" for p, t in self._layout.system]
-            mounts += ["/proc (pid namespace)", "/dev (minimal)", "/tmp (tmpfs)"]
+            mounts += ["/proc (pid namespace)", "/dev (minimal)", f"/tmp (tmpfs, {self.options.tmpfs_mb} MiB)"]
         else:
             mounts = ["/ (host top-level directories, rw)"]
         mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
@@ -321,6 +348,7 @@ class LocalSandbox:
         """Remove the scratch directory (also what the subject made read-only)."""
         if not self._closed:
             self._closed = True
+            self._limits.close()
             if os.path.lexists(self._scratch):
                 remove_path(self._scratch)
 

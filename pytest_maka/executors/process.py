@@ -133,6 +133,7 @@ def run_process(
     grace_sec: float,
     make_stopper: Callable[[subprocess.Popen[bytes]], Stopper],
     pass_fds: Sequence[int] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in its own session; on timeout or interrupt stop the whole tree.
 
@@ -150,6 +151,7 @@ def run_process(
             start_new_session=True,
             pass_fds=tuple(pass_fds),
             env={},  # the sandbox's pid 1 keeps its own environ: it must hold no host secret
+            preexec_fn=preexec_fn,  # e.g. enter the sandbox's cgroup before anything forks
         )
         assert proc.stdout is not None and proc.stderr is not None
         sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
