@@ -7,7 +7,6 @@ directories the subject made read-only.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -42,14 +41,15 @@ def descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool =
     return current
 
 
-def copy_out(source: Path, dest: Path, report: CopyReport | None = None) -> bool:
+def copy_out(source: Path, dest: Path, report: CopyReport | None = None, name: str | None = None) -> bool:
     """Copy a tree out by the rules of ``copyout``: links become plain files holding their
     text; hard links, fifos, sockets and devices are skipped; the report's caps hold.
 
-    Iterative, so any depth works; False when ``source`` itself is not copyable.
+    Iterative, so any depth works; False when ``source`` itself is not copyable. Notes
+    name entries below ``name`` (default: the source's own name).
     """
     report = report if report is not None else CopyReport()
-    todo: list[tuple[Path, Path, str]] = [(source, dest, source.name)]
+    todo: list[tuple[Path, Path, str]] = [(source, dest, name or source.name)]
     copied_root = False
     while todo:
         src, dst, rel = todo.pop()
@@ -109,17 +109,24 @@ def _ensure_mode(path: Path, mode: int, bits: int) -> None:
 
 
 def remove_path(path: Path) -> None:
-    """Delete a file, link or whole tree, even where the subject removed write permission."""
-    if not os.path.isdir(path) or os.path.islink(path):
+    """Delete a file, link or whole tree of any depth, even where the subject removed write permission."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
         path.unlink()
         return
-    os.chmod(path, 0o700)
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            full = os.path.join(root, name)
-            if not os.path.islink(full):
-                os.chmod(full, 0o700)
-    shutil.rmtree(path)
+    stack: list[tuple[str, bool]] = [(os.fspath(path), False)]
+    while stack:
+        top, emptied = stack.pop()
+        if emptied:
+            os.rmdir(top)
+            continue
+        os.chmod(top, 0o700)
+        stack.append((top, True))
+        with os.scandir(top) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 def clear_dir(path: Path) -> None:

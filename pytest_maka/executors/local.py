@@ -21,18 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
-from . import bwrap
+from . import bwrap, disk
 from .base import ExecResult, LeaseRequest
 from .copyout import CopyReport
+from .disk import CappedDisk
 from .hostfs import clear_dir, copy_out, descend, remove_path
 from .limits import MB, LimitSpec, open_limits
 from .process import run_process
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
-STORAGE_NOTE = (
-    "workdir and /logs on the host's disk: no total cap; a task's storage_mb caps each file (RLIMIT_FSIZE)"
-)
 
 
 class LocalOptions(BaseModel):
@@ -52,8 +50,8 @@ class LocalOptions(BaseModel):
     pids_limit: int = Field(default=4096, ge=16)
     #: Size of each of the sandbox's tmpfs (/ and /tmp), in MiB.
     tmpfs_mb: int = Field(default=1024, ge=1)
-    #: Largest file a command may write, in MiB, when the task gives no ``storage_mb`` (None: no cap).
-    max_file_mb: int | None = Field(default=None, ge=1)
+    #: Writable space (workdir, /logs, uploads) in MiB when the task gives no ``storage_mb`` (None: no cap).
+    storage_mb: int | None = Field(default=None, ge=8)
 
     @field_validator("ro_binds")
     @classmethod
@@ -129,9 +127,12 @@ class LocalSandbox:
         self._closed = False
         self._check_workdir()
         scratch.mkdir(parents=True, exist_ok=True)
-        self._workspace = scratch / "workspace"
-        self._logs = scratch / "logs"
-        self._mounts = scratch / "mounts"  # uploads outside workdir and /logs: one bind per top dir
+        storage_mb = int(task.storage_mb) if task.storage_mb else options.storage_mb
+        self._disk, self.storage = self._open_disk(storage_mb)
+        area = self._disk.mount_point if self._disk is not None else scratch
+        self._workspace = area / "workspace"
+        self._logs = area / "logs"
+        self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
         self._empty = scratch / "empty"  # bound over masked secret files
         self._mount_tops: list[str] = []
         self._lay_out()
@@ -140,9 +141,23 @@ class LocalSandbox:
             LimitSpec(
                 memory_mb=task.memory_mb or options.memory_mb,
                 pids=options.pids_limit,
-                file_mb=int(task.storage_mb) if task.storage_mb else options.max_file_mb,
+                file_mb=storage_mb,
             )
         )
+
+    def _open_disk(self, storage_mb: int | None) -> tuple[CappedDisk | None, dict[str, Any]]:
+        """A capped filesystem for the writable directories, where this host can make one."""
+        if storage_mb is None:
+            return None, {"storage_mb": None, "enforced": False, "note": "the task sets no storage_mb"}
+        why = disk.unavailable()
+        if why is None:
+            try:
+                capped = CappedDisk(self._scratch, storage_mb)
+            except OSError as e:
+                why = str(e)
+            else:
+                return capped, {"storage_mb": storage_mb, "enforced": True, "mechanism": "loop-mounted ext4"}
+        return None, {"storage_mb": storage_mb, "enforced": False, "note": f"{why}; each file capped instead"}
 
     def _check_workdir(self) -> None:
         top = PurePosixPath(self._workdir).parts[1:2]
@@ -267,7 +282,7 @@ class LocalSandbox:
         if os.path.lexists(host_path):
             remove_path(host_path)
         host_path.parent.mkdir(parents=True, exist_ok=True)
-        return copy_out(source, host_path, report)
+        return copy_out(source, host_path, report, PurePosixPath(sandbox_path).name)
 
     def remove(self, sandbox_path: str) -> None:
         """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
@@ -316,7 +331,7 @@ class LocalSandbox:
                 "kill": "process group, best effort (a process that calls setsid survives)",
                 "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
                 "mounts": self._mount_list(),
-                "limits": self._limits.describe(),
+                "limits": {**self._limits.describe(), "storage": self.storage},
             }
         net = {True: "host", False: "none"}
         return {
@@ -330,7 +345,7 @@ class LocalSandbox:
             "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
             "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
             "mounts": self._mount_list(),
-            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": STORAGE_NOTE},
+            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": self.storage},
         }
 
     def _mount_list(self) -> list[str]:
@@ -349,6 +364,8 @@ class LocalSandbox:
         if not self._closed:
             self._closed = True
             self._limits.close()
+            if self._disk is not None:
+                self._disk.close()
             if os.path.lexists(self._scratch):
                 remove_path(self._scratch)
 

@@ -118,7 +118,8 @@ class AttemptWork:
         if self.subject_outcome is not None and self.subject_outcome.exit_code == 0:
             return f"the subject stopped early: {self.subject_outcome.stop_reason}"
         code = self.subject_outcome.exit_code if self.subject_outcome else None
-        return f"the subject exited with code {code}"
+        hit = self.agent_info.get("limits_hit")
+        return f"the subject exited with code {code}" + (f" (hit its {' and '.join(hit)} limit)" if hit else "")
 
     def artifacts(self, out_dir: Path) -> dict[str, str]:
         """Paths (relative to the output directory) of what this attempt left."""
@@ -253,6 +254,8 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         "output_truncated": result.stdout_truncated or result.stderr_truncated,
         "env_passed": sorted(work.subject.env()),
     }
+    if result.limits_hit:
+        work.agent_info["limits_hit"] = list(result.limits_hit)
     if result.timed_out and limit_name:
         work.budget_exceeded = limit_name
 

@@ -13,6 +13,8 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..store.tree import walk
+
 MAX_DIFF_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 256 * 1024
 
@@ -22,10 +24,7 @@ def _files(root: Path | None) -> dict[str, Path]:
     if root is None or not root.is_dir() or root.is_symlink():
         return {}
     out: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        links = [d for d in dirnames if Path(dirpath, d).is_symlink()]
-        dirnames[:] = [d for d in dirnames if d not in links]
-        filenames += links
+    for dirpath, _dirnames, filenames in walk(root):
         for name in filenames:
             full = Path(dirpath, name)
             if not stat.S_ISDIR(_lstat_mode(full)):

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .tree import walk_bottom_up
+
 MARK = "[REDACTED]"
 #: Values shorter than this are not treated as secrets (they would scrub ordinary text).
 MIN_SECRET_CHARS = 4
@@ -94,7 +96,7 @@ class Redactor:
             return 0
         changed = 0
         if os.path.isdir(root) and not os.path.islink(root):
-            for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+            for dirpath, dirnames, filenames in walk_bottom_up(root):
                 for name in filenames:
                     changed += self._entry(Path(dirpath), name, is_dir=False)
                 for name in dirnames:
