@@ -14,6 +14,7 @@ from pytest_maka.core.task import Task
 from pytest_maka.executors import disk, limits
 from pytest_maka.executors.base import ExecResult
 from pytest_maka.executors.copyout import CopyReport
+from pytest_maka.executors.hostfs import remove_path
 from pytest_maka.executors.local import LocalOptions, LocalSandbox
 
 pytestmark = [
@@ -114,9 +115,13 @@ def test_fifos_and_deep_trees_neither_hang_nor_crash(sandbox: LocalSandbox, tmp_
     deep = "/".join(["d"] * 1500)
     run(sandbox, f"cd /logs/agent && mkfifo pipe && mkdir -p {deep} && echo bottom > {deep}/f", tmp_path)
     report = CopyReport()
-    assert sandbox.get("/logs/agent", tmp_path / "copy", report=report)
-    assert (tmp_path / "copy" / deep / "f").read_text() == "bottom\n"
-    assert report.skipped == ["agent/pipe (special file)"]
+    try:
+        assert sandbox.get("/logs/agent", tmp_path / "copy", report=report)
+        assert (tmp_path / "copy" / deep / "f").read_text() == "bottom\n"
+        assert report.skipped == ["agent/pipe (special file)"]
+    finally:
+        if (tmp_path / "copy").exists():
+            remove_path(tmp_path / "copy")  # too deep for shutil.rmtree (pytest's tmp cleanup)
 
 
 def test_copy_out_is_capped_and_says_so(sandbox: LocalSandbox, tmp_path: Path) -> None:
