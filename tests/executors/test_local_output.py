@@ -64,7 +64,9 @@ def host_dir(tmp_path: Path) -> Path:
     return d
 
 
-def test_agent_logs_replaced_by_a_link_to_a_host_directory(sandbox: LocalSandbox, tmp_path: Path, host_dir: Path) -> None:
+def test_agent_logs_replaced_by_a_link_to_a_host_directory(
+    sandbox: LocalSandbox, tmp_path: Path, host_dir: Path
+) -> None:
     run(sandbox, f"rm -rf /logs/agent && ln -s {host_dir} /logs/agent", tmp_path)
     report = CopyReport()
     assert sandbox.get("/logs/agent", tmp_path / "copy", report=report)
@@ -98,7 +100,7 @@ def test_links_to_host_secrets_are_never_read_through(sandbox: LocalSandbox, tmp
 def test_workspace_snapshot_is_the_live_dir_and_get_skips_hard_links(
     sandbox: LocalSandbox, tmp_path: Path, host_dir: Path
 ) -> None:
-    result, output = run(sandbox, "ln /etc/passwd /app/passwd-link; echo rc=$?", tmp_path)
+    _result, output = run(sandbox, "ln /etc/passwd /app/passwd-link; echo rc=$?", tmp_path)
     assert "rc=0" not in output, "a hard link across the sandbox's mounts must be refused by the kernel"
     # Plant one anyway, from the host side, as a file the sandbox could see would be.
     live = sandbox.workspace_snapshot(tmp_path / "unused")

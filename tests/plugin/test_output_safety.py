@@ -34,13 +34,13 @@ def every_file(out: Path) -> dict[Path, bytes]:
     return files
 
 
-LEAKER = f"""
+LEAKER = """
 python3 - <<'EOF'
 import base64, json, os
 key = os.environ["MAKA_GIVEN_KEY"]
 logs = os.environ["MAKA_LOGS_DIR"]
-json.dump({{"status": "complete", "message": "used " + key}}, open(logs + "/claim.json", "w"))
-json.dump({{"input_tokens": 5, "stop_reason": key}}, open(logs + "/usage.json", "w"))
+json.dump({"status": "complete", "message": "used " + key}, open(logs + "/claim.json", "w"))
+json.dump({"input_tokens": 5, "stop_reason": key}, open(logs + "/usage.json", "w"))
 open(logs + "/" + key + ".txt", "w").write("named after the key\\n")
 with open(logs + "/encoded.log", "w") as f:
     for prefix in ("", "a", "ab"):
