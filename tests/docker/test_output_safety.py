@@ -11,19 +11,10 @@ import pytest
 from pytest_maka.executors.copyout import CopyReport
 from pytest_maka.executors.docker.executor import storage_support
 
+from ..conftest import files_below
 from .helpers import PATH, plain_task, request, run
 
 pytestmark = pytest.mark.docker
-
-
-def no_links_and_content(root: Path) -> bytes:
-    data = b""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            assert not os.path.islink(os.path.join(dirpath, name)), f"a live link was copied: {name}"
-        for name in filenames:
-            data += Path(dirpath, name).read_bytes()
-    return data
 
 
 def test_links_become_plain_files_and_nothing_is_read_through_them(make_executor, tmp_path: Path) -> None:
@@ -38,7 +29,7 @@ def test_links_become_plain_files_and_nothing_is_read_through_them(make_executor
         )
         report = CopyReport()
         assert sandbox.get("/logs/agent", tmp_path / "copy", report=report)
-        data = no_links_and_content(tmp_path / "copy")
+        data = b"".join(files_below(tmp_path / "copy").values())
         assert b"root:" not in data and b"PATH=" not in data
         assert (tmp_path / "copy" / "shadow").read_text() == "/etc/shadow"
         assert (tmp_path / "copy" / "d" / "home").read_text() == "/root"

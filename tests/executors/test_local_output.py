@@ -17,6 +17,8 @@ from pytest_maka.executors.copyout import CopyReport
 from pytest_maka.executors.hostfs import remove_path
 from pytest_maka.executors.local import LocalOptions, LocalSandbox
 
+from ..conftest import files_below
+
 pytestmark = [
     pytest.mark.sandbox,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
@@ -45,14 +47,7 @@ def run(sb: LocalSandbox, command: str, tmp_path: Path, env: dict[str, str] | No
 
 
 def tree_bytes(root: Path) -> bytes:
-    """Everything below ``root`` (without following links), and assert no link is there."""
-    data = b""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            assert not os.path.islink(os.path.join(dirpath, name)), f"a live link was copied: {name}"
-        for name in filenames:
-            data += Path(dirpath, name).read_bytes()
-    return data + (root.read_bytes() if root.is_file() else b"")
+    return b"".join(files_below(root).values())
 
 
 @pytest.fixture

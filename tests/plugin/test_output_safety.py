@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from pytest_maka.executors import disk, limits
 from pytest_maka.store.redact import MARK
 
-from ..conftest import Cohort, needs_bwrap
+from ..conftest import Cohort, files_below, needs_bwrap
 
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
 
@@ -21,17 +20,6 @@ HOST = "host-file-secret-51aa"
 
 def command(name: str, cmd: str, **extra: object) -> dict[str, object]:
     return {"name": name, "kind": "command", "command": cmd, **extra}
-
-
-def every_file(out: Path) -> dict[Path, bytes]:
-    files = {}
-    for dirpath, dirnames, filenames in os.walk(out):
-        for name in dirnames + filenames:
-            path = Path(dirpath, name)
-            assert not path.is_symlink(), f"a live link in the output: {path}"
-        for name in filenames:
-            files[Path(dirpath, name)] = Path(dirpath, name).read_bytes()
-    return files
 
 
 LEAKER = """
@@ -70,7 +58,7 @@ def test_secrets_and_host_files_never_reach_the_output(
     cohort.write(subjects=[command("leaker", LEAKER, env=["MAKA_GIVEN_KEY"]), command("linker", linker)])
     result = cohort.run_subprocess("-n", "2")
     result.assert_outcomes(failed=2)
-    files = every_file(cohort.out)
+    files = files_below(cohort.out)
     forbidden = [KEY.encode(), HOST.encode(), base64.b64encode(KEY.encode()), KEY.encode().hex().encode(), b"root:"]
     for path, data in files.items():
         assert KEY not in str(path), f"a file name holds the secret: {path}"
