@@ -80,22 +80,21 @@ class _ChunkReader(io.RawIOBase):
 def extract_archive(chunks: Iterable[bytes], dest: Path, report: CopyReport | None = None) -> None:
     """Extract an engine archive so that the archived path itself lands at ``dest``.
 
-    Streams the archive and stops reading once the report's caps are reached.
+    Streams the archive and stops reading once the report's caps are reached (the caller
+    then closes the connection rather than reading the rest).
     """
     report = report if report is not None else CopyReport()
     stream = io.BufferedReader(_ChunkReader(chunks), 1024 * 1024)
-    try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
-            for member in tar:
-                if not report.take_entry():
-                    break
-                _extract_one(tar, member, dest, report)
-                if report.truncated:
-                    break
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()  # stop the engine's stream when the copy ended early
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not report.take_entry():
+                break
+            _extract_one(tar, member, dest, report)
+            if report.truncated:
+                break
+    if not report.truncated:
+        while stream.read(1024 * 1024):  # the archive's padding: leave the connection reusable
+            pass
 
 
 def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, report: CopyReport) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
@@ -13,6 +12,7 @@ import docker.errors
 from ...core.errors import InfraError
 from ..base import ExecResult
 from ..copyout import CopyReport
+from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .engines import Engine
 from .execs import CLEAR_PATH, Capture
@@ -212,16 +212,20 @@ class DockerSandbox(ContainerProcesses):
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} out of the container"):
             self._flush(path)
+            url = self.api._url("/containers/{0}/archive", self.id)
+            res = self.api._get(url, params={"path": path}, stream=True)
             try:
-                chunks, _stat = self.api.get_archive(self.id, path)
-            except docker.errors.NotFound:
-                return False
-            if host_path.is_symlink() or host_path.is_file():
-                host_path.unlink()
-            elif host_path.exists():
-                shutil.rmtree(host_path)
-            host_path.parent.mkdir(parents=True, exist_ok=True)
-            extract_archive(chunks, host_path, report)
+                if res.status_code == 404:
+                    return False
+                self.api._raise_for_status(res)
+                if host_path.is_symlink() or host_path.is_file():
+                    host_path.unlink()
+                elif host_path.exists():
+                    remove_path(host_path)
+                host_path.parent.mkdir(parents=True, exist_ok=True)
+                extract_archive(res.iter_content(1024 * 1024, False), host_path, report)
+            finally:
+                res.close()  # an archive cut short at the cap: drop the connection, unread
         return True
 
     def remove(self, sandbox_path: str) -> None:
