@@ -9,8 +9,8 @@ One mechanism is chosen per process, the first that works here (probed once):
 - ``rlimit``: per-process ``RLIMIT_AS`` (address space, not the sandbox's total) and
   ``RLIMIT_NPROC`` (counts every process of the user; not enforced for root).
 
-A sandbox's processes enter its cgroup before bwrap starts (the child writes ``0`` to
-``cgroup.procs`` between fork and exec), so nothing escapes by forking early. Limits hit
+A sandbox's command is held at a gate until its pid is in the cgroup and its rlimits are
+set (``process.run_process(hold=...)``), so nothing escapes by forking early. Limits hit
 are read back from the kernel's counters (``oom_kill``, ``pids`` fork failures) after each
 command. ``RLIMIT_FSIZE`` (largest file a command may write) applies with every mechanism.
 """
@@ -21,7 +21,6 @@ import contextlib
 import os
 import resource
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -44,8 +43,8 @@ class SandboxLimits(Protocol):
 
     mechanism: str
 
-    def preexec(self) -> Callable[[], None] | None:
-        """Run in the child between fork and exec (only async-signal-safe work)."""
+    def enter(self, pid: int) -> None:
+        """Put process ``pid`` (started, not yet running the sandbox) under these limits."""
         ...
 
     def exceeded(self) -> list[str]:
@@ -188,16 +187,10 @@ class CgroupLimits:
         self._procs = [os.open(d / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for d in self.group.dirs]
         self._seen = self.group.counts()
 
-    def preexec(self) -> Callable[[], None]:
-        procs, fsize = tuple(self._procs), _bytes(self.spec.file_mb)
-
-        def enter() -> None:
-            for fd in procs:
-                os.write(fd, b"0")  # "0": the writing process itself
-            if fsize is not None:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-
-        return enter
+    def enter(self, pid: int) -> None:
+        for fd in self._procs:
+            os.write(fd, str(pid).encode())
+        _prlimit(pid, [(resource.RLIMIT_FSIZE, _bytes(self.spec.file_mb))])
 
     def exceeded(self) -> list[str]:
         now = self.group.counts()
@@ -228,21 +221,13 @@ class RlimitLimits:
     spec: LimitSpec
     mechanism: str = "rlimit"
 
-    def preexec(self) -> Callable[[], None] | None:
+    def enter(self, pid: int) -> None:
         limits = [
             (resource.RLIMIT_AS, _bytes(self.spec.memory_mb)),
             (resource.RLIMIT_NPROC, self.spec.pids),
             (resource.RLIMIT_FSIZE, _bytes(self.spec.file_mb)),
         ]
-        wanted = [(r, v) for r, v in limits if v is not None]
-        if not wanted:
-            return None
-
-        def enter() -> None:
-            for which, value in wanted:
-                resource.setrlimit(which, (value, value))
-
-        return enter
+        _prlimit(pid, limits)
 
     def exceeded(self) -> list[str]:
         return []  # the kernel keeps no counter for rlimits
@@ -260,6 +245,12 @@ class RlimitLimits:
 
     def close(self) -> None:
         pass
+
+
+def _prlimit(pid: int, limits: list[tuple[int, int | None]]) -> None:
+    for which, value in limits:
+        if value is not None:
+            resource.prlimit(pid, which, (value, value))
 
 
 def _bytes(mb: int | None) -> int | None:

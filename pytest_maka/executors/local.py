@@ -225,7 +225,7 @@ class LocalSandbox:
                 grace_sec=self.options.kill_grace_sec,
                 make_stopper=stopper,
                 pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
-                preexec_fn=self._limits.preexec(),
+                hold=self._limits.enter,
             )
             hit = self._limits.exceeded()
             return replace(result, limits_hit=tuple(hit)) if hit else result
