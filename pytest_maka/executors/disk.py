@@ -16,7 +16,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .process import pid_alive
+
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+IMAGE_PREFIX = "maka-disk-"
 MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,lazy_journal_init=1")
 
 
@@ -35,7 +38,7 @@ class CappedDisk:
 
     def __init__(self, scratch: Path, size_mb: int) -> None:
         self.size_mb = size_mb
-        self.image = scratch / "disk.img"
+        self.image = scratch / f"{IMAGE_PREFIX}{os.getpid()}.img"  # the owner's pid: see sweep()
         self.mount_point = scratch / "disk"
         self._mounted = False
         self.mount_point.mkdir(mode=0o700)
@@ -61,6 +64,31 @@ class CappedDisk:
             self.image.unlink()
         with contextlib.suppress(OSError):
             self.mount_point.rmdir()
+
+
+def sweep() -> list[str]:
+    """Unmount the capped filesystems of leases whose process died (SIGKILL skips ``close``)."""
+    removed: list[str] = []
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split()[:2] for line in f]
+        for source, point in mounts:
+            if not source.startswith("/dev/loop"):
+                continue
+            try:
+                backing = Path(f"/sys/block/{Path(source).name}/loop/backing_file").read_text().strip()
+            except OSError:
+                continue
+            name = Path(backing).name
+            pid = name.removeprefix(IMAGE_PREFIX).removesuffix(".img")
+            if name.startswith(IMAGE_PREFIX) and pid.isdigit() and not pid_alive(int(pid)):
+                point = point.replace("\\040", " ")
+                with contextlib.suppress(OSError):
+                    _run(["umount", "-l", point])
+                    removed.append(point)
+                with contextlib.suppress(OSError):
+                    Path(backing).unlink()
+    return removed
 
 
 def _run(argv: list[str]) -> None:

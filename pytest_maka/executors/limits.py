@@ -26,6 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from .process import pid_alive
+
 MB = 1024 * 1024
 
 
@@ -269,6 +271,21 @@ def open_limits(spec: LimitSpec) -> SandboxLimits:
         else:
             return CgroupLimits(mechanism, spec, group)
     return RlimitLimits(spec)
+
+
+def sweep() -> list[str]:
+    """Remove the empty cgroups of sandboxes whose process died (SIGKILL skips ``close``)."""
+    found = _hierarchies()
+    removed: list[str] = []
+    for h in found[1] if found is not None else ():
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(h.root):
+                parts = entry.name.split("-")
+                if len(parts) == 3 and parts[0] == "maka" and parts[1].isdigit() and not pid_alive(int(parts[1])):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)  # refused while a process is still in it
+                        removed.append(entry.path)
+    return removed
 
 
 def mechanism() -> str:

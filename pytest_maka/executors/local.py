@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
-from . import bwrap, disk
+from . import bwrap, disk, limits
 from .base import ExecResult, LeaseRequest
 from .copyout import CopyReport
 from .disk import CappedDisk
@@ -98,7 +98,9 @@ class LocalExecutor:
                 raise ExecutorUnavailable(f"bubblewrap (bwrap) cannot create a sandbox here: {cause}")
 
     def prepare(self, tasks: list[Task]) -> None:
-        """Nothing to build: the host is the image."""
+        """Nothing to build (the host is the image); remove what leases of dead processes left."""
+        limits.sweep()
+        disk.sweep()
 
     @contextmanager
     def lease(self, request: LeaseRequest) -> Iterator[LocalSandbox]:

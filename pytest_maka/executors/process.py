@@ -95,6 +95,17 @@ class OutputPump:
             sink.file.flush()
 
 
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (also one of another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
     """True if ``proc`` exited within ``timeout`` seconds (None: wait forever).
 

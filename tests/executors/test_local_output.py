@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ from pytest_maka.executors import disk, limits
 from pytest_maka.executors.base import ExecResult
 from pytest_maka.executors.copyout import CopyReport
 from pytest_maka.executors.hostfs import remove_path
-from pytest_maka.executors.local import LocalOptions, LocalSandbox
+from pytest_maka.executors.local import LocalExecutor, LocalOptions, LocalSandbox
 
 from ..conftest import files_below
 
@@ -200,7 +203,7 @@ def test_tmpfs_is_capped(tmp_path: Path) -> None:
 def test_storage_cap_keeps_a_disk_filler_inside_its_own_filesystem(tmp_path: Path) -> None:
     sb = make_sandbox(tmp_path, storage_mb=16)
     try:
-        image = tmp_path / "scratch" / "disk.img"
+        image = tmp_path / "scratch" / f"maka-disk-{os.getpid()}.img"
         _, output = run(sb, "dd if=/dev/zero of=/app/fill bs=1M count=200 2>&1; echo x > /logs/agent/after", tmp_path)
         assert "No space left on device" in output
         assert image.stat().st_blocks * 512 <= 17 * 1024 * 1024, "the image never takes more than its cap"
@@ -210,3 +213,25 @@ def test_storage_cap_keeps_a_disk_filler_inside_its_own_filesystem(tmp_path: Pat
     assert not image.exists()
     with open("/proc/self/mounts") as f:
         assert str(tmp_path) not in f.read(), "the capped filesystem is unmounted with the lease"
+
+
+@needs_cgroups
+@pytest.mark.skipif(disk.unavailable() is not None, reason=f"no capped filesystem here: {disk.unavailable()}")
+def test_what_a_killed_worker_left_is_swept_by_the_next_run(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom pytest_maka.core.task import Task\n"
+        "from pytest_maka.executors.local import LocalOptions, LocalSandbox\n"
+        f"task = Task(id='t', path=Path({str(tmp_path)!r}), instruction='', digest='', memory_mb=64, storage_mb=16)\n"
+        f"sb = LocalSandbox(task, Path({str(tmp_path / 'scratch')!r}), LocalOptions())\n"
+        "print(sb._limits.group.dirs[0], flush=True)\nsys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    cgroup = Path(proc.stdout.readline().strip())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert cgroup.is_dir() and str(tmp_path) in Path("/proc/self/mounts").read_text(), "SIGKILL left both"
+    LocalExecutor(LocalOptions()).prepare([])
+    assert not cgroup.exists()
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    assert not list((tmp_path / "scratch").glob("maka-disk-*.img"))
