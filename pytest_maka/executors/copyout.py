@@ -59,6 +59,7 @@ class CopyReport:
         self._note(self.skipped, f"{rel} ({why})")
 
     def _note(self, notes: list[str], text: str) -> None:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # any name
         if len(notes) < MAX_LISTED:
             notes.append(text)
         elif len(notes) == MAX_LISTED:

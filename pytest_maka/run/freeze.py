@@ -32,6 +32,11 @@ def _files(root: Path | None) -> dict[str, Path]:
     return out
 
 
+def _printable(name: str) -> str:
+    """A file name or link target that is not UTF-8, with its odd bytes as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _lstat_mode(path: Path) -> int:
     try:
         return os.lstat(path).st_mode
@@ -47,7 +52,7 @@ def _open_regular(path: Path) -> BinaryIO | str:
     """
     mode = _lstat_mode(path)
     if stat.S_ISLNK(mode):
-        return f"symlink to {os.readlink(path)}"
+        return f"symlink to {_printable(os.readlink(path))}"
     if not stat.S_ISREG(mode):
         return "special file"
     try:
@@ -89,8 +94,9 @@ def workspace_diff(before: Path | None, after: Path) -> tuple[str, dict[str, int
     chunks: list[str] = []
     size = 0
     counts = {"added": 0, "modified": 0, "deleted": 0}
-    for rel in sorted(old.keys() | new.keys()):
-        a, b = old.get(rel), new.get(rel)
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        rel = _printable(key)
         if a is not None and b is not None and _same(a, b):
             continue
         counts["added" if a is None else "deleted" if b is None else "modified"] += 1

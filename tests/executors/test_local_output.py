@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ from pytest_maka.executors.base import ExecResult
 from pytest_maka.executors.copyout import CopyReport
 from pytest_maka.executors.hostfs import remove_path
 from pytest_maka.executors.local import LocalExecutor, LocalOptions, LocalSandbox
+from pytest_maka.run.freeze import workspace_diff
 
 from ..conftest import files_below
 
@@ -235,3 +237,17 @@ def test_what_a_killed_worker_left_is_swept_by_the_next_run(tmp_path: Path) -> N
     assert not cgroup.exists()
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
     assert not list((tmp_path / "scratch").glob("maka-disk-*.img"))
+
+
+def test_names_and_link_targets_that_are_not_utf8_are_copied_and_described(
+    sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    run(sandbox, "cd /logs/agent && echo x > \"$(printf 'bad\\377')\" && ln -s \"$(printf '/t\\376')\" ln", tmp_path)
+    report = CopyReport()
+    assert sandbox.get("/logs/agent", tmp_path / "copy", report=report)
+    assert (tmp_path / "copy" / os.fsdecode(b"bad\xff")).read_text() == "x\n"
+    assert report.links == ["agent/ln -> /t\\xfe"]
+    json.dumps(report.summary(), ensure_ascii=False).encode("utf-8")  # fit for the record
+    diff, counts = workspace_diff(None, tmp_path / "copy")
+    assert "b/bad\\xff" in diff and counts["added"] == 2
+    diff.encode("utf-8")

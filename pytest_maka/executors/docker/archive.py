@@ -106,6 +106,9 @@ def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, repo
         report.skip(name, "name outside the copy")
         return
     if target != dest and not target.parent.is_dir():
+        if os.path.lexists(target.parent):  # a file (or a link's placeholder) stands there
+            report.skip(name, "below a non-directory")
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
     if member.isdir():
         if target.is_symlink() or (target.exists() and not target.is_dir()):
