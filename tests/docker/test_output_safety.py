@@ -121,3 +121,20 @@ def test_storage_support_reads_the_engine_driver() -> None:
     assert storage_support(xfs) is None and storage_support({"Driver": "btrfs"}) is None
     assert "extfs" in (storage_support(ext4) or "")
     assert "vfs" in (storage_support({"Driver": "vfs"}) or "")
+
+
+def test_memory_and_process_hogs_end_in_classified_results(cohort, docker_api, tmp_path_factory) -> None:
+    cohort.task("t", extra_toml="memory_mb = 64\n")
+    subjects = [
+        {"name": "hog", "kind": "command", "command": "python3 -c 'x = bytearray(400 * 1024 * 1024)'"},
+        {"name": "forker", "kind": "command", "command": "i=0; while [ $i -lt 300 ]; do sleep 20 & i=$((i+1)); done"},
+        {"name": "oracle", "kind": "oracle"},
+    ]
+    state = str(tmp_path_factory.mktemp("state"))
+    cohort.write(subjects=subjects, executor={"kind": "docker", "pids_limit": 64, "state_dir": state})
+    cohort.run().assert_outcomes(passed=1, failed=2)
+    records = cohort.results()
+    assert records["t[oracle-r0]"]["status"] == "agent_success", "other cells are unaffected"
+    assert records["t[hog-r0]"]["status"] == "agent_incomplete"
+    assert records["t[forker-r0]"]["status"] == "agent_incomplete"
+    assert records["t[hog-r0]"]["isolation"]["limits"]["memory_mb"] == 64

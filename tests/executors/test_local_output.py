@@ -251,3 +251,19 @@ def test_names_and_link_targets_that_are_not_utf8_are_copied_and_described(
     diff, counts = workspace_diff(None, tmp_path / "copy")
     assert "b/bad\\xff" in diff and counts["added"] == 2
     diff.encode("utf-8")
+
+
+def test_rlimit_fallback_bounds_each_process(tmp_path: Path) -> None:
+    """Where no cgroup can be made (e.g. unprivileged without delegation): per-process rlimits."""
+    sb = make_sandbox(tmp_path, memory_mb=64)
+    sb._limits.close()
+    sb._limits = limits.RlimitLimits(limits.LimitSpec(memory_mb=64, pids=None, file_mb=1))
+    try:
+        _, output = run(sb, "python3 -c 'x = bytearray(300 * 1024 * 1024)' 2>&1 | tail -1", tmp_path)
+        assert "MemoryError" in output
+        result, _ = run(sb, "head -c 3000000 /dev/zero > /app/big", tmp_path)
+        assert result.exit_code != 0
+        assert (sb.workspace_snapshot(tmp_path / "unused") / "big").stat().st_size == 1024 * 1024
+        assert sb.isolation(agent_network=False, verifier_network=False)["limits"]["mechanism"] == "rlimit"
+    finally:
+        sb.close()
