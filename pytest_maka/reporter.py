@@ -128,6 +128,7 @@ class MakaReporter:
         if records:
             write_views(out, records, cohort=self.maka.cohort.name, meta=meta)
         self.config.hook.pytest_maka_report(out_dir=out, records=records, cohort=self.maka.cohort)
+        self.maka.redactor.top_files(out)  # the views too: results, report.html, summary.md
 
     def _provenance(self) -> dict[str, Any]:
         loaded = self.maka.cohort.loaded

@@ -17,6 +17,7 @@ from .core.spec import LoadedSpec, load_spec
 from .executors.base import Executor
 from .run.lifecycle import CellRunner, RunSettings
 from .store.ledger import Ledger
+from .store.redact import Redactor
 from .subjects.base import Subject
 from .verifiers.base import Verifier
 
@@ -139,8 +140,13 @@ class MakaSession:
             return str(self.out_dir)
 
     @cached_property
+    def redactor(self) -> Redactor:
+        """Scrubs every subject's secret values (all subjects': one leak is one too many)."""
+        return Redactor(value for subject in self.subjects.values() for value in subject.secrets())
+
+    @cached_property
     def ledger(self) -> Ledger:
-        return Ledger(self.out_dir)
+        return Ledger(self.out_dir, self.redactor)
 
     @cached_property
     def runner(self) -> CellRunner:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -77,6 +78,19 @@ def write_spec(path: Path, **spec: Any) -> Path:
     data.update(spec)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def files_below(root: Path) -> dict[Path, bytes]:
+    """The content of every file below ``root`` (or of ``root`` itself); fails on any symlink."""
+    if root.is_file() and not root.is_symlink():
+        return {root: root.read_bytes()}
+    files = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            assert not os.path.islink(os.path.join(dirpath, name)), f"a live link: {os.path.join(dirpath, name)}"
+        for name in filenames:
+            files[Path(dirpath, name)] = Path(dirpath, name).read_bytes()
+    return files
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -111,6 +111,8 @@ class Budgets(StrictModel):
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_output_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    #: Bytes copied out of /logs/agent, and of the workdir, per attempt (the rest is dropped, flagged).
+    max_artifact_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
 
 
 class Policy(StrictModel):

@@ -11,8 +11,8 @@ Contract every executor keeps (checked by tests/conformance for each one):
 - A sandbox that can enforce an allowlist phase also implements ``egress.phase.EgressSandbox``
   (``egress_phase(name, plan, log)``): inside it ``network=True`` reaches only the egress
   proxy; without it an allowlist phase is an infra failure, never an open network.
-- ``put`` overwrites what is at the destination; ``get`` never follows a symlink out of
-  the environment.
+- ``put`` overwrites what is at the destination; ``get`` never follows a symlink, never
+  leaves a live link in its copy and keeps the byte and entry caps (``executors.copyout``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from ..core.cell import Cell
 from ..core.task import Task
+from .copyout import CopyReport
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class ExecResult:
     duration_s: float
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    #: Resource limits the command ran into (e.g. ``memory``, ``pids``), where the executor can tell.
+    limits_hit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,14 +101,16 @@ class Sandbox(Protocol):
 
     def put(self, host_path: Path, sandbox_path: str) -> None: ...
 
-    def get(self, sandbox_path: str, host_path: Path) -> bool:
-        """Copy out; False when nothing is at ``sandbox_path``."""
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``executors.copyout`` (no link followed or kept as a live
+        link, capped), noting what it did in ``report``; False when nothing is at ``sandbox_path``."""
         ...
 
     def remove(self, sandbox_path: str) -> None: ...
 
-    def workspace_snapshot(self, dest: Path) -> Path:
-        """A host directory holding the workdir's current content (may be ``dest`` or a live path)."""
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """A host directory holding the workdir's current content (may be ``dest`` or a live path);
+        a copy keeps the rules and caps of ``get``."""
         ...
 
     def baseline_workspace(self) -> Path | None:

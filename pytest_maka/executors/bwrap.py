@@ -105,9 +105,14 @@ def _under_any(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str]) -> list[str]:
-    """The static part of a sandbox="bwrap" command line: namespaces and the read-only host."""
-    argv = ["bwrap", "--die-with-parent", *NAMESPACE_FLAGS, "--tmpfs", "/"]
+def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str], tmpfs_bytes: int) -> list[str]:
+    """The static part of a sandbox="bwrap" command line: namespaces and the read-only host.
+
+    The root and /tmp are tmpfs of at most ``tmpfs_bytes`` each (their pages also count
+    against the sandbox's memory limit).
+    """
+    size = ["--size", str(tmpfs_bytes)]
+    argv = ["bwrap", "--die-with-parent", *NAMESPACE_FLAGS, *size, "--tmpfs", "/"]
     for path, target in layout.system:
         argv += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
     for path in layout.masked_files:
@@ -117,7 +122,7 @@ def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str
     argv += ["--proc", "/proc"]
     for path in layout.proc_covered:
         argv += ["--ro-bind", path, path]
-    argv += ["--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--dev", "/dev", *size, "--tmpfs", "/tmp"]
     for path in ro_binds:
         argv += ["--ro-bind", path, path]
     return argv
@@ -151,14 +156,16 @@ def command_argv(
     isolated: bool,
     resolv_target: str | None,
     cwd: str,
-    env: Mapping[str, str],
     command: str,
     info_fd: int | None,
+    env_fd: int,
     extra_args: Iterable[str] = (),
     wrapper: str | None = None,
 ) -> list[str]:
     """The per-exec part: network, task binds (in order), working directory, environment.
 
+    The environment is read by bwrap from ``env_fd`` (see ``env_file``), never put on the
+    command line, where any user of the host could read it (``ps``, /proc/PID/cmdline).
     ``wrapper`` is a shell script run instead of the command, which it gets as ``$1``.
     """
     argv = list(prefix)
@@ -171,11 +178,32 @@ def command_argv(
     argv += extra_args
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
-    argv += ["--chdir", cwd, "--clearenv"]
-    for key, value in env.items():
-        argv += ["--setenv", key, value]
+    argv += ["--chdir", cwd, "--clearenv", "--args", str(env_fd)]
     argv += ["--", "/bin/sh", "-c", command] if wrapper is None else ["--", "/bin/sh", "-c", wrapper, "maka", command]
     return argv
+
+
+def env_file(env: Mapping[str, str]) -> int:
+    """A sealed-off, unlinked in-memory file holding ``--setenv K V`` for bwrap's ``--args``.
+
+    Returns a file descriptor positioned at the start; the caller passes it to bwrap and
+    closes it. Only processes that hold the descriptor (bwrap) can read it.
+    """
+    payload = bytearray()
+    for key, value in env.items():
+        if "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"environment variable {key!r} cannot be passed (NUL or '=' in it)")
+        payload += b"--setenv\0" + key.encode() + b"\0" + value.encode("utf-8", "surrogateescape") + b"\0"
+    fd = os.memfd_create("maka-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class NamespaceStopper:

@@ -7,9 +7,10 @@ directories the subject made read-only.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
+
+from .copyout import CopyReport, copy_upto
 
 
 def descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool = False) -> Path | None:
@@ -40,29 +41,65 @@ def descend(base: Path, parts: list[str], *, make: bool, unlink_blockers: bool =
     return current
 
 
-def copy_out(source: Path, dest: Path) -> bool:
-    """Copy regular files, directories and symlinks (as links); skip fifos, sockets, devices."""
-    st = os.lstat(source)
+def copy_out(source: Path, dest: Path, report: CopyReport | None = None, name: str | None = None) -> bool:
+    """Copy a tree out by the rules of ``copyout``: links become plain files holding their
+    text; hard links, fifos, sockets and devices are skipped; the report's caps hold.
+
+    Iterative, so any depth works; False when ``source`` itself is not copyable. Notes
+    name entries below ``name`` (default: the source's own name).
+    """
+    report = report if report is not None else CopyReport()
+    todo: list[tuple[Path, Path, str]] = [(source, dest, name or source.name)]
+    copied_root = False
+    while todo:
+        src, dst, rel = todo.pop()
+        if not report.take_entry():
+            break
+        done = _copy_entry(src, dst, rel, report, todo)
+        copied_root = copied_root or (done and src == source)
+    return copied_root
+
+
+def _copy_entry(src: Path, dst: Path, rel: str, report: CopyReport, todo: list[tuple[Path, Path, str]]) -> bool:
+    st = os.lstat(src)
     if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(source), dest)
+        _write_new(dst, report.link(rel, os.readlink(src)), 0o600)
     elif stat.S_ISDIR(st.st_mode):
-        _ensure_mode(source, st.st_mode, 0o500)
-        dest.mkdir()
-        with os.scandir(source) as entries:
-            for entry in entries:
-                copy_out(Path(entry.path), dest / entry.name)
-        dest.chmod(stat.S_IMODE(st.st_mode) | 0o700)
+        _ensure_mode(src, st.st_mode, 0o500)
+        dst.mkdir(mode=0o700)
+        with os.scandir(src) as entries:
+            todo.extend((Path(e.path), dst / e.name, f"{rel}/{e.name}") for e in entries)
     elif stat.S_ISREG(st.st_mode):
-        _ensure_mode(source, st.st_mode, 0o400)
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as src, open(dest, "xb") as dst:
-            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-                return False
-            shutil.copyfileobj(src, dst, 1024 * 1024)
-        dest.chmod(stat.S_IMODE(st.st_mode) | 0o600)
+        return _copy_file(src, dst, rel, st, report)
     else:
+        report.skip(rel, "special file")
         return False
     return True
+
+
+def _copy_file(src: Path, dst: Path, rel: str, st: os.stat_result, report: CopyReport) -> bool:
+    _ensure_mode(src, st.st_mode, 0o400)
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        fst = os.fstat(f.fileno())
+        if not stat.S_ISREG(fst.st_mode):
+            report.skip(rel, "special file")
+            return False
+        if fst.st_nlink > 1:  # its other name may be a host file the sandbox can see
+            report.skip(rel, f"hard link ({fst.st_nlink} names)")
+            return False
+        room = report.room()
+        with open(dst, "xb") as out:
+            n, complete = copy_upto(f, out, room)
+        report.add_bytes(n, complete=complete)
+    dst.chmod(stat.S_IMODE(st.st_mode) & 0o755 | 0o600)
+    return True
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+    path.chmod(mode)
 
 
 def _ensure_mode(path: Path, mode: int, bits: int) -> None:
@@ -72,17 +109,24 @@ def _ensure_mode(path: Path, mode: int, bits: int) -> None:
 
 
 def remove_path(path: Path) -> None:
-    """Delete a file, link or whole tree, even where the subject removed write permission."""
-    if not os.path.isdir(path) or os.path.islink(path):
+    """Delete a file, link or whole tree of any depth, even where the subject removed write permission."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
         path.unlink()
         return
-    os.chmod(path, 0o700)
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            full = os.path.join(root, name)
-            if not os.path.islink(full):
-                os.chmod(full, 0o700)
-    shutil.rmtree(path)
+    stack: list[tuple[str, bool]] = [(os.fspath(path), False)]
+    while stack:
+        top, emptied = stack.pop()
+        if emptied:
+            os.rmdir(top)
+            continue
+        os.chmod(top, 0o700)
+        stack.append((top, True))
+        with os.scandir(top) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 def clear_dir(path: Path) -> None:

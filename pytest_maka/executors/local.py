@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
@@ -21,9 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.hostpattern import check_egress_hosts
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
-from . import bwrap
+from . import bwrap, disk, limits
 from .base import ExecResult, LeaseRequest
+from .copyout import CopyReport
+from .disk import CappedDisk
 from .hostfs import clear_dir, copy_out, descend, remove_path
+from .limits import MB, LimitSpec, open_limits
 from .local_egress import LocalEgress
 from .process import run_process
 
@@ -49,6 +53,14 @@ class LocalOptions(BaseModel):
     @classmethod
     def _ip_values(cls, hosts: dict[str, str]) -> dict[str, str]:
         return check_egress_hosts(hosts)
+    #: Memory per sandbox when the task gives no ``memory_mb`` (None: unlimited).
+    memory_mb: int | None = Field(default=None, ge=16)
+    #: Processes (and threads) per sandbox at once.
+    pids_limit: int = Field(default=4096, ge=16)
+    #: Size of each of the sandbox's tmpfs (/ and /tmp), in MiB.
+    tmpfs_mb: int = Field(default=1024, ge=1)
+    #: Writable space (workdir, /logs, uploads) in MiB when the task gives no ``storage_mb`` (None: no cap).
+    storage_mb: int | None = Field(default=None, ge=8)
 
     @field_validator("ro_binds")
     @classmethod
@@ -95,7 +107,9 @@ class LocalExecutor:
                 raise ExecutorUnavailable(f"bubblewrap (bwrap) cannot create a sandbox here: {cause}")
 
     def prepare(self, tasks: list[Task]) -> None:
-        """Nothing to build: the host is the image."""
+        """Nothing to build (the host is the image); remove what leases of dead processes left."""
+        limits.sweep()
+        disk.sweep()
 
     @contextmanager
     def lease(self, request: LeaseRequest) -> Iterator[LocalSandbox]:
@@ -124,16 +138,40 @@ class LocalSandbox:
         self._closed = False
         self._check_workdir()
         scratch.mkdir(parents=True, exist_ok=True)
-        self._workspace = scratch / "workspace"
-        self._logs = scratch / "logs"
-        self._mounts = scratch / "mounts"  # uploads outside workdir and /logs: one bind per top dir
+        storage_mb = int(task.storage_mb) if task.storage_mb else options.storage_mb
+        self._disk, self.storage = self._open_disk(storage_mb)
+        area = self._disk.mount_point if self._disk is not None else scratch
+        self._workspace = area / "workspace"
+        self._logs = area / "logs"
+        self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
         self._empty = scratch / "empty"  # bound over masked secret files
         self._mount_tops: list[str] = []
         self._lay_out()
-        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds)
+        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
         self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
         #: The network plan's phase context: ``egress_phase(name, plan, log)``.
         self.egress_phase = self.egress.phase
+        self._limits = open_limits(
+            LimitSpec(
+                memory_mb=task.memory_mb or options.memory_mb,
+                pids=options.pids_limit,
+                file_mb=storage_mb,
+            )
+        )
+
+    def _open_disk(self, storage_mb: int | None) -> tuple[CappedDisk | None, dict[str, Any]]:
+        """A capped filesystem for the writable directories, where this host can make one."""
+        if storage_mb is None:
+            return None, {"storage_mb": None, "enforced": False, "note": "the task sets no storage_mb"}
+        why = disk.unavailable()
+        if why is None:
+            try:
+                capped = CappedDisk(self._scratch, storage_mb)
+            except OSError as e:
+                why = str(e)
+            else:
+                return capped, {"storage_mb": storage_mb, "enforced": True, "mechanism": "loop-mounted ext4"}
+        return None, {"storage_mb": storage_mb, "enforced": False, "note": f"{why}; each file capped instead"}
 
     def _check_workdir(self) -> None:
         top = PurePosixPath(self._workdir).parts[1:2]
@@ -175,6 +213,9 @@ class LocalSandbox:
         self._require_open()
         isolated = self.options.sandbox == "bwrap"
         proxied = self.egress.current if network and isolated else None
+        if proxied:
+            env = {**env, **proxied.env}
+        env_fd = bwrap.env_file(env)
         read_fd, write_fd = os.pipe()
         try:
             argv = bwrap.command_argv(
@@ -184,9 +225,9 @@ class LocalSandbox:
                 isolated=isolated,
                 resolv_target=self._layout.resolv_target,
                 cwd=cwd or self._workdir,
-                env={**env, **proxied.env} if proxied else env,
                 command=command,
                 info_fd=write_fd if isolated else None,
+                env_fd=env_fd,
                 extra_args=proxied.extra_args if proxied else (),
                 wrapper=proxied.wrapper if proxied else None,
             )
@@ -194,7 +235,7 @@ class LocalSandbox:
             def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
                 return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
 
-            return run_process(
+            result = run_process(
                 argv,
                 timeout_sec=timeout_sec,
                 stdout_path=stdout_path,
@@ -202,9 +243,13 @@ class LocalSandbox:
                 max_output_bytes=max_output_bytes,
                 grace_sec=self.options.kill_grace_sec,
                 make_stopper=stopper,
-                pass_fds=(write_fd,) if isolated else (),
+                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                hold=self._limits.enter,
             )
+            hit = self._limits.exceeded()
+            return replace(result, limits_hit=tuple(hit)) if hit else result
         finally:
+            os.close(env_fd)
             os.close(read_fd)
             os.close(write_fd)
 
@@ -244,8 +289,9 @@ class LocalSandbox:
         if base == self._mounts and parts[0] not in self._mount_tops:
             self._mount_tops.append(parts[0])
 
-    def get(self, sandbox_path: str, host_path: Path) -> bool:
-        """Copy out without following symlinks; False when nothing is at ``sandbox_path``."""
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
         self._require_open()
         base, parts = self._locate(sandbox_path)
         parent = descend(base, parts[:-1], make=False) if parts else base.parent
@@ -255,7 +301,7 @@ class LocalSandbox:
         if os.path.lexists(host_path):
             remove_path(host_path)
         host_path.parent.mkdir(parents=True, exist_ok=True)
-        return copy_out(source, host_path)
+        return copy_out(source, host_path, report, PurePosixPath(sandbox_path).name)
 
     def remove(self, sandbox_path: str) -> None:
         """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
@@ -283,8 +329,8 @@ class LocalSandbox:
             raise ValueError(f"the local executor cannot place files at {sandbox_path}")
         return self._mounts, list(path.parts[1:])
 
-    def workspace_snapshot(self, dest: Path) -> Path:
-        """The live workspace directory on the host (no copy)."""
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """The live workspace directory on the host (no copy: ``report`` stays empty)."""
         return self._workspace
 
     def baseline_workspace(self) -> Path | None:
@@ -304,6 +350,7 @@ class LocalSandbox:
                 "kill": "process group, best effort (a process that calls setsid survives)",
                 "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
                 "mounts": self._mount_list(),
+                "limits": {**self._limits.describe(), "storage": self.storage},
             }
         net = {True: "host", False: "none"}
         return {
@@ -317,13 +364,14 @@ class LocalSandbox:
             "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
             "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
             "mounts": self._mount_list(),
+            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": self.storage},
         }
 
     def _mount_list(self) -> list[str]:
         if self.options.sandbox == "bwrap":
-            mounts = ["/ (tmpfs)"]
+            mounts = [f"/ (tmpfs, {self.options.tmpfs_mb} MiB)"]
             mounts += [f"{p} -> {t}" if t else f"{p} (host, ro)" for p, t in self._layout.system]
-            mounts += ["/proc (pid namespace)", "/dev (minimal)", "/tmp (tmpfs)"]
+            mounts += ["/proc (pid namespace)", "/dev (minimal)", f"/tmp (tmpfs, {self.options.tmpfs_mb} MiB)"]
         else:
             mounts = ["/ (host top-level directories, rw)"]
         mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
@@ -334,6 +382,9 @@ class LocalSandbox:
         """Remove the scratch directory (also what the subject made read-only)."""
         if not self._closed:
             self._closed = True
+            self._limits.close()
+            if self._disk is not None:
+                self._disk.close()
             if os.path.lexists(self._scratch):
                 remove_path(self._scratch)
 

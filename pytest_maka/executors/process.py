@@ -95,6 +95,17 @@ class OutputPump:
             sink.file.flush()
 
 
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (also one of another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
     """True if ``proc`` exited within ``timeout`` seconds (None: wait forever).
 
@@ -133,24 +144,37 @@ def run_process(
     grace_sec: float,
     make_stopper: Callable[[subprocess.Popen[bytes]], Stopper],
     pass_fds: Sequence[int] = (),
+    hold: Callable[[int], None] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in its own session; on timeout or interrupt stop the whole tree.
 
     Returns only when the stopper reports every process gone and the output is flushed.
+    With ``hold``, the process waits at a gate (a host ``sh`` reading a pipe) until
+    ``hold(pid)`` has returned, e.g. after moving it into a cgroup, and only then execs
+    ``argv``: nothing it starts can run outside what ``hold`` set up.
     """
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    gate: tuple[int, int] | None = os.pipe() if hold is not None else None
+    if gate is not None:  # the gate is the shim's stdin; the command gets /dev/null as before
+        argv = ["/bin/sh", "-c", 'read _; exec "$@" </dev/null', "maka-gate", *argv]
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=tuple(pass_fds),
-            env={},  # the sandbox's pid 1 keeps its own environ: it must hold no host secret
-        )
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=gate[0] if gate is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+                env={},  # the sandbox's pid 1 keeps its own environ: it must hold no host secret
+            )
+        finally:
+            if gate is not None:
+                os.close(gate[0])
+        if gate is not None and hold is not None:
+            _open_gate(proc, gate[1], hold)
         assert proc.stdout is not None and proc.stderr is not None
         sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
         pump = OutputPump(sinks)
@@ -177,6 +201,21 @@ def run_process(
         stdout_truncated=sinks[0].truncated,
         stderr_truncated=sinks[1].truncated,
     )
+
+
+def _open_gate(proc: subprocess.Popen[bytes], gate: int, hold: Callable[[int], None]) -> None:
+    """Run ``hold(pid)`` while the process waits; kill it (never let it go) if that fails."""
+    try:
+        hold(proc.pid)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        raise
+    finally:
+        os.close(gate)
 
 
 def _stop(proc: subprocess.Popen[bytes], stopper: Stopper, grace_sec: float) -> None:

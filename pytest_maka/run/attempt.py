@@ -16,9 +16,10 @@ from ..egress.log import LOG_NAME, EgressLog
 from ..egress.phase import network_phase, network_record
 from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor, LeaseRequest, Sandbox
+from ..executors.copyout import CopyReport
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
+from .freeze import read_json_file, read_stop_reason, read_usage, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -123,7 +124,8 @@ class AttemptWork:
         if self.subject_outcome is not None and self.subject_outcome.exit_code == 0:
             return f"the subject stopped early: {self.subject_outcome.stop_reason}"
         code = self.subject_outcome.exit_code if self.subject_outcome else None
-        return f"the subject exited with code {code}"
+        hit = self.agent_info.get("limits_hit")
+        return f"the subject exited with code {code}" + (f" (hit its {' and '.join(hit)} limit)" if hit else "")
 
     def artifacts(self, out_dir: Path) -> dict[str, str]:
         """Paths (relative to the output directory) of what this attempt left."""
@@ -196,7 +198,6 @@ def run_attempt_steps(
             _close(stack, work)
         if work.isolation:
             work.isolation["network"] = network_record(work.plan, work.isolation.get("network"), work.egress)
-        redact_tree(d, work.subject.secrets())
 
 
 def _close(stack: ExitStack, work: AttemptWork) -> None:
@@ -264,16 +265,24 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         "output_truncated": result.stdout_truncated or result.stderr_truncated,
         "env_passed": sorted(work.subject.env()),
     }
+    if result.limits_hit:
+        work.agent_info["limits_hit"] = list(result.limits_hit)
     if result.timed_out and limit_name:
         work.budget_exceeded = limit_name
 
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     d = work.attempt_dir
-    sandbox.get(AGENT_LOGS_DIR, d / "agent")
-    diff, counts = workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after"))
+    cap = work.settings.budgets.max_artifact_bytes
+    logs, workspace = CopyReport(max_bytes=cap), CopyReport(max_bytes=cap)
+    sandbox.get(AGENT_LOGS_DIR, d / "agent", report=logs)
+    after = sandbox.workspace_snapshot(scratch / "workspace-after", report=workspace)
+    diff, counts = workspace_diff(sandbox.baseline_workspace(), after)
     (d / "workspace.diff").write_text(diff, encoding="utf-8")
     work.agent_info["workspace_changes"] = counts
+    work.agent_info["copied_out"] = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
+    if logs.truncated or workspace.truncated:
+        work.agent_info["copy_truncated"] = True
     work.usage = read_usage(d / "agent")
     stop_reason = read_stop_reason(d / "agent")
     if stop_reason and work.subject_outcome is not None:

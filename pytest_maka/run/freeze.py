@@ -1,42 +1,90 @@
-"""Freezing what the subject left: workspace diff, its own logs, usage and claim; secret redaction."""
+"""Freezing what the subject left: workspace diff, its own logs, usage and claim.
+
+Nothing here reads through a symlink the subject planted, blocks on a fifo, or reads a
+hard-linked file (whose other name may be a host file).
+"""
 
 from __future__ import annotations
 
 import difflib
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from ..store.tree import walk
 
 MAX_DIFF_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 256 * 1024
-MAX_REDACT_BYTES = 16 * 1024 * 1024
 
 
 def _files(root: Path | None) -> dict[str, Path]:
-    if root is None or not root.is_dir():
+    """Every non-directory entry below ``root`` (links as links: never descended into)."""
+    if root is None or not root.is_dir() or root.is_symlink():
         return {}
     out: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not Path(dirpath, d).is_symlink()]
+    for dirpath, _dirnames, filenames in walk(root):
         for name in filenames:
             full = Path(dirpath, name)
-            out[full.relative_to(root).as_posix()] = full
+            if not stat.S_ISDIR(_lstat_mode(full)):
+                out[full.relative_to(root).as_posix()] = full
     return out
 
 
-def _lines(path: Path) -> list[str] | None:
-    """Text lines of a regular file, or None for binaries, links and large files."""
-    if path.is_symlink():
-        return [f"<symlink to {os.readlink(path)}>\n"]
+def _printable(name: str) -> str:
+    """A file name or link target that is not UTF-8, with its odd bytes as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _lstat_mode(path: Path) -> int:
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        data = path.read_bytes()
+        return os.lstat(path).st_mode
     except OSError:
-        return None
+        return 0
+
+
+def _open_regular(path: Path) -> BinaryIO | str:
+    """A plain regular file opened for reading, or why it is not opened.
+
+    Never follows a link (O_NOFOLLOW), never blocks on a fifo (O_NONBLOCK, then fstat),
+    and never opens a hard-linked file: its other name may be outside the workspace.
+    """
+    mode = _lstat_mode(path)
+    if stat.S_ISLNK(mode):
+        return f"symlink to {_printable(os.readlink(path))}"
+    if not stat.S_ISREG(mode):
+        return "special file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "unreadable file"
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    why = "special file" if not stat.S_ISREG(st.st_mode) else "hard-linked file" if st.st_nlink > 1 else None
+    if why:
+        f.close()
+        return why
+    return f
+
+
+def _content(path: Path, limit: int) -> bytes | str:
+    """The bytes of a plain regular file of at most ``limit`` bytes, or why it is not read."""
+    f = _open_regular(path)
+    if isinstance(f, str):
+        return f
+    with f:
+        data = f.read(limit + 1)
+    return "large file" if len(data) > limit else data
+
+
+def _lines(path: Path) -> list[str] | str:
+    """Text lines of a file, or a description of why it has none (binary, link, large...)."""
+    data = _content(path, MAX_FILE_BYTES)
+    if isinstance(data, str):
+        return [f"<{data}>\n"] if data.startswith("symlink") else data
     if b"\0" in data:
-        return None
+        return "binary file"
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
@@ -46,8 +94,9 @@ def workspace_diff(before: Path | None, after: Path) -> tuple[str, dict[str, int
     chunks: list[str] = []
     size = 0
     counts = {"added": 0, "modified": 0, "deleted": 0}
-    for rel in sorted(old.keys() | new.keys()):
-        a, b = old.get(rel), new.get(rel)
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        rel = _printable(key)
         if a is not None and b is not None and _same(a, b):
             continue
         counts["added" if a is None else "deleted" if b is None else "modified"] += 1
@@ -55,8 +104,9 @@ def workspace_diff(before: Path | None, after: Path) -> tuple[str, dict[str, int
             continue
         la = _lines(a) if a is not None else []
         lb = _lines(b) if b is not None else []
-        if la is None or lb is None:
-            text = f"Binary or large file {rel} differs\n"
+        if isinstance(la, str) or isinstance(lb, str):
+            why = la if isinstance(la, str) else lb
+            text = f"{str(why).capitalize()} {rel} differs\n"
         else:
             text = "".join(
                 difflib.unified_diff(
@@ -73,15 +123,24 @@ def workspace_diff(before: Path | None, after: Path) -> tuple[str, dict[str, int
 
 
 def _same(a: Path, b: Path) -> bool:
-    if a.is_symlink() or b.is_symlink():
-        return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
-    try:
-        sa, sb = a.stat(), b.stat()
-        if sa.st_size != sb.st_size:
-            return False
-        return a.read_bytes() == b.read_bytes()
-    except OSError:
+    ma, mb = _lstat_mode(a), _lstat_mode(b)
+    if stat.S_ISLNK(ma) or stat.S_ISLNK(mb):
+        return stat.S_ISLNK(ma) and stat.S_ISLNK(mb) and os.readlink(a) == os.readlink(b)
+    fa, fb = _open_regular(a), _open_regular(b)
+    if isinstance(fa, str) or isinstance(fb, str):
+        for f in (fa, fb):
+            if not isinstance(f, str):
+                f.close()
         return False
+    with fa, fb:
+        if os.fstat(fa.fileno()).st_size != os.fstat(fb.fileno()).st_size:
+            return False
+        while True:
+            ca, cb = fa.read(1 << 20), fb.read(1 << 20)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
 
 
 def read_json_file(path: Path, limit: int = 1024 * 1024) -> Any:
@@ -114,27 +173,3 @@ def read_stop_reason(agent_dir: Path) -> str | None:
     data = read_json_file(agent_dir / "usage.json")
     reason = data.get("stop_reason") if isinstance(data, dict) else None
     return reason[:64] if isinstance(reason, str) and reason else None
-
-
-def redact_tree(root: Path, secrets: list[str]) -> int:
-    """Replace every secret value in the files below ``root``; returns files changed."""
-    needles = [s.encode() for s in secrets if s]
-    if not needles or not root.exists():
-        return 0
-    changed = 0
-    for dirpath, _dirs, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath, name)
-            try:
-                if path.is_symlink() or path.stat().st_size > MAX_REDACT_BYTES:
-                    continue
-                data = path.read_bytes()
-            except OSError:
-                continue
-            new = data
-            for needle in needles:
-                new = new.replace(needle, b"[REDACTED]")
-            if new != data:
-                path.write_bytes(new)
-                changed += 1
-    return changed

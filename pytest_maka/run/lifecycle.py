@@ -153,8 +153,8 @@ class CellRunner:
         except Exception as e:  # a harness bug is infra, never the agent's fault
             (attempt_dir / "harness-error.txt").write_text(traceback.format_exc())
             work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
-        record = self._record(work, number, started)
-        self.ledger.append(record)
+        self.ledger.redactor.tree(attempt_dir)  # names and contents of every artifact
+        record = self.ledger.append(self._record(work, number, started))
         if aborted:
             raise KeyboardInterrupt
         return record
@@ -202,6 +202,7 @@ class CellRunner:
             timings=work.timings,
             error=error,
         )
+        record = self.ledger.redactor.value(record)  # hooks never see a secret value
         if self.annotate_fn is not None:
             self.annotate_fn(record, work.cell)
         return record

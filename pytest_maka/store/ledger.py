@@ -16,6 +16,7 @@ from typing import Any
 from filelock import FileLock
 
 from ..core.records import Record, cell_record, group_by_cell
+from .redact import Redactor
 
 ATTEMPTS_FILE = "attempts.jsonl"
 RESULTS_FILE = "results.jsonl"
@@ -45,18 +46,23 @@ def read_jsonl(path: Path) -> list[Record]:
 class Ledger:
     """``attempts.jsonl`` in an output directory."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, redactor: Redactor | None = None) -> None:
         self.out_dir = Path(out_dir)
+        #: Scrubs the secret values of the run's subjects from every record before it is written.
+        self.redactor = redactor or Redactor()
         self.path = self.out_dir / ATTEMPTS_FILE
         self._lock = FileLock(str(self.out_dir / ".attempts.lock"))
 
-    def append(self, record: Mapping[str, Any]) -> None:
+    def append(self, record: Mapping[str, Any]) -> Record:
+        """Write ``record`` (scrubbed of secrets) as one line; returns what was written."""
+        record = self.redactor.value(dict(record))
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
         with self._lock, self.path.open("a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+        return record
 
     def read(self) -> list[Record]:
         return read_jsonl(self.path)

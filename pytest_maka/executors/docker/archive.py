@@ -1,18 +1,23 @@
 """Tar archives in and out of containers: host files in as root, container files out safely.
 
-Extraction never writes outside its destination: absolute names, ``..``, devices and links
-that leave the tree are skipped, so ``get`` cannot be tricked into following a symlink out.
+Extraction keeps the rules of ``executors.copyout``: it never writes outside its
+destination (absolute names and ``..`` are skipped), never creates a link (a symlink
+becomes a plain file holding its text; hard links, devices and fifos are skipped), streams
+the archive and stops at the byte and entry caps.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
+
+from ..copyout import CopyReport, copy_upto
 
 
 def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -50,24 +55,60 @@ def _inside(root: Path, rel: str) -> Path | None:
     return root.joinpath(*parts)
 
 
-def extract_archive(chunks: Iterable[bytes], dest: Path) -> None:
-    """Extract an engine archive so that the archived path itself lands at ``dest``."""
-    with tempfile.TemporaryFile() as spool:
-        for chunk in chunks:
-            spool.write(chunk)
-        spool.seek(0)
-        with tarfile.open(fileobj=spool, mode="r|") as tar:
-            for member in tar:
-                _extract_one(tar, member, dest)
+class _ChunkReader(io.RawIOBase):
+    """The engine's archive chunks as a readable stream (nothing spooled to disk)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._it: Iterator[bytes] = iter(chunks)
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._it)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
 
 
-def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
+def extract_archive(chunks: Iterable[bytes], dest: Path, report: CopyReport | None = None) -> None:
+    """Extract an engine archive so that the archived path itself lands at ``dest``.
+
+    Streams the archive and stops reading once the report's caps are reached (the caller
+    then closes the connection rather than reading the rest).
+    """
+    report = report if report is not None else CopyReport()
+    stream = io.BufferedReader(_ChunkReader(chunks), 1024 * 1024)
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not report.take_entry():
+                break
+            _extract_one(tar, member, dest, report)
+            if report.truncated:
+                break
+    if not report.truncated:
+        while stream.read(1024 * 1024):  # the archive's padding: leave the connection reusable
+            pass
+
+
+def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, report: CopyReport) -> None:
     parts = PurePosixPath(member.name).parts
     rel = "/".join(parts[1:])
     target = dest if not rel else _inside(dest, rel)
+    name = member.name
     if target is None:
+        report.skip(name, "name outside the copy")
         return
     if target != dest and not target.parent.is_dir():
+        if os.path.lexists(target.parent):  # a file (or a link's placeholder) stands there
+            report.skip(name, "below a non-directory")
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
     if member.isdir():
         if target.is_symlink() or (target.exists() and not target.is_dir()):
@@ -79,16 +120,19 @@ def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> N
         src = tar.extractfile(member)
         if src is None:
             return
-        with src, open(target, "wb") as f:
-            shutil.copyfileobj(src, f)
+        with src, open(target, "xb") as f:
+            copied, complete = copy_upto(src, f, report.room())
+        report.add_bytes(copied, complete=complete)
         os.chmod(target, 0o600 | (member.mode & 0o755))
     elif member.issym():
-        link = PurePosixPath(member.linkname)
-        if link.is_absolute() or ".." in link.parts:
-            return  # only links that stay below their own directory
-        _clear(target)
-        os.symlink(member.linkname, target)
-    # hard links, devices and fifos are skipped: nothing a verifier's output needs
+        _clear(target)  # never a live link in the output: a plain file holding the link text
+        with open(target, "xb") as f:
+            f.write(report.link(name, member.linkname))
+        os.chmod(target, 0o600)
+    elif member.islnk():
+        report.skip(name, f"hard link to {member.linkname}")
+    else:
+        report.skip(name, "special file")
 
 
 def _clear(target: Path) -> None:

@@ -43,6 +43,7 @@ class DockerExecutor:
         self.pools = {e.key: SlotPool(state / "slots" / e.key, e.slots) for e in self.engines}
         self._swept: set[str] = set()
         self._ncpu: dict[str, float] = {}
+        self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
 
     @property
@@ -166,7 +167,9 @@ class DockerExecutor:
         cpus = task.cpus or self.options.cpus
         if cpus is not None:
             cpus = min(cpus, self._engine_cpus(engine))
-        return EnvKey(engine.key, image_id, cpus, task.memory_mb or self.options.memory_mb, task.workdir)
+        memory = task.memory_mb or self.options.memory_mb
+        storage = int(task.storage_mb) if task.storage_mb else None
+        return EnvKey(engine.key, image_id, cpus, memory, task.workdir, storage)
 
     def _make_spare(self, key: Hashable) -> Spare:
         assert isinstance(key, EnvKey)
@@ -196,6 +199,7 @@ class DockerExecutor:
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
         net = "none" if opts.network == "none" else opts.network
         api = engine.api
+        storage, storage_opt = self._storage(engine, key.storage_mb)
         with engine.guard("creating the container"):
             host_config = api.create_host_config(
                 init=True,
@@ -208,6 +212,7 @@ class DockerExecutor:
                 nano_cpus=int(key.cpus * 1e9) if key.cpus else None,
                 mem_limit=f"{key.memory_mb}m" if key.memory_mb else None,
                 memswap_limit=f"{key.memory_mb}m" if key.memory_mb else None,
+                storage_opt=storage_opt,
             )
             labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
             cid = api.create_container(
@@ -232,12 +237,24 @@ class DockerExecutor:
             "privileged": False,
             "capabilities": caps,
             "no_new_privileges": opts.no_new_privileges,
-            "limits": {"cpus": key.cpus, "memory_mb": key.memory_mb, "pids": opts.pids_limit},
+            "limits": {"cpus": key.cpus, "memory_mb": key.memory_mb, "pids": opts.pids_limit, "storage": storage},
             "kill": "every process in the container but its init (SIGTERM, grace, SIGKILL)",
             "filesystem": "container root (writable layer), removed after the attempt",
             "mounts": [],
         }
         return cid, info
+
+    def _storage(self, engine: Engine, storage_mb: int | None) -> tuple[dict[str, Any], dict[str, str] | None]:
+        """The record's storage entry and the ``storage_opt`` to create with (None: not enforced)."""
+        if storage_mb is None:
+            return {"storage_mb": None, "enforced": False, "note": "the task sets no storage_mb"}, None
+        if engine.key not in self._driver:
+            with engine.guard("reading engine info"):
+                self._driver[engine.key] = storage_support(engine.api.info())
+        why = self._driver[engine.key]
+        if why is not None:
+            return {"storage_mb": storage_mb, "enforced": False, "note": why}, None
+        return {"storage_mb": storage_mb, "enforced": True, "mechanism": "storage_opt size"}, {"size": f"{storage_mb}M"}
 
     def _engine_cpus(self, engine: Engine) -> float:
         if engine.key not in self._ncpu:
@@ -275,6 +292,24 @@ class EnvKey(NamedTuple):
     cpus: float | None
     memory_mb: int | None
     workdir: str
+    storage_mb: int | None = None
+
+
+def storage_support(info: dict[str, Any]) -> str | None:
+    """Why this engine cannot cap a container's writable layer, or None when it can.
+
+    overlay2 needs a backing xfs mounted with ``pquota`` (the engine says "xfs" and then
+    refuses at create time without pquota: that refusal is reported as an infra failure
+    naming the cause); btrfs, zfs and devicemapper take a size as well.
+    """
+    driver = info.get("Driver") or "unknown"
+    status = dict(info.get("DriverStatus") or [])
+    if driver == "overlay2":
+        backing = status.get("Backing Filesystem", "unknown")
+        return None if backing == "xfs" else f"storage driver overlay2 on {backing} (needs xfs with pquota)"
+    if driver in ("btrfs", "zfs", "devicemapper"):
+        return None
+    return f"storage driver {driver} cannot cap a container's size"
 
 
 def _container_name(request: LeaseRequest) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -15,6 +14,8 @@ from ...core.errors import InfraError
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
+from ..copyout import CopyReport
+from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .egress import DockerEgress
 from .engines import Engine
@@ -222,21 +223,26 @@ class DockerSandbox(ContainerProcesses):
         for host_path, path in entries:
             self._batch.add(host_path, _check_path(path))
 
-    def get(self, sandbox_path: str, host_path: Path) -> bool:
-        """Copy out; False when nothing is at ``sandbox_path``. Links leaving the copy are dropped."""
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (streamed, capped, no link kept; noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} out of the container"):
             self._flush(path)
+            url = self.api._url("/containers/{0}/archive", self.id)
+            res = self.api._get(url, params={"path": path}, stream=True)
             try:
-                chunks, _stat = self.api.get_archive(self.id, path)
-            except docker.errors.NotFound:
-                return False
-            if host_path.is_symlink() or host_path.is_file():
-                host_path.unlink()
-            elif host_path.exists():
-                shutil.rmtree(host_path)
-            host_path.parent.mkdir(parents=True, exist_ok=True)
-            extract_archive(chunks, host_path)
+                if res.status_code == 404:
+                    return False
+                self.api._raise_for_status(res)
+                if host_path.is_symlink() or host_path.is_file():
+                    host_path.unlink()
+                elif host_path.exists():
+                    remove_path(host_path)
+                host_path.parent.mkdir(parents=True, exist_ok=True)
+                extract_archive(res.iter_content(1024 * 1024, False), host_path, report)
+            finally:
+                res.close()  # an archive cut short at the cap: drop the connection, unread
         return True
 
     def remove(self, sandbox_path: str) -> None:
@@ -248,9 +254,9 @@ class DockerSandbox(ContainerProcesses):
                 self._clear(path, make_parent=False)
             self._fresh.add(path)
 
-    def workspace_snapshot(self, dest: Path) -> Path:
-        """A host copy of the workdir as it is now."""
-        if not self.get(self.workdir, dest):
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """A host copy of the workdir as it is now (capped like ``get``)."""
+        if not self.get(self.workdir, dest, report=report):
             dest.mkdir(parents=True, exist_ok=True)
         return dest
 
