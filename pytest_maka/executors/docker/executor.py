@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import signal
-import threading
 import uuid
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
@@ -16,6 +14,7 @@ import docker.errors
 from pydantic import BaseModel
 
 from ...core.errors import ExecutorUnavailable, InfraError
+from ...core.interrupts import sigint_deferred
 from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
 from . import labels as L
@@ -140,7 +139,7 @@ class DockerExecutor:
                 yield sandbox
                 failed = False
             finally:
-                with _sigint_deferred():
+                with sigint_deferred():
                     if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                         slot.clear()
         finally:
@@ -264,19 +263,3 @@ class EnvKey(NamedTuple):
 def _container_name(request: LeaseRequest) -> str:
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", request.cell.key)
     return f"maka-{key}-a{request.attempt}-{uuid.uuid4().hex[:6]}"
-
-
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives during cleanup until the cleanup is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
