@@ -14,7 +14,6 @@ import pytest
 
 from . import __version__
 from .core.cell import Cell
-from .core.interrupts import sigint_deferred
 from .core.records import attempt_record, cell_record, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .run.lifecycle import attempt_dir_for
@@ -37,6 +36,7 @@ class MakaReporter:
         self.not_run: dict[str, str] = {}  # cells of this run that never started, and why
         self.cells_by_id = maka.cohort.cell_by_id()
         self.run_started = time.time()
+        self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
 
@@ -108,17 +108,8 @@ class MakaReporter:
         )
 
     # -- end of session ------------------------------------------------------------------
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
-        """Hold a further Ctrl-C while the workers stop and the records are written."""
-        with sigint_deferred(reraise=False) as held:
-            result = yield
-        if held:
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
-        return result
-
-    @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")
-    def pytest_sessionfinish_records(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.option.collectonly:
             return
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
@@ -192,7 +183,7 @@ class MakaReporter:
         from .report.terminal import terminal_lines
 
         records = [r for r in self.records.values()]
-        if not records and not self.not_run and not self.maka.ledger.problems:
+        if not records and not self.not_run and not self.ledger_problems:
             return
         terminalreporter.section("pytest-maka", sep="=")
         for line in terminal_lines(records):
@@ -207,7 +198,7 @@ class MakaReporter:
                 f"{len(self.not_run)} cell(s) not run ({', '.join(sorted(set(self.not_run.values())))}): "
                 "nothing was recorded for them; the next run into this directory runs them"
             )
-        for problem in self.maka.ledger.problems:
+        for problem in dict.fromkeys([*self.ledger_problems, *self.maka.ledger.problems]):
             terminalreporter.write_line(f"maka: warning: {problem}", yellow=True)
         terminalreporter.write_line(
             f"results: {self.maka.out_dir_display}/results.jsonl  report: {self.maka.out_dir_display}/report.html"

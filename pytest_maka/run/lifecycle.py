@@ -175,10 +175,10 @@ class CellRunner:
         except Exception as e:  # a harness bug is infra, never the agent's fault
             _note_traceback(attempt_dir)
             work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
-        with sigint_deferred(reraise=False) as held:  # a second Ctrl-C must not lose the line
+        with sigint_deferred():  # a Ctrl-C now (a first or a second) must not lose the line
             record = self._record(work, number, started)
             self.ledger.append(record)
-        if aborted or held:
+        if aborted:
             raise KeyboardInterrupt
         return record
 
