@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from . import builtins, hookspecs
+from . import builtins, compat, hookspecs
 from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
 from .core.taxonomy import HARNESS_SIDE, Status
@@ -25,6 +25,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.register(builtins, "maka-builtins")
     if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    if getattr(early_config.known_args_namespace, "maka_spec", None):
+        compat.settle_rootdir(early_config)  # node ids must not depend on --maka-out DIR
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
