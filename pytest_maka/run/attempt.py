@@ -182,7 +182,7 @@ def run_attempt_steps(
             _freeze(work, sandbox, request.scratch_dir)
         with work.timed("restore"):
             _restore(sandbox, work.verifier.tests_payload(task, request.scratch_dir), request.scratch_dir)
-        _verify(work, sandbox, work.verifier, request.scratch_dir)
+        _verify(work, sandbox, work.verifier, request.scratch_dir, deadline)
     finally:
         with work.timed("teardown"):
             _close(stack, work)
@@ -213,6 +213,11 @@ def _restore(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
 def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
     """The task's agent timeout, cut short by an experimenter deadline when that comes first."""
     timeout = _timeout(task.agent_timeout_sec, budgets.agent_timeout_sec, budgets.timeout_multiplier)
+    return _within_deadline(timeout, deadline)
+
+
+def _within_deadline(timeout: float | None, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
+    """``timeout`` cut to what is left before ``deadline``, with the budget's name when it was cut."""
     if deadline is None:
         return timeout, None
     left = deadline[0] - time.time()
@@ -278,10 +283,16 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
 
 
-def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path) -> None:
+def _verify(
+    work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
+) -> None:
     task, d, settings = work.cell.task, work.attempt_dir, work.settings
     budgets = settings.budgets
     timeout = _timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
+    timeout, cut_by = _within_deadline(timeout, deadline)
+    if timeout is not None and timeout <= 0:  # the whole-cell deadline left no time to verify
+        work.budget_exceeded = work.budget_exceeded or cut_by
+        return
     ctx = VerifyContext(
         env={**base_env(task), **task.verifier_env},
         timeout_sec=timeout,
@@ -299,6 +310,8 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
         sandbox.get(ARTIFACTS_DIR, d / "artifacts")
     verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
+    if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
+        work.budget_exceeded = work.budget_exceeded or cut_by
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
     )

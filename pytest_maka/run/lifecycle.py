@@ -193,6 +193,7 @@ class CellRunner:
             work.facts_update(budget_exceeded="cohort_timeout_sec", subject_outcome=SubjectOutcome(started=False))
             return
         scratch_dir = Path(tempfile.mkdtemp(prefix=f"a{number}-", dir=scratch))
+        deadline = self._deadline(started, budget)
         try:
             request = LeaseRequest(
                 cell=cell,
@@ -200,8 +201,9 @@ class CellRunner:
                 attempt_dir=work.attempt_dir,
                 scratch_dir=scratch_dir,
                 uploads=subject.uploads(cell.task),
+                deadline=deadline[0] if deadline else None,
             )
-            run_attempt_steps(work, lease, request, deadline=self._deadline(started, budget))
+            run_attempt_steps(work, lease, request, deadline=deadline)
         finally:
             shutil.rmtree(scratch_dir, ignore_errors=True)
 

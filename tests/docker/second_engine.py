@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -22,6 +23,30 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+SUBNET_LOCKS = Path("/tmp/maka-d2-subnets")
+
+
+def _claim_subnet() -> tuple[int, int]:
+    """A 172.29.N.0/24 no other engine of any process holds and no interface uses.
+
+    Each claim is an flock on ``SUBNET_LOCKS/N.lock``, held until ``stop()`` (or until the
+    process dies), so parallel xdist workers never pick the same bridge subnet.
+    """
+    SUBNET_LOCKS.mkdir(exist_ok=True)
+    in_use = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    for n in range(64, 192):
+        if f" 172.29.{n}." in in_use:
+            continue
+        fd = os.open(SUBNET_LOCKS / f"{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return n, fd
+    raise RuntimeError("no free 172.29.N.0/24 subnet for a second engine")
+
+
 class SecondEngine:
     """A throwaway ``dockerd``; ``kill()`` makes it stop answering, ``start()`` brings it back."""
 
@@ -31,8 +56,8 @@ class SecondEngine:
         self.tcp_url = f"tcp://127.0.0.1:{_free_port()}"  # the same engine, also on loopback TCP
         self.bridge = f"maka{uuid.uuid4().hex[:8]}"
         self.proc: subprocess.Popen[bytes] | None = None
+        subnet, self._subnet_lock = _claim_subnet()
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
-        subnet = 64 + int(self.bridge[-2:], 16) % 128  # engines of parallel workers rarely share one
         subprocess.run(["ip", "addr", "add", f"172.29.{subnet}.1/24", "dev", self.bridge], check=True)
         subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
 
@@ -105,6 +130,7 @@ class SecondEngine:
             subprocess.run(["umount", "-l", mount], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.bridge], check=False)
+        os.close(self._subnet_lock)  # the subnet is free for the next engine
 
     def _kill_strays(self) -> None:
         """containerd and shims of this engine (their command lines name its root) and their children.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 import uuid
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ class DockerExecutor:
         self.images = ImageStore(state, self.options.image_prefix, self.options.default_image)
         self.pools = {e.key: SlotPool(state / "slots" / e.key, e.slots) for e in self.engines}
         self._swept: set[str] = set()
+        self._orphans: list[tuple[Engine, str]] = []  # containers left while their engine was away
         self._ncpu: dict[str, float] = {}
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
 
@@ -69,8 +71,19 @@ class DockerExecutor:
                 sweep(engine)
 
     def close(self) -> None:
+        """Remove spares, containers whose removal failed while their engine was away, and
+        containers of dead processes (e.g. a killed xdist worker) on every engine that answers."""
         self.spares.close()
+        orphans, self._orphans = self._orphans, []
         for engine in self.engines:
+            if engine.ping() is not None:
+                self._orphans += [(e, cid) for e, cid in orphans if e is engine]  # engine still away
+                engine.close()
+                continue
+            for _, cid in (o for o in orphans if o[0] is engine):
+                self._dispose(engine, cid, keep=False)
+            with contextlib.suppress(InfraError):
+                sweep(engine)
             engine.close()
 
     # --- leasing ----------------------------------------------------------------------
@@ -84,8 +97,16 @@ class DockerExecutor:
     @contextmanager
     def lease(self, request: LeaseRequest) -> Iterator[DockerSandbox]:
         """A fresh container for this attempt, removed when the block ends, whatever happens."""
+        timeout = self.options.lease_timeout_sec
+        if request.deadline is not None:  # the whole-cell deadline bounds the wait for a slot
+            timeout = max(0.0, min(timeout, request.deadline - time.time()))
         try:
-            choice = acquire(self._candidates, timeout_sec=self.options.lease_timeout_sec, on_empty=self._no_engine)
+            choice = acquire(
+                self._candidates,
+                timeout_sec=timeout,
+                on_empty=self._no_engine,
+                wait_for_target_sec=min(self.options.engine_wait_sec, timeout),
+            )
         except TimeoutError as exc:
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
@@ -142,6 +163,8 @@ class DockerExecutor:
                 with sigint_deferred():
                     if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                         slot.clear()
+                    else:
+                        self._orphans.append((engine, cid))
         finally:
             slot.release()
 
