@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -94,7 +95,8 @@ class SecondEngine:
                 return
             except Exception:
                 time.sleep(0.2)
-        raise RuntimeError(f"second dockerd did not come up; see {self.root / 'dockerd.log'}")
+        tail = (self.root / "dockerd.log").read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError("second dockerd did not come up:\n" + "\n".join(t for t in tail if "grpc" not in t))
 
     def load_from(self, source: docker.APIClient, image: str) -> None:
         """Copy ``image`` from another engine (no registry is needed)."""
@@ -108,6 +110,39 @@ class SecondEngine:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+            self._wait_containerd_gone()
+
+    def _wait_containerd_gone(self, timeout: float = 60) -> None:
+        """The killed daemon's containerd dies after it (parent-death signal); a start() before it
+        is gone races it for the socket and times out, so wait for that state."""
+        deadline = time.monotonic() + timeout
+        while self._pids(lambda cmd: cmd.startswith(b"containerd\0")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd of {self.root} did not exit after dockerd was killed")
+            time.sleep(0.05)
+
+    def _pids(self, match: Callable[[bytes], bool]) -> list[int]:
+        """Processes whose command line names this engine's root and satisfies ``match``."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(self.root).encode() in cmdline and match(cmdline):
+                found.append(int(entry))
+        return found
+
+    def restart(self, timeout: float = 120) -> None:
+        """Shut down cleanly (its containers die with it) and start again, as ``systemctl restart``."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout)
+            self.proc = None
+            self._wait_containerd_gone()
+        self.start(timeout)
 
     def stop(self) -> None:
         """Shut down cleanly (kills its containers) and remove everything it made."""

@@ -19,7 +19,7 @@ from ...core.interrupts import sigint_deferred
 from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
 from . import labels as L
-from .cleanup import sweep
+from .cleanup import is_local, reap_shims, sweep
 from .engines import Engine, make_engines
 from .images import ImageStore
 from .leases import SlotPool, acquire
@@ -72,18 +72,22 @@ class DockerExecutor:
 
     def close(self) -> None:
         """Remove spares, containers whose removal failed while their engine was away, and
-        containers of dead processes (e.g. a killed xdist worker) on every engine that answers."""
+        containers of dead processes (e.g. a killed xdist worker) on every engine that answers.
+        On this host, the shims of containers left by a killed engine are killed too."""
         self.spares.close()
         orphans, self._orphans = self._orphans, []
         for engine in self.engines:
-            if engine.ping() is not None:
-                self._orphans += [(e, cid) for e, cid in orphans if e is engine]  # engine still away
-                engine.close()
-                continue
-            for _, cid in (o for o in orphans if o[0] is engine):
-                self._dispose(engine, cid, keep=False)
-            with contextlib.suppress(InfraError):
-                sweep(engine)
+            mine = [cid for e, cid in orphans if e is engine]
+            answers = engine.ping() is None
+            if answers:
+                for cid in mine:
+                    self._dispose(engine, cid, keep=False)
+                with contextlib.suppress(InfraError):
+                    sweep(engine)
+            else:
+                self._orphans += [(engine, cid) for cid in mine]  # its next holder of the slot removes it
+            if is_local(engine):
+                reap_shims(mine)  # a killed engine's shims outlive it (and its containers' removal)
             engine.close()
 
     # --- leasing ----------------------------------------------------------------------
