@@ -153,7 +153,9 @@ class MakaReporter:
         records = self.cohort_records()
         write_results(out, records)
         meta = self._provenance()
-        _write_lock(out / "lock.json", meta)
+        note = _write_lock(out / "lock.json", meta)
+        if note:
+            self.ledger_problems.append(note)
         if records:
             write_views(out, records, cohort=self.maka.cohort.name, meta=meta)
         self.config.hook.pytest_maka_report(out_dir=out, records=records, cohort=self.maka.cohort)
@@ -230,15 +232,27 @@ def _xdist_active(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
 
 
-def _write_lock(path: Path, meta: dict[str, Any]) -> None:
-    """lock.json: the provenance of every run into this directory, newest last."""
+def _write_lock(path: Path, meta: dict[str, Any]) -> str | None:
+    """lock.json: the provenance of every run into this directory, newest last.
+
+    A lock.json that cannot be read is moved aside (never overwritten) and a new one is
+    started; returns a one-line note of that, else None.
+    """
     runs: list[dict[str, Any]] = []
+    note = None
     if path.exists():
         try:
-            runs = json.loads(path.read_text()).get("runs", [])
-        except (ValueError, AttributeError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            runs = data["runs"]
+            if not isinstance(runs, list):
+                raise TypeError("'runs' is not a list")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            aside = path.with_name(f"lock.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.json")
+            path.replace(aside)
+            note = f"{path}: not a lock file ({type(e).__name__}: {e}); moved to {aside.name}, started a new one"
             runs = []
     data = {"schema": "pytest-maka/lock/1", "cohort": meta["cohort"], "runs": [*runs, meta]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(path)
+    return note

@@ -16,7 +16,7 @@ from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcom
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
+from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, usage_problems, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -269,6 +269,8 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     (d / "workspace.diff").write_text(diff, encoding="utf-8")
     work.agent_info["workspace_changes"] = counts
     work.usage = read_usage(d / "agent")
+    if problems := usage_problems(d / "agent"):
+        work.agent_info["usage_problems"] = problems
     stop_reason = read_stop_reason(d / "agent")
     if stop_reason and work.subject_outcome is not None:
         work.subject_outcome = replace(work.subject_outcome, stop_reason=stop_reason)

@@ -12,16 +12,33 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
+import pytest
+
+from pytest_maka.executors.docker.cleanup import kill_trees, processes
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def started_engine(source: docker.APIClient, image: str) -> Iterator[SecondEngine]:
+    """A running second engine holding ``image`` (skips where one cannot be started), stopped after."""
+    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
+        pytest.skip("starting a second dockerd needs root, dockerd and ip")
+    engine = SecondEngine()
+    try:
+        engine.start()
+        engine.load_from(source, image)
+        yield engine
+    finally:
+        engine.stop()
 
 
 SUBNET_LOCKS = Path("/tmp/maka-d2-subnets")
@@ -123,17 +140,8 @@ class SecondEngine:
 
     def _pids(self, match: Callable[[bytes], bool]) -> list[int]:
         """Processes whose command line names this engine's root and satisfies ``match``."""
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if str(self.root).encode() in cmdline and match(cmdline):
-                found.append(int(entry))
-        return found
+        root = str(self.root).encode()
+        return [pid for pid, (_, cmd) in processes().items() if root in cmd and match(cmd)]
 
     def restart(self, timeout: float = 120) -> None:
         """Shut down cleanly (its containers die with it) and start again, as ``systemctl restart``."""
@@ -172,20 +180,4 @@ class SecondEngine:
 
         Killing a container's init (a shim's child) ends everything in its pid namespace.
         """
-        parents: dict[int, int] = {}
-        ours: set[int] = set()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-            if str(self.root).encode() in cmdline:
-                ours.add(int(entry))
-        children = {pid for pid, ppid in parents.items() if ppid in ours}
-        for pid in [*children, *ours]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_trees(processes(), set(self._pids(lambda cmd: True)))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -19,7 +19,7 @@ import pytest
 from pytest_maka.executors.docker import labels as L
 
 from ..conftest import PASS_TEST, Cohort
-from .second_engine import SecondEngine
+from .second_engine import SecondEngine, started_engine
 
 pytestmark = pytest.mark.docker
 IMAGE = "debian:bookworm-slim"
@@ -85,16 +85,9 @@ def test_killed_worker_leaves_no_container_or_spare(docker_api, cohort: Cohort, 
 
 
 @pytest.fixture
-def lone_engine(docker_api) -> SecondEngine:
-    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
-        pytest.skip("starting a second dockerd needs root, dockerd and ip")
-    engine = SecondEngine()
-    try:
-        engine.start()
-        engine.load_from(docker_api, IMAGE)
+def lone_engine(docker_api) -> Iterator[SecondEngine]:
+    with started_engine(docker_api, IMAGE) as engine:
         yield engine
-    finally:
-        engine.stop()
 
 
 def _shims_of(engine: SecondEngine) -> list[int]:
@@ -176,3 +169,22 @@ def test_second_engines_claim_distinct_subnets() -> None:
     finally:
         for _, fd in claims:
             os.close(fd)
+
+
+def test_output_reader_error_is_surfaced_not_swallowed(make_executor, tmp_path: Path) -> None:
+    """The reader cannot write the command's stdout file: the result says the output is incomplete
+    and the stderr file says why."""
+    from .helpers import PATH, plain_task, request
+
+    executor = make_executor(default_image=IMAGE, prestart=False)
+    task = plain_task(tmp_path / "task")
+    stdout_path = tmp_path / "stdout-is-a-directory"
+    stdout_path.mkdir()
+    stderr_path = tmp_path / "stderr.txt"
+    with executor.lease(request(task, tmp_path)) as sandbox:
+        result = sandbox.exec(
+            "echo hello", env={"PATH": PATH}, timeout_sec=60, stdout_path=stdout_path, stderr_path=stderr_path
+        )
+    assert result.exit_code == 0 and result.stdout_truncated and result.stderr_truncated
+    note = stderr_path.read_text()
+    assert "reading this command's output failed: IsADirectoryError" in note, note

@@ -258,3 +258,55 @@ def _iso(text: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(text).timestamp()
+
+
+def test_corrupt_lock_file_is_moved_aside_not_overwritten(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run()
+    (cohort.out / "lock.json").write_text('{"runs": [truncated')
+    result = cohort.run()
+    result.stdout.fnmatch_lines(
+        ["*maka: warning: *lock.json: not a lock file (JSONDecodeError: *); moved to lock.corrupt-*"]
+    )
+    [aside] = cohort.out.glob("lock.corrupt-*.json")
+    assert aside.read_text() == '{"runs": [truncated', "what was there is kept"
+    assert len(json.loads((cohort.out / "lock.json").read_text())["runs"]) == 1
+
+
+def test_non_integer_token_count_is_reported_not_dropped_silently(cohort: Cohort) -> None:
+    cohort.task("t")
+    usage = '{"input_tokens": "12k", "output_tokens": 5, "cost_usd": "cheap"}'
+    command = f"echo ok > /app/done.txt; echo '{usage}' > /logs/agent/usage.json"
+    cohort.write(subjects=[{"name": "agent", "kind": "command", "command": command}])
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["t[agent-r0]"]
+    assert record["usage"]["output_tokens"] == 5 and record["usage"]["input_tokens"] is None
+    assert record["agent"]["usage_problems"] == [
+        "usage.json: input_tokens is '12k', expected a non-negative integer; ignored",
+        "usage.json: cost_usd is 'cheap', expected a number; ignored",
+    ]
+
+
+def test_cell_timeout_bounds_the_verifier_too(cohort: Cohort) -> None:
+    """The subject is quick, the verifier would take 60 s: it gets only what is left of the
+    cell's 3 s and the cell is budget_exhausted, not a verifier failure or a pass."""
+    cohort.task("slowcheck", test="sleep 60; echo 1 > /logs/verifier/reward.txt\n", verifier_timeout=120)
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}], budgets={"cell_timeout_sec": 3})
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["slowcheck[oracle-r0]"]
+    assert record["status"] == "budget_exhausted", record["error"]
+    assert record["error"]["message"] == "budget exhausted: cell_timeout_sec"
+    assert 0 < record["verifier"]["timeout_sec"] <= 3 and record["verifier"]["timed_out"] is True
+
+
+def test_cell_timeout_spent_by_the_subject_leaves_no_verifier_run(cohort: Cohort) -> None:
+    cohort.task("t", agent_timeout=120)
+    cohort.write(
+        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 60"}], budgets={"cell_timeout_sec": 2}
+    )
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["t[sleeper-r0]"]
+    assert record["status"] == "budget_exhausted"
+    assert record["agent"]["timed_out"] is True and record["agent"]["timeout_sec"] <= 2
+    assert record["verifier"] == {}, "no time was left to verify"

@@ -36,8 +36,18 @@ def reap_shims(container_ids: Iterable[str]) -> list[int]:
     ids = [cid.encode() for cid in container_ids if len(cid) >= 12]
     if not ids:
         return []
-    shims: set[int] = set()
-    parents: dict[int, int] = {}
+    table = processes()
+    shims = {
+        pid
+        for pid, (_, cmd) in table.items()
+        if b"containerd-shim" in cmd.split(b"\0", 1)[0] and any(b"\0" + i in cmd for i in ids)
+    }
+    return kill_trees(table, shims)
+
+
+def processes() -> dict[int, tuple[int, bytes]]:
+    """Every process on this host: pid -> (parent pid, command line with NUL separators)."""
+    table: dict[int, tuple[int, bytes]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -46,10 +56,14 @@ def reap_shims(container_ids: Iterable[str]) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if b"containerd-shim" in cmdline.split(b"\0", 1)[0] and any(b"\0" + i in cmdline for i in ids):
-            shims.add(int(entry))
-    victims = [pid for pid, ppid in parents.items() if ppid in shims] + sorted(shims)
+        table[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    return table
+
+
+def kill_trees(table: dict[int, tuple[int, bytes]], roots: set[int]) -> list[int]:
+    """SIGKILL the children of ``roots`` (a container's init ends its whole pid namespace), then
+    the roots. Returns the pids signalled."""
+    victims = [pid for pid, (ppid, _) in table.items() if ppid in roots] + sorted(roots)
     for pid in victims:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
