@@ -140,6 +140,20 @@ def _finished_on(out: Path, url: str) -> bool:
     return False
 
 
+def _running_on(url: str) -> bool:
+    """Whether a cell's container (not a spare) is running on the engine at ``url``."""
+    import docker
+
+    api = docker.APIClient(base_url=url, version="auto", timeout=10)
+    try:
+        found = api.containers(filters={"label": "io.pytest-maka.managed=1", "status": "running"})
+    except Exception:
+        return False
+    finally:
+        api.close()
+    return any((c.get("Labels") or {}).get("io.pytest-maka.cell") not in (None, "spare") for c in found)
+
+
 def check_cohort_survives_engine_loss(
     cohort: Any, second_url: str, *, kill: Callable[[], None], state_dir: Path, image: str, cells: int = 6
 ) -> None:
@@ -167,11 +181,13 @@ def check_cohort_survives_engine_loss(
         stdin=subprocess.DEVNULL,
     )
     try:
-        # once a cell has passed there, that worker's next cell is leased there too: cut it mid-run
-        deadline = time.monotonic() + 40
+        # once a cell has passed there and the next one runs there, cut it mid-run (states, not sleeps:
+        # a loaded machine made a fixed 40 s + 1 s window miss the second engine altogether)
+        deadline = time.monotonic() + 300
         while not _finished_on(cohort.out, second_url) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(1.0)
+        while not _running_on(second_url) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         kill()
         out, err = proc.communicate(timeout=180)
     finally:
