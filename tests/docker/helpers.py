@@ -151,7 +151,12 @@ def _running_on(url: str) -> bool:
         return False
     finally:
         api.close()
-    return any((c.get("Labels") or {}).get("io.pytest-maka.cell") not in (None, "spare") for c in found)
+    # a spare taken by a lease keeps its "spare" label but is renamed after the cell
+    return any(
+        (c.get("Labels") or {}).get("io.pytest-maka.cell") != "spare"
+        or any(n.lstrip("/").startswith("maka-") for n in c.get("Names") or [])
+        for c in found
+    )
 
 
 def check_cohort_survives_engine_loss(
