@@ -14,7 +14,7 @@ import pytest
 
 from . import __version__
 from .core.cell import Cell
-from .core.records import attempt_record, cell_record, utc_iso
+from .core.records import attempt_record, cell_record, is_final, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .run.lifecycle import attempt_dir_for
 from .session import COHORT_STARTED_KEY, MakaSession
@@ -89,10 +89,14 @@ class MakaReporter:
                 self.maka.ledger.append(record)
                 mine.append(record)
             elif not any(r["finished_at"] >= utc_iso(self.run_started) for r in mine):
-                self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
+                if not any(is_final(r) for r in mine):
+                    self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
+                    return
+                standing = cell_record(mine)  # a resumed cell whose report was lost
+                standing["resumed"] = True
+                self.records[nodeid] = standing
                 return
-        standing = cell_record(mine)
-        self.records[nodeid] = standing
+        self.records[nodeid] = cell_record(mine)
 
     def _lost_attempt(self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path) -> dict[str, Any]:
         started = attempt_dir.stat().st_mtime

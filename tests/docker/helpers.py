@@ -105,7 +105,9 @@ def check_rotation(
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(lease_and_sleep, executor, tmp_path, 4) for _ in range(4)]
-        time.sleep(2)
+        deadline = time.monotonic() + 120  # kill once both of its slots run a leased container
+        while _running_on(second_url) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         kill()
         outcomes = [f.result(timeout=120) for f in futures]
     failed = [o for o in outcomes if o.startswith("error:")]
@@ -140,19 +142,19 @@ def _finished_on(out: Path, url: str) -> bool:
     return False
 
 
-def _running_on(url: str) -> bool:
-    """Whether a cell's container (not a spare) is running on the engine at ``url``."""
+def _running_on(url: str) -> int:
+    """How many leased containers (not idle spares) are running on the engine at ``url``."""
     import docker
 
     api = docker.APIClient(base_url=url, version="auto", timeout=10)
     try:
         found = api.containers(filters={"label": "io.pytest-maka.managed=1", "status": "running"})
     except Exception:
-        return False
+        return 0
     finally:
         api.close()
     # a spare taken by a lease keeps its "spare" label but is renamed after the cell
-    return any(
+    return sum(
         (c.get("Labels") or {}).get("io.pytest-maka.cell") != "spare"
         or any(n.lstrip("/").startswith("maka-") for n in c.get("Names") or [])
         for c in found
