@@ -146,7 +146,10 @@ def _running_on(url: str) -> int:
     """How many leased containers (not idle spares) are running on the engine at ``url``."""
     import docker
 
-    api = docker.APIClient(base_url=url, version="auto", timeout=10)
+    try:
+        api = docker.APIClient(base_url=url, version="auto", timeout=10, use_ssh_client=url.startswith("ssh://"))
+    except Exception:
+        return 0
     try:
         found = api.containers(filters={"label": "io.pytest-maka.managed=1", "status": "running"})
     except Exception:
