@@ -38,3 +38,34 @@ def setup_fixtures(item: pytest.Item, info: Any) -> None:
 def fill_fixtures(item: pytest.Item) -> None:
     """Resolve the item's fixtures into ``item.funcargs`` (call from ``setup``)."""
     item._request._fillfixtures()  # type: ignore[attr-defined]
+
+
+def settle_rootdir(config: pytest.Config) -> None:
+    """Compute the rootdir again now that our options are known, and use it.
+
+    pytest picks the rootdir before plugins from entry points are loaded, so the value of
+    ``--maka-out DIR`` given as a separate argument counts as a path, but only once DIR
+    exists: a resumed run (or a replacement xdist worker started after DIR was made)
+    got another rootdir, other node ids and another cache, which broke ``--lf``. Call from
+    ``pytest_load_initial_conftests`` (after the re-parse that knows our options).
+    """
+    import inspect
+
+    from _pytest.config.findpaths import determine_setup
+
+    ns = config.known_args_namespace
+    kwargs: dict[str, Any] = {
+        "inifile": ns.inifilename,
+        "args": ns.file_or_dir,
+        "rootdir_cmd_arg": ns.rootdir or None,
+        "invocation_dir": config.invocation_params.dir,
+    }
+    if "override_ini" in inspect.signature(determine_setup).parameters:  # pytest >= 9
+        kwargs["override_ini"] = ns.override_ini
+    rootpath = determine_setup(**kwargs)[0]
+    if rootpath == config.rootpath:
+        return
+    if config.inipath is None and ns.confcutdir == str(config.rootpath):
+        ns.confcutdir = str(rootpath)  # it was derived from the old rootdir
+    config._rootpath = rootpath  # type: ignore[attr-defined]
+    config._parser.extra_info["rootdir"] = str(rootpath)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import builtins, hookspecs
+from . import builtins, compat, hookspecs
 from .collect import CellItem, CohortFile
+from .core.interrupts import first_ctrl_c_only
 from .core.taxonomy import HARNESS_SIDE, Status
 from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
 from .session import MakaSession
 
 ENTRY_POINT_GROUP = "pytest_maka.adapters"
+_CTRL_C_KEY = pytest.StashKey[ExitStack]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -22,6 +25,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.register(builtins, "maka-builtins")
     if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    if getattr(early_config.known_args_namespace, "maka_spec", None):
+        compat.settle_rootdir(early_config)  # node ids must not depend on --maka-out DIR
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
     spec_path = (config.invocation_params.dir / spec_option).resolve()
     maka = MakaSession.create(config, spec_path, config.getoption("maka_out"))
     config.stash[MAKA_KEY] = maka
+    config.stash[_CTRL_C_KEY] = stack = ExitStack()
+    stack.enter_context(first_ctrl_c_only())  # a second Ctrl-C cannot cut what the first set off
     _point_collection_at(config, spec_path)
     config.hook.pytest_maka_configure.call_historic(kwargs={"config": config, "cohort": maka.cohort})
     if not hasattr(config, "workerinput"):
@@ -120,3 +131,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     maka = config.stash.get(MAKA_KEY, None)
     if maka is not None:
         maka.close()
+    stack = config.stash.get(_CTRL_C_KEY, None)
+    if stack is not None:
+        stack.close()

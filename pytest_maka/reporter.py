@@ -14,8 +14,9 @@ import pytest
 
 from . import __version__
 from .core.cell import Cell
-from .core.records import attempt_record, utc_iso
+from .core.records import attempt_record, cell_record, is_final, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
+from .run.lifecycle import attempt_dir_for
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
 
@@ -32,8 +33,10 @@ class MakaReporter:
         self.records: dict[str, dict[str, Any]] = {}
         self.expected: set[str] | None = None  # cell node ids collected by xdist workers
         self.other_failures = 0
+        self.not_run: dict[str, str] = {}  # cells of this run that never started, and why
         self.cells_by_id = maka.cohort.cell_by_id()
         self.run_started = time.time()
+        self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
 
@@ -52,8 +55,8 @@ class MakaReporter:
             if report.failed:
                 self.other_failures += 1
             return
-        if report.failed and report.when == "???":  # xdist: the worker died running this cell
-            self.records[report.nodeid] = self._record_lost(cell, "the worker running this cell crashed")
+        if report.failed and report.when == "???" and report.nodeid not in self.records:
+            self._reconcile(report.nodeid, cell, interrupted=False)  # xdist: the worker died
 
     def _cell(self, nodeid: str) -> Cell | None:
         """The cell behind a node id of the spec file, or None for any other test."""
@@ -62,33 +65,63 @@ class MakaReporter:
             return None
         return self.cells_by_id.get(name)
 
-    def _record_lost(self, cell: Cell, why: str) -> dict[str, Any]:
-        """An infra_failure attempt for a cell whose process vanished: nothing is lost silently."""
-        previous = [r for r in self.maka.ledger.read() if r["cell_key"] == cell.key]
-        now = time.time()
-        record = attempt_record(
+    def _reconcile(self, nodeid: str, cell: Cell, *, interrupted: bool) -> None:
+        """A cell whose report never came back: find out from the output directory what happened.
+
+        - it recorded an attempt in this run (the process died after its ledger line): that stands;
+        - it started an attempt (its attempt directory exists) and died before recording it: that
+          attempt is recorded, as infra_failure, or agent_aborted when the run was interrupted;
+        - otherwise it never started: nothing is written, it is counted as not run, and the next
+          run into this directory runs it.
+        """
+        with self.maka.ledger.locked():
+            mine = [r for r in self.maka.ledger.read() if r["cell_key"] == cell.key]
+            number = max((r["attempt"] for r in mine), default=0) + 1
+            attempt_dir = attempt_dir_for(self.maka.out_dir, cell, number)
+            if _made_since(attempt_dir, self.run_started):
+                status = Status.AGENT_ABORTED if interrupted else Status.INFRA_FAILURE
+                why = (
+                    "the run was interrupted and the process running this attempt ended before recording it"
+                    if interrupted
+                    else "the worker running this attempt crashed before recording it"
+                )
+                record = self._lost_attempt(cell, number, status, why, attempt_dir)
+                self.maka.ledger.append(record)
+                mine.append(record)
+            elif not any(r["finished_at"] >= utc_iso(self.run_started) for r in mine):
+                if not any(is_final(r) for r in mine):
+                    self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
+                    return
+                standing = cell_record(mine)  # a resumed cell whose report was lost
+                standing["resumed"] = True
+                self.records[nodeid] = standing
+                return
+        self.records[nodeid] = cell_record(mine)
+
+    def _lost_attempt(self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path) -> dict[str, Any]:
+        started = attempt_dir.stat().st_mtime
+        return attempt_record(
             cell,
             cohort=self.maka.cohort.name,
-            attempt=max((r["attempt"] for r in previous), default=0) + 1,
-            status=Status.INFRA_FAILURE,
-            started=now,
-            finished=now,
-            error={"type": "infra_failure", "message": why},
+            attempt=number,
+            status=status,
+            started=started,
+            finished=time.time(),
+            artifacts={"dir": attempt_dir.relative_to(self.maka.out_dir).as_posix()},
+            error={"type": status.value, "message": why},
         )
-        self.maka.ledger.append(record)
-        return record
 
     # -- end of session ------------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.option.collectonly:
             return
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail
-        if self.expected and not interrupted and _xdist_active(self.config):
-            for nodeid in sorted(self.expected - set(self.records)):
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
+        if self.expected and _xdist_active(self.config):
+            for nodeid in sorted(self.expected - set(self.records) - set(self.not_run)):
                 cell = self._cell(nodeid)
                 if cell is not None:
-                    self.records[nodeid] = self._record_lost(cell, "no report came back for this cell (worker lost)")
+                    self._reconcile(nodeid, cell, interrupted=interrupted)
         self.write_outputs()
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and self.records:
             session.exitstatus = self.exit_code(session.exitstatus)
@@ -100,7 +133,7 @@ class MakaReporter:
         if policy == "never":
             return pytest.ExitCode.OK
         statuses = [Status(r["status"]) for r in self.records.values()]
-        if any(s in HARNESS_SIDE for s in statuses):
+        if self.not_run or any(s in HARNESS_SIDE for s in statuses):
             return EXIT_NO_OFFICIAL_RESULT
         if policy == "pass" and any(s is not Status.AGENT_SUCCESS for s in statuses):
             return EXIT_NOT_ALL_PASSED
@@ -124,7 +157,9 @@ class MakaReporter:
         records = self.cohort_records()
         write_results(out, records)
         meta = self._provenance()
-        _write_lock(out / "lock.json", meta)
+        note = _write_lock(out / "lock.json", meta)
+        if note:
+            self.ledger_problems.append(note)
         if records:
             write_views(out, records, cohort=self.maka.cohort.name, meta=meta)
         self.config.hook.pytest_maka_report(out_dir=out, records=records, cohort=self.maka.cohort)
@@ -155,7 +190,7 @@ class MakaReporter:
         from .report.terminal import terminal_lines
 
         records = [r for r in self.records.values()]
-        if not records:
+        if not records and not self.not_run and not self.ledger_problems:
             return
         terminalreporter.section("pytest-maka", sep="=")
         for line in terminal_lines(records):
@@ -165,6 +200,13 @@ class MakaReporter:
             terminalreporter.write_line(
                 f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"
             )
+        if self.not_run:
+            terminalreporter.write_line(
+                f"{len(self.not_run)} cell(s) not run ({', '.join(sorted(set(self.not_run.values())))}): "
+                "nothing was recorded for them; the next run into this directory runs them"
+            )
+        for problem in dict.fromkeys([*self.ledger_problems, *self.maka.ledger.problems]):
+            terminalreporter.write_line(f"maka: warning: {problem}", yellow=True)
         terminalreporter.write_line(
             f"results: {self.maka.out_dir_display}/results.jsonl  report: {self.maka.out_dir_display}/report.html"
         )
@@ -183,19 +225,39 @@ class _XdistHooks:
         self.reporter.set_expected(ids)
 
 
+def _made_since(path: Path, since: float) -> bool:
+    """Whether directory ``path`` exists and was made during this run."""
+    try:
+        return path.stat().st_mtime >= since - 0.05  # file times lag time.time() by a clock tick
+    except FileNotFoundError:
+        return False
+
+
 def _xdist_active(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
 
 
-def _write_lock(path: Path, meta: dict[str, Any]) -> None:
-    """lock.json: the provenance of every run into this directory, newest last."""
+def _write_lock(path: Path, meta: dict[str, Any]) -> str | None:
+    """lock.json: the provenance of every run into this directory, newest last.
+
+    A lock.json that cannot be read is moved aside (never overwritten) and a new one is
+    started; returns a one-line note of that, else None.
+    """
     runs: list[dict[str, Any]] = []
+    note = None
     if path.exists():
         try:
-            runs = json.loads(path.read_text()).get("runs", [])
-        except (ValueError, AttributeError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            runs = data["runs"]
+            if not isinstance(runs, list):
+                raise TypeError("'runs' is not a list")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            aside = path.with_name(f"lock.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.json")
+            path.replace(aside)
+            note = f"{path}: not a lock file ({type(e).__name__}: {e}); moved to {aside.name}, started a new one"
             runs = []
     data = {"schema": "pytest-maka/lock/1", "cohort": meta["cohort"], "runs": [*runs, meta]}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(path)
+    return note

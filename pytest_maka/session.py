@@ -158,6 +158,7 @@ class MakaSession:
             policy=spec.policy,
             retries=spec.retries,
             cohort_started=self.started,
+            cells=len(self.cohort.cells),
         )
         hook = self.config.hook
         self.executor.prepare(list(self.cohort.tasks))

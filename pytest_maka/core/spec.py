@@ -98,6 +98,11 @@ class ExecutorEntry(BaseModel):
 class Retries(StrictModel):
     infra: int = Field(default=2, ge=0, le=20)
     verifier: int = Field(default=0, ge=0, le=20)
+    #: First pause before an infra retry; doubled per retry of a cell, with +-50% jitter.
+    backoff_sec: float = Field(default=2.0, ge=0, le=600)
+    backoff_max_sec: float = Field(default=60.0, ge=0, le=3600)
+    #: Infra and verifier retries the whole run may spend (default: a quarter of the cells, at least 5).
+    cohort_max: int | None = Field(default=None, ge=0)
 
 
 class Budgets(StrictModel):

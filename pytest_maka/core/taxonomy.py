@@ -109,6 +109,8 @@ def classify(facts: AttemptFacts) -> Status:
     if facts.infra_error or facts.subject is None or not facts.subject.started:
         return Status.INFRA_FAILURE
     verifier = facts.verifier
+    if facts.budget_exceeded and (verifier is None or not verifier.ran or verifier.timed_out):
+        return Status.BUDGET_EXHAUSTED  # the deadline left the verifier no (or too little) time
     if verifier is None or not verifier.ran or verifier.timed_out or verifier.passed is None:
         return Status.VERIFIER_FAILURE
     if verifier.passed:

@@ -80,6 +80,9 @@ class LeaseRequest:
     scratch_dir: Path
     #: Extra read-only uploads wanted before the subject starts: sandbox path -> host path.
     uploads: Mapping[str, Path] = field(default_factory=dict)
+    #: Epoch seconds by which the whole attempt must end (budgets.cell_timeout_sec), or None.
+    #: An executor that waits for capacity waits no longer than this.
+    deadline: float | None = None
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..executors.copyout import CopyReport
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, workspace_diff
+from .freeze import read_json_file, read_stop_reason, read_usage, usage_problems, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -192,7 +192,7 @@ def run_attempt_steps(
             _freeze(work, sandbox, request.scratch_dir)
         with work.timed("restore"):
             _restore(sandbox, work.verifier.tests_payload(task, request.scratch_dir), request.scratch_dir)
-        _verify(work, sandbox, work.verifier, request.scratch_dir)
+        _verify(work, sandbox, work.verifier, request.scratch_dir, deadline)
     finally:
         with work.timed("teardown"):
             _close(stack, work)
@@ -224,6 +224,11 @@ def _restore(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
 def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
     """The task's agent timeout, cut short by an experimenter deadline when that comes first."""
     timeout = _timeout(task.agent_timeout_sec, budgets.agent_timeout_sec, budgets.timeout_multiplier)
+    return _within_deadline(timeout, deadline)
+
+
+def _within_deadline(timeout: float | None, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
+    """``timeout`` cut to what is left before ``deadline``, with the budget's name when it was cut."""
     if deadline is None:
         return timeout, None
     left = deadline[0] - time.time()
@@ -284,6 +289,8 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     if logs.truncated or workspace.truncated:
         work.agent_info["copy_truncated"] = True
     work.usage = read_usage(d / "agent")
+    if problems := usage_problems(d / "agent"):
+        work.agent_info["usage_problems"] = problems
     stop_reason = read_stop_reason(d / "agent")
     if stop_reason and work.subject_outcome is not None:
         work.subject_outcome = replace(work.subject_outcome, stop_reason=stop_reason)
@@ -298,10 +305,16 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
 
 
-def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path) -> None:
+def _verify(
+    work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
+) -> None:
     task, d, settings = work.cell.task, work.attempt_dir, work.settings
     budgets = settings.budgets
     timeout = _timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
+    timeout, cut_by = _within_deadline(timeout, deadline)
+    if timeout is not None and timeout <= 0:  # the whole-cell deadline left no time to verify
+        work.budget_exceeded = work.budget_exceeded or cut_by
+        return
     ctx = VerifyContext(
         env={**base_env(task), **task.verifier_env},
         timeout_sec=timeout,
@@ -320,6 +333,8 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
         sandbox.get(ARTIFACTS_DIR, d / "artifacts")
     verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
+    if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
+        work.budget_exceeded = work.budget_exceeded or cut_by
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
     )

@@ -168,6 +168,26 @@ def read_usage(agent_dir: Path) -> dict[str, Any]:
     return out
 
 
+def usage_problems(agent_dir: Path) -> list[str]:
+    """What in usage.json was ignored because it was not what the format says (one line each)."""
+    path = agent_dir / "usage.json"
+    data = read_json_file(path)
+    if data is None:
+        exists = path.is_symlink() or path.exists()
+        return ["usage.json: not a JSON file of at most 1 MiB (or a link); ignored"] if exists else []
+    if not isinstance(data, dict):
+        return [f"usage.json: expected an object, got {type(data).__name__}"]
+    problems = []
+    for key in ("input_tokens", "output_tokens", "cache_tokens"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            problems.append(f"usage.json: {key} is {value!r:.40}, expected a non-negative integer; ignored")
+    cost = data.get("cost_usd")
+    if cost is not None and (not isinstance(cost, (int, float)) or isinstance(cost, bool)):
+        problems.append(f"usage.json: cost_usd is {cost!r:.40}, expected a number; ignored")
+    return problems
+
+
 def read_stop_reason(agent_dir: Path) -> str | None:
     """``stop_reason`` from usage.json (e.g. max_tokens, refusal), if the subject reported one."""
     data = read_json_file(agent_dir / "usage.json")

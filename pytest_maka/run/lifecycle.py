@@ -5,6 +5,8 @@ acquire lease → prepare → run subject → stop → freeze → restore → ve
 
 from __future__ import annotations
 
+import math
+import random
 import shutil
 import tempfile
 import time
@@ -17,11 +19,13 @@ from typing import Any
 
 from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
+from ..core.interrupts import sigint_deferred
 from ..core.records import Record, attempt_record, cell_record, is_final
 from ..core.spec import Budgets, Policy, Retries
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..store.ledger import Ledger
+from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
 from .attempt import AttemptWork, run_attempt_steps
@@ -41,6 +45,18 @@ class RunSettings:
     policy: Policy
     retries: Retries
     cohort_started: float = field(default_factory=time.time)
+    cells: int = 1  # cells in the cohort: sizes the default cohort-wide retry allowance
+
+    def retry_limit(self) -> int:
+        """Retries the whole run may spend (``retries.cohort_max``, else a quarter of the cells, at least 5)."""
+        if self.retries.cohort_max is not None:
+            return self.retries.cohort_max
+        return max(5, math.ceil(self.cells / 4))
+
+
+def attempt_dir_for(out_dir: Path, cell: Cell, number: int) -> Path:
+    """Where attempt ``number`` of ``cell`` keeps its artifacts (made when the attempt starts)."""
+    return out_dir / "cells" / cell.key / f"attempt-{number}"
 
 
 def default_classify(facts: AttemptFacts, cell: Cell) -> Status:
@@ -69,6 +85,7 @@ class CellRunner:
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
         self._previous: dict[str, list[Record]] = {}
+        self._allowance: RetryAllowance | None = None
         for record in ledger.read():
             self._previous.setdefault(record["cell_key"], []).append(record)
 
@@ -85,7 +102,12 @@ class CellRunner:
         return None
 
     def run_cell(self, cell: Cell, lease: LeaseFn, scratch: Path) -> Record:
-        """Run attempts until one is not an infra (or retryable verifier) failure."""
+        """Run attempts until one is not an infra (or retryable verifier) failure.
+
+        Infra retries pause first (exponential backoff with jitter), and every retry is
+        drawn from one allowance shared by the whole run, so a lost engine cannot burn
+        every attempt of every cell within seconds.
+        """
         resumed = self.resumable(cell)
         if resumed is not None:
             return resumed
@@ -93,28 +115,43 @@ class CellRunner:
         number = max((r["attempt"] for r in attempts), default=0)
         retries = self.settings.retries
         left = {Status.INFRA_FAILURE: retries.infra, Status.VERIFIER_FAILURE: retries.verifier}
+        pauses = 0
         while True:
             number += 1
             record = self.run_attempt(cell, number, lease, scratch)
             attempts.append(record)
             status = Status(record["status"])
-            if left.get(status, 0) <= 0:
+            if left.get(status, 0) <= 0 or not self.allowance.take():
                 break
             left[status] -= 1
+            if status is Status.INFRA_FAILURE:
+                time.sleep(self.backoff(pauses))
+                pauses += 1
         self._previous[cell.key] = attempts
         return cell_record(attempts)
 
+    @property
+    def allowance(self) -> RetryAllowance:
+        if self._allowance is None:
+            run_id = f"{self.settings.cohort_started:.6f}"
+            self._allowance = RetryAllowance(self.settings.out_dir, run_id, self.settings.retry_limit())
+        return self._allowance
+
+    def backoff(self, pauses: int) -> float:
+        """Seconds to wait before the next infra retry of a cell that already paused ``pauses`` times."""
+        retries = self.settings.retries
+        base = min(retries.backoff_max_sec, retries.backoff_sec * 2**pauses)
+        return base * random.uniform(0.5, 1.5)
+
     def attempt_dir(self, cell: Cell, number: int) -> Path:
-        return self.settings.out_dir / "cells" / cell.key / f"attempt-{number}"
+        return attempt_dir_for(self.settings.out_dir, cell, number)
 
     def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
-        """One attempt, always ending in exactly one ledger line (also on Ctrl-C)."""
+        """One attempt, always ending in exactly one ledger line (also on Ctrl-C, a second
+        Ctrl-C while recording, a failing hook or any harness error)."""
         settings = self.settings
         subject = self.subjects[cell.subject.name]
         attempt_dir = self.attempt_dir(cell, number)
-        if attempt_dir.exists():
-            shutil.rmtree(attempt_dir)  # left by a crash before its ledger line: never counted
-        attempt_dir.mkdir(parents=True)
         work = AttemptWork(
             cell=cell,
             subject=subject,
@@ -125,39 +162,50 @@ class CellRunner:
         )
         started = time.time()
         aborted = False
-        denied = self._policy_denial(subject)
-        budget = self._cohort_budget_left(started)
         try:
-            if denied:
-                work.facts_update(policy_denied=denied)
-            elif budget is not None and budget <= 0:
-                work.facts_update(budget_exceeded="cohort_timeout_sec", subject=SubjectOutcome(started=False))
-            else:
-                scratch_dir = Path(tempfile.mkdtemp(prefix=f"a{number}-", dir=scratch))
-                try:
-                    request = LeaseRequest(
-                        cell=cell,
-                        attempt=number,
-                        attempt_dir=attempt_dir,
-                        scratch_dir=scratch_dir,
-                        uploads=subject.uploads(cell.task),
-                    )
-                    run_attempt_steps(work, lease, request, deadline=self._deadline(started, budget))
-                finally:
-                    shutil.rmtree(scratch_dir, ignore_errors=True)
+            if attempt_dir.exists():
+                shutil.rmtree(attempt_dir)  # left by a crash before its ledger line: never counted
+            attempt_dir.mkdir(parents=True)
+            self._run_steps(work, number, lease, scratch, started)
         except KeyboardInterrupt:
             aborted = True
             work.facts_update(aborted=True)
         except (InfraError, ExecutorUnavailable, OSError) as e:
             work.facts_update(infra_error=f"{type(e).__name__}: {e}")
         except Exception as e:  # a harness bug is infra, never the agent's fault
-            (attempt_dir / "harness-error.txt").write_text(traceback.format_exc())
+            _note_traceback(attempt_dir)
             work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
-        self.ledger.redactor.tree(attempt_dir)  # names and contents of every artifact
-        record = self.ledger.append(self._record(work, number, started))
+        with sigint_deferred():  # a Ctrl-C now (a first or a second) must not lose the line
+            self.ledger.redactor.tree(attempt_dir)  # names and contents of every artifact
+            record = self.ledger.append(self._record(work, number, started))
         if aborted:
             raise KeyboardInterrupt
         return record
+
+    def _run_steps(self, work: AttemptWork, number: int, lease: LeaseFn, scratch: Path, started: float) -> None:
+        cell, subject = work.cell, work.subject
+        denied = self._policy_denial(subject)
+        budget = self._cohort_budget_left(started)
+        if denied:
+            work.facts_update(policy_denied=denied)
+            return
+        if budget is not None and budget <= 0:
+            work.facts_update(budget_exceeded="cohort_timeout_sec", subject_outcome=SubjectOutcome(started=False))
+            return
+        scratch_dir = Path(tempfile.mkdtemp(prefix=f"a{number}-", dir=scratch))
+        deadline = self._deadline(started, budget)
+        try:
+            request = LeaseRequest(
+                cell=cell,
+                attempt=number,
+                attempt_dir=work.attempt_dir,
+                scratch_dir=scratch_dir,
+                uploads=subject.uploads(cell.task),
+                deadline=deadline[0] if deadline else None,
+            )
+            run_attempt_steps(work, lease, request, deadline=deadline)
+        finally:
+            shutil.rmtree(scratch_dir, ignore_errors=True)
 
     def _policy_denial(self, subject: Subject) -> str | None:
         if self.executor.isolated or subject.reference or self.settings.policy.allow_unsandboxed:
@@ -181,10 +229,26 @@ class CellRunner:
         return min(options) if options else None
 
     def _record(self, work: AttemptWork, number: int, started: float) -> Record:
+        """The attempt's ledger line; a failing classify or record hook makes it infra_failure."""
         facts = work.facts()
-        status = self.classify_fn(facts, work.cell)
-        error = work.error_for(status, facts)
-        record = attempt_record(
+        try:
+            status = Status(self.classify_fn(facts, work.cell))
+        except Exception as e:
+            _note_traceback(work.attempt_dir)
+            return self._build(work, number, started, _hook_failure(work, "pytest_maka_classify", e))
+        record = self.ledger.redactor.value(self._build(work, number, started, status))  # hooks never see a secret
+        if self.annotate_fn is None:
+            return record
+        try:
+            self.annotate_fn(record, work.cell)
+        except Exception as e:
+            _note_traceback(work.attempt_dir)
+            return self._build(work, number, started, _hook_failure(work, "pytest_maka_record", e))
+        return record
+
+    def _build(self, work: AttemptWork, number: int, started: float, status: Status) -> Record:
+        facts = work.facts()
+        return attempt_record(
             work.cell,
             cohort=self.settings.cohort,
             attempt=number,
@@ -198,11 +262,23 @@ class CellRunner:
             subject_claim=work.claim,
             isolation=work.isolation,
             budget=work.budget_info,
-            artifacts=work.artifacts(self.settings.out_dir),
+            artifacts=work.artifacts(self.settings.out_dir) if work.attempt_dir.exists() else {},
             timings=work.timings,
-            error=error,
+            error=work.error_for(status, facts),
         )
-        record = self.ledger.redactor.value(record)  # hooks never see a secret value
-        if self.annotate_fn is not None:
-            self.annotate_fn(record, work.cell)
-        return record
+
+
+def _hook_failure(work: AttemptWork, hook: str, exc: Exception) -> Status:
+    """Record that a hook failed: the attempt has no fair result (infra_failure, the hook named)."""
+    work.facts_update(infra_error=f"the {hook} hook failed: {type(exc).__name__}: {exc}")
+    return Status.INFRA_FAILURE
+
+
+def _note_traceback(attempt_dir: Path) -> None:
+    """Keep the traceback of a harness error beside the attempt (best effort)."""
+    try:
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        with (attempt_dir / "harness-error.txt").open("a", encoding="utf-8") as fh:
+            fh.write(traceback.format_exc())
+    except OSError:
+        pass

@@ -1,8 +1,13 @@
 """The append-only attempts ledger and the derived results file.
 
 The ledger (``attempts.jsonl``) is appended by whichever process ran the attempt, under
-a file lock, flushed and fsynced, so a crash never loses a finished attempt. A torn last
-line (a crash mid-write) is skipped when reading.
+a file lock, flushed and fsynced, so a crash never loses a finished attempt.
+
+A crash mid-write leaves a torn last line (no ``"\\n"``). Readers skip it and report it;
+the next append, under the lock, first repairs the file: a tail that is a complete JSON
+object is terminated, anything else is moved aside to ``attempts.torn`` (never deleted)
+and cut from the ledger, so the new record never lands on the torn line. A malformed
+line anywhere else is reported with its line number and skipped, never silently.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +26,115 @@ from .redact import Redactor
 
 ATTEMPTS_FILE = "attempts.jsonl"
 RESULTS_FILE = "results.jsonl"
+TORN_FILE = "attempts.torn"
+#: Fields every ledger line must have for the readers that group attempts into cells.
+REQUIRED_FIELDS = ("cell_key", "attempt", "status")
 
 
 def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+@dataclass
+class JsonlScan:
+    """What a JSONL file holds: its records and one line per problem found."""
+
+    records: list[Record] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    torn_tail: bool = False
+
+
+def _problem(raw: bytes, required: tuple[str, ...]) -> tuple[Record | None, str | None]:
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except ValueError as e:
+        return None, f"not JSON ({e.msg} at column {e.colno})"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object (a {type(value).__name__})"
+    missing = [k for k in required if k not in value]
+    if missing:
+        return None, f"missing field {missing[0]!r}"
+    return value, None
+
+
+def scan_jsonl(path: Path, *, required: tuple[str, ...] = ()) -> JsonlScan:
+    """Every valid JSON-object line of ``path``; a missing file scans as empty.
+
+    A last line without ``"\\n"`` that does not parse is a torn write (a crash, or a write
+    still in progress): skipped and reported as such. Any other bad line is reported with
+    its number and skipped.
+    """
+    scan = JsonlScan()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return scan
+    lines = data.split(b"\n")
+    last = len(lines) - 1  # the piece after the final "\n" ("" when the file ends cleanly)
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        record, problem = _problem(raw, required)
+        if record is not None:
+            scan.records.append(record)
+        elif number - 1 == last:
+            scan.torn_tail = True
+            scan.problems.append(f"{path} line {number}: torn last line ({len(raw)} bytes, no newline); skipped")
+        else:
+            scan.problems.append(f"{path} line {number}: {problem}; skipped")
+    return scan
+
+
 def read_jsonl(path: Path) -> list[Record]:
-    """Every complete JSON line of ``path``; a missing file reads as empty."""
-    if not path.exists():
-        return []
-    out: list[Record] = []
-    with path.open("r", encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn line from a crash mid-write
-    return out
+    """Every valid line of ``path`` (see :func:`scan_jsonl` for what is skipped and reported)."""
+    return scan_jsonl(path).records
+
+
+def repair_torn_tail(path: Path) -> str | None:
+    """Make ``path`` end with a newline before an append; the caller holds the ledger lock.
+
+    Returns a one-line note of what was done, or None when the file already ended cleanly.
+    """
+    try:
+        fh = path.open("r+b")
+    except FileNotFoundError:
+        return None
+    with fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        start = size - 1
+        chunk = 1 << 16
+        while start > 0:  # find the last "\n" (the torn line's start)
+            lo = max(0, start - chunk)
+            fh.seek(lo)
+            found = fh.read(start - lo).rfind(b"\n")
+            if found >= 0:
+                start = lo + found + 1
+                break
+            start = lo
+        fh.seek(start)
+        tail = fh.read()
+        record, _ = _problem(tail, ())
+        if record is not None:  # complete but unterminated: keep it where it is
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+            note = f"{path}: terminated an unterminated last line"
+        else:
+            with (path.parent / TORN_FILE).open("ab") as aside:
+                aside.write(tail + b"\n")
+                aside.flush()
+                os.fsync(aside.fileno())
+            fh.truncate(start)
+            note = f"{path}: moved a torn last line ({len(tail)} bytes) to {path.parent / TORN_FILE}"
+        fh.flush()
+        os.fsync(fh.fileno())
+    return note
 
 
 class Ledger:
@@ -52,20 +146,39 @@ class Ledger:
         self.redactor = redactor or Redactor()
         self.path = self.out_dir / ATTEMPTS_FILE
         self._lock = FileLock(str(self.out_dir / ".attempts.lock"))
+        self.repairs: list[str] = []  # what appends did to torn last lines (one line each)
+        self.read_problems: list[str] = []  # what the latest read skipped (one line each)
+
+    @property
+    def problems(self) -> list[str]:
+        return [*self.repairs, *self.read_problems]
 
     def append(self, record: Mapping[str, Any]) -> Record:
         """Write ``record`` (scrubbed of secrets) as one line; returns what was written."""
         record = self.redactor.value(dict(record))
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with self._lock:
+            note = repair_torn_tail(self.path)
+            if note:
+                self.repairs.append(note)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
         return record
 
+    def locked(self) -> FileLock:
+        """The ledger's lock (re-entrant: ``append`` may be called while holding it)."""
+        return self._lock
+
+    def scan(self) -> JsonlScan:
+        scan = scan_jsonl(self.path, required=REQUIRED_FIELDS)
+        self.read_problems = scan.problems
+        return scan
+
     def read(self) -> list[Record]:
-        return read_jsonl(self.path)
+        return self.scan().records
 
     def cell_records(self, keys: Iterable[str] | None = None) -> list[Record]:
         """One record per cell (earliest final attempt wins), optionally only for ``keys``."""

@@ -105,7 +105,9 @@ def check_rotation(
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(lease_and_sleep, executor, tmp_path, 4) for _ in range(4)]
-        time.sleep(2)
+        deadline = time.monotonic() + 120  # kill once both of its slots run a leased container
+        while _running_on(second_url) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         kill()
         outcomes = [f.result(timeout=120) for f in futures]
     failed = [o for o in outcomes if o.startswith("error:")]
@@ -140,6 +142,28 @@ def _finished_on(out: Path, url: str) -> bool:
     return False
 
 
+def _running_on(url: str) -> int:
+    """How many leased containers (not idle spares) are running on the engine at ``url``."""
+    import docker
+
+    try:
+        api = docker.APIClient(base_url=url, version="auto", timeout=10, use_ssh_client=url.startswith("ssh://"))
+    except Exception:
+        return 0
+    try:
+        found = api.containers(filters={"label": "io.pytest-maka.managed=1", "status": "running"})
+    except Exception:
+        return 0
+    finally:
+        api.close()
+    # a spare taken by a lease keeps its "spare" label but is renamed after the cell
+    return sum(
+        (c.get("Labels") or {}).get("io.pytest-maka.cell") != "spare"
+        or any(n.lstrip("/").startswith("maka-") for n in c.get("Names") or [])
+        for c in found
+    )
+
+
 def check_cohort_survives_engine_loss(
     cohort: Any, second_url: str, *, kill: Callable[[], None], state_dir: Path, image: str, cells: int = 6
 ) -> None:
@@ -167,11 +191,13 @@ def check_cohort_survives_engine_loss(
         stdin=subprocess.DEVNULL,
     )
     try:
-        # once a cell has passed there, that worker's next cell is leased there too: cut it mid-run
-        deadline = time.monotonic() + 40
+        # once a cell has passed there and the next one runs there, cut it mid-run (states, not sleeps:
+        # a loaded machine made a fixed 40 s + 1 s window miss the second engine altogether)
+        deadline = time.monotonic() + 300
         while not _finished_on(cohort.out, second_url) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(1.0)
+        while not _running_on(second_url) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         kill()
         out, err = proc.communicate(timeout=180)
     finally:

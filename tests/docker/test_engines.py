@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import pytest
 
 from ..conftest import Cohort
 from .helpers import FIRST_URL, check_cohort_survives_engine_loss, check_rotation
-from .second_engine import SecondEngine
+from .second_engine import SecondEngine, started_engine
 
 pytestmark = pytest.mark.docker
 IMAGE = "debian:bookworm-slim"
@@ -22,15 +20,8 @@ DONE_TEST = (
 
 @pytest.fixture(scope="module")
 def second_engine(docker_api) -> Iterator[SecondEngine]:
-    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("ip") is None:
-        pytest.skip("starting a second dockerd needs root, dockerd and ip")
-    engine = SecondEngine()
-    try:
-        engine.start()
-        engine.load_from(docker_api, IMAGE)
+    with started_engine(docker_api, IMAGE) as engine:
         yield engine
-    finally:
-        engine.stop()
 
 
 def test_leases_spread_over_two_engines_and_a_dead_engine_leaves_rotation(

@@ -91,10 +91,9 @@ def test_ctrl_c_aborts_the_run_and_records_the_attempt(cohort: Cohort) -> None:
     proc = cohort.pytester.popen(
         [sys.executable, "-m", "pytest", *cohort.args("-p", "no:cacheprovider")], stdin=subprocess.DEVNULL
     )
-    deadline = time.time() + 30
-    while time.time() < deadline and not list(cohort.out.glob("cells/*/attempt-1")):
-        time.sleep(0.1)
-    time.sleep(0.5)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(cohort.out.glob("cells/*/attempt-1/agent.stdout.txt")):
+        time.sleep(0.05)  # poll for the state "the subject has started", not a fixed wait
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err

@@ -82,3 +82,22 @@ def test_selected_rerun_keeps_other_cells_in_results(cohort: Cohort) -> None:
     cohort.run("-k", "alpha")
     cohort.run("-k", "beta")
     assert set(cohort.status()) == {"alpha[oracle-r0]", "alpha[nop-r0]", "beta[oracle-r0]", "beta[nop-r0]"}
+
+
+def test_rootdir_and_lf_do_not_depend_on_the_output_dir_argument(cohort: Cohort) -> None:
+    """``--maka-out DIR`` as a separate argument, DIR outside the project: the first run (no DIR yet)
+    and the resume (DIR exists) have one rootdir, so ``--lf`` finds the failed cell."""
+    cohort.task("t")
+    cohort.write()
+    out = cohort.root.parent / f"{cohort.root.name}-elsewhere"
+    args = ["--maka-spec", str(cohort.spec), "--maka-out", str(out), "-p", "no:randomly"]
+    first = cohort.pytester.runpytest(*args)
+    first.assert_outcomes(passed=1, failed=1)
+    first.stdout.fnmatch_lines([f"rootdir: {cohort.root}"])
+    assert out.is_dir()
+    again = cohort.pytester.runpytest(*args, "--lf")
+    again.stdout.fnmatch_lines([f"rootdir: {cohort.root}", "run-last-failure: rerun previous 1 failure*"])
+    again.assert_outcomes(failed=1, deselected=1)
+    xdist = cohort.pytester.runpytest_subprocess(*args, "--lf", "-n", "2")
+    xdist.stdout.fnmatch_lines([f"rootdir: {cohort.root}"])
+    xdist.assert_outcomes(failed=1)

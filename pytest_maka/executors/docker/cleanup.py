@@ -10,14 +10,69 @@ made, ``--images`` also the images built from task environments.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import docker.errors
 
 from . import labels as L
 from .engines import Engine, one_line
 from .options import DockerOptions
+
+
+def reap_shims(container_ids: Iterable[str]) -> list[int]:
+    """Kill containerd shims on this host still serving ``container_ids``, and their containers.
+
+    When an engine is killed, the shims of its running containers outlive it; the engine
+    that comes back has a new containerd that does not know them, so removing the container
+    through the API leaves the shim and the container's processes running. Killing the
+    shim's children (each the init of a container's pid namespace) ends every process
+    of the container; then the shim goes. Returns the pids killed.
+    """
+    ids = [cid.encode() for cid in container_ids if len(cid) >= 12]
+    if not ids:
+        return []
+    table = processes()
+    shims = {
+        pid
+        for pid, (_, cmd) in table.items()
+        if b"containerd-shim" in cmd.split(b"\0", 1)[0] and any(b"\0" + i in cmd for i in ids)
+    }
+    return kill_trees(table, shims)
+
+
+def processes() -> dict[int, tuple[int, bytes]]:
+    """Every process on this host: pid -> (parent pid, command line with NUL separators)."""
+    table: dict[int, tuple[int, bytes]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        table[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    return table
+
+
+def kill_trees(table: dict[int, tuple[int, bytes]], roots: set[int]) -> list[int]:
+    """SIGKILL the children of ``roots`` (a container's init ends its whole pid namespace), then
+    the roots. Returns the pids signalled."""
+    victims = [pid for pid, (ppid, _) in table.items() if ppid in roots] + sorted(roots)
+    for pid in victims:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return victims
+
+
+def is_local(engine: Engine) -> bool:
+    """Whether the engine runs on this host (its shims are processes we can see)."""
+    return engine.url.startswith("unix://")
 
 
 def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry_run: bool = False) -> list[str]:
@@ -38,6 +93,8 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
                 continue
             except docker.errors.APIError as exc:
                 name += f": not removed: {one_line(exc)}"
+            if is_local(engine):
+                reap_shims([c["Id"]])
         removed.append(name)
     removed += _sweep_networks(engine, everything=everything, dry_run=dry_run)
     if images:

@@ -10,6 +10,7 @@ started again, which also kills everything in it.
 
 from __future__ import annotations
 
+import errno
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -85,6 +86,7 @@ class Capture:
         self.written = [0, 0]
         self.truncated = [False, False]
         self.error: BaseException | None = None
+        self.closed = False  # set by close(): an error after it is the expected end of the stream
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="maka-docker-output", daemon=True)
 
@@ -118,11 +120,33 @@ class Capture:
     def wait(self, timeout: float) -> bool:
         return self.done.wait(timeout)
 
+    def surface_error(self) -> bool:
+        """Note a reader failure (not one caused by close()) at the end of the stderr file.
+
+        Returns True when the output is incomplete because of it.
+        """
+        if self.error is None or self.closed or _stream_closed(self.error):
+            return False
+        with open(self._paths[1], "ab") as err:
+            err.write(
+                f"\n[maka: reading this command's output failed: {type(self.error).__name__}: "
+                f"{self.error}; the output above may be incomplete]\n".encode()
+            )
+        return True
+
     def close(self) -> None:
         """Drop the connection (ends the reader if the stream is still open)."""
+        self.closed = True
         for obj in (self._sock, getattr(self._sock, "_sock", None)):
             try:
                 if obj is not None:
                     obj.close()
             except Exception:
                 pass
+
+
+def _stream_closed(exc: BaseException) -> bool:
+    """The stream was cut when its processes were stopped: the expected end, not a failure."""
+    if isinstance(exc, (ConnectionError, ValueError)):
+        return True
+    return isinstance(exc, OSError) and exc.errno in (errno.EBADF, errno.ECONNRESET, errno.EPIPE)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-import signal
-import threading
+import time
 import uuid
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
@@ -16,10 +15,11 @@ import docker.errors
 from pydantic import BaseModel
 
 from ...core.errors import ExecutorUnavailable, InfraError
+from ...core.interrupts import sigint_deferred
 from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
 from . import labels as L
-from .cleanup import sweep
+from .cleanup import is_local, reap_shims, sweep
 from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
@@ -42,6 +42,7 @@ class DockerExecutor:
         self.images = ImageStore(state, self.options.image_prefix, self.options.default_image)
         self.pools = {e.key: SlotPool(state / "slots" / e.key, e.slots) for e in self.engines}
         self._swept: set[str] = set()
+        self._orphans: list[tuple[Engine, str]] = []  # containers left while their engine was away
         self._ncpu: dict[str, float] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
@@ -72,8 +73,23 @@ class DockerExecutor:
                 sweep(engine)
 
     def close(self) -> None:
+        """Remove spares, containers whose removal failed while their engine was away, and
+        containers of dead processes (e.g. a killed xdist worker) on every engine that answers.
+        On this host, the shims of containers left by a killed engine are killed too."""
         self.spares.close()
+        orphans, self._orphans = self._orphans, []
         for engine in self.engines:
+            mine = [cid for e, cid in orphans if e is engine]
+            answers = engine.ping() is None
+            if answers:
+                for cid in mine:
+                    self._dispose(engine, cid, keep=False)
+                with contextlib.suppress(InfraError):
+                    sweep(engine)
+            else:
+                self._orphans += [(engine, cid) for cid in mine]  # its next holder of the slot removes it
+            if is_local(engine):
+                reap_shims(mine)  # a killed engine's shims outlive it (and its containers' removal)
             engine.close()
 
     # --- leasing ----------------------------------------------------------------------
@@ -87,8 +103,16 @@ class DockerExecutor:
     @contextmanager
     def lease(self, request: LeaseRequest) -> Iterator[DockerSandbox]:
         """A fresh container for this attempt, removed when the block ends, whatever happens."""
+        timeout = self.options.lease_timeout_sec
+        if request.deadline is not None:  # the whole-cell deadline bounds the wait for a slot
+            timeout = max(0.0, min(timeout, request.deadline - time.time()))
         try:
-            choice = acquire(self._candidates, timeout_sec=self.options.lease_timeout_sec, on_empty=self._no_engine)
+            choice = acquire(
+                self._candidates,
+                timeout_sec=timeout,
+                on_empty=self._no_engine,
+                wait_for_target_sec=min(self.options.engine_wait_sec, timeout),
+            )
         except TimeoutError as exc:
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
@@ -144,9 +168,11 @@ class DockerExecutor:
                 yield sandbox
                 failed = False
             finally:
-                with _sigint_deferred():
+                with sigint_deferred():
                     if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                         slot.clear()
+                    else:
+                        self._orphans.append((engine, cid))
                     with contextlib.suppress(Exception):  # left behind, `maka docker-cleanup` removes it
                         egress.close()
         finally:
@@ -315,19 +341,3 @@ def storage_support(info: dict[str, Any]) -> str | None:
 def _container_name(request: LeaseRequest) -> str:
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", request.cell.key)
     return f"maka-{key}-a{request.attempt}-{uuid.uuid4().hex[:6]}"
-
-
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives during cleanup until the cleanup is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt

@@ -92,18 +92,28 @@ def acquire(
     *,
     timeout_sec: float,
     on_empty: Callable[[], Exception],
+    wait_for_target_sec: float = 0.0,
 ) -> Choice[T]:
     """Take a slot on the candidate with the most free slots; wait while all are full.
 
-    ``candidates`` is called on every round (engines leave and rejoin rotation);
-    when it returns nothing, ``on_empty()`` is raised.
+    ``candidates`` is called on every round (targets leave and rejoin rotation). While it
+    returns nothing, the wait goes on for up to ``wait_for_target_sec`` (within
+    ``timeout_sec``) with growing, jittered pauses; then ``on_empty()`` is raised.
     """
     start = time.monotonic()
     delay = 0.02
+    empty_since: float | None = None
     while True:
         pools = list(candidates())
+        now = time.monotonic()
         if not pools:
-            raise on_empty()
+            empty_since = now if empty_since is None else empty_since
+            if now - empty_since >= wait_for_target_sec or now - start > timeout_sec:
+                raise on_empty()
+            time.sleep(min(random.uniform(0.5, 1.5) * max(delay, 0.5), 5.0))
+            delay = min(delay * 2, 5.0)
+            continue
+        empty_since = None
         ranked = sorted(pools, key=lambda tp: (-tp[1].free(), random.random()))
         for target, pool in ranked:
             slot = pool.try_acquire()

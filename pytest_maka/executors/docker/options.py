@@ -77,6 +77,8 @@ class DockerOptions(BaseModel):
     lease_timeout_sec: float = Field(default=3600.0, gt=0)
     #: Seconds an engine that stopped answering stays out of rotation before it is tried again.
     engine_retry_sec: float = Field(default=60.0, ge=0)
+    #: Seconds a lease waits for some engine to answer again when every engine is down.
+    engine_wait_sec: float = Field(default=300.0, ge=0)
     #: Host directory for slot locks, build locks and cached baselines (shared by workers).
     state_dir: Path | None = None
     #: Prefix of the tags of images built from task environments.

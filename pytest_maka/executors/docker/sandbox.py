@@ -154,12 +154,13 @@ class DockerSandbox(ContainerProcesses):
         self.last_stop_s = time.monotonic() - stop_started
         if not capture.wait(10):
             capture.close()
+        reader_failed = capture.surface_error()
         return ExecResult(
             exit_code=None if timed_out else exit_code,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
-            stdout_truncated=capture.truncated[0],
-            stderr_truncated=capture.truncated[1],
+            stdout_truncated=capture.truncated[0] or reader_failed,
+            stderr_truncated=capture.truncated[1] or reader_failed,
         )
 
     def _exit_code(self, eid: str) -> int | None:
