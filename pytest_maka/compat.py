@@ -38,3 +38,9 @@ def setup_fixtures(item: pytest.Item, info: Any) -> None:
 def fill_fixtures(item: pytest.Item) -> None:
     """Resolve the item's fixtures into ``item.funcargs`` (call from ``setup``)."""
     item._request._fillfixtures()  # type: ignore[attr-defined]
+
+
+def fixture_module(item: pytest.Item, name: str) -> str | None:
+    """The module defining the fixture ``name`` that ``item`` gets (a conftest may override it)."""
+    defs = item._fixtureinfo.name2fixturedefs.get(name)  # type: ignore[attr-defined]
+    return getattr(defs[-1].func, "__module__", None) if defs else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import progress
 from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.records import Record, attempt_record, cell_record, is_final
@@ -60,6 +61,7 @@ class CellRunner:
         *,
         classify_fn: ClassifyFn = default_classify,
         annotate_fn: AnnotateFn | None = None,
+        observer: progress.AttemptObserver | None = None,
     ) -> None:
         self.settings = settings
         self.executor = executor
@@ -68,9 +70,16 @@ class CellRunner:
         self.ledger = ledger
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
+        self.observer = observer
         self._previous: dict[str, list[Record]] = {}
-        for record in ledger.read():
-            self._previous.setdefault(record["cell_key"], []).append(record)
+        self.learn(ledger.read())
+
+    def learn(self, records: list[Record]) -> None:
+        """Take in ledger lines (also ones other processes appended since, e.g. a lost worker's)."""
+        for record in records:
+            known = self._previous.setdefault(record["cell_key"], [])
+            if all(r.get("attempt") != record.get("attempt") for r in known):
+                known.append(record)
 
     def previous(self, cell: Cell) -> list[Record]:
         return list(self._previous.get(cell.key, []))
@@ -123,6 +132,11 @@ class CellRunner:
             settings=settings,
             attempt_dir=attempt_dir,
         )
+        with progress.attempt_scope(self.observer, cell, number):
+            return self._run_attempt(work, number, lease, scratch)
+
+    def _run_attempt(self, work: AttemptWork, number: int, lease: LeaseFn, scratch: Path) -> Record:
+        cell, subject, attempt_dir = work.cell, work.subject, work.attempt_dir
         started = time.time()
         aborted = False
         denied = self._policy_denial(subject)
@@ -155,6 +169,7 @@ class CellRunner:
             work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
         record = self._record(work, number, started)
         self.ledger.append(record)
+        progress.attempt_finished(record)
         if aborted:
             raise KeyboardInterrupt
         return record

@@ -15,6 +15,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from ..core import cancel
 from ..core.records import Record, cell_record, group_by_cell
 
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -53,7 +54,7 @@ class Ledger:
     def append(self, record: Mapping[str, Any]) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
+        with cancel.shielded(), self._lock, self.path.open("a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())

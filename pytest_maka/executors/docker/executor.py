@@ -15,6 +15,7 @@ from typing import Any, ClassVar, NamedTuple
 import docker.errors
 from pydantic import BaseModel
 
+from ...core import cancel
 from ...core.errors import ExecutorUnavailable, InfraError
 from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
@@ -270,7 +271,8 @@ def _container_name(request: LeaseRequest) -> str:
 def _sigint_deferred() -> Iterator[None]:
     """Hold a Ctrl-C that arrives during cleanup until the cleanup is done."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        with cancel.shielded():  # a pool thread: a cancel waits for the removal
+            yield
         return
     received: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
