@@ -14,8 +14,8 @@ fixtures), cells that already have a result in the ledger (resumed), and anythin
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -176,8 +176,13 @@ class Lookahead:
             return
         self.aborted = True
         self.pool.cancel_all()
-        with suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
-            self.pool.drain(ABORT_WAIT_SEC)
+        deadline = time.monotonic() + ABORT_WAIT_SEC
+        while time.monotonic() < deadline:
+            try:  # more interrupts (a second Ctrl-C, xdist tearing workers down) wait too
+                if self.pool.drain(deadline - time.monotonic()):
+                    return
+            except KeyboardInterrupt:
+                self.pool.cancel_all()
 
     def finish(self, interrupted: bool) -> None:
         """End of session: cells still running finish (after -x) or are aborted (Ctrl-C)."""
