@@ -12,6 +12,7 @@ from . import builtins, hookspecs
 from .collect import CellItem, CohortFile
 from .core.taxonomy import HARNESS_SIDE, Status
 from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
+from .live import plugin as live_plugin
 from .scale import plugin as scale_plugin
 from .session import MakaSession
 
@@ -22,6 +23,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.register(builtins, "maka-builtins")
     pluginmanager.register(scale_plugin, "maka-scale")
+    pluginmanager.register(live_plugin, "maka-live-options")
     if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
 
