@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from . import builtins, hookspecs
+from .cluster import plugin as cluster_plugin
 from .collect import CellItem, CohortFile
 from .core.taxonomy import HARNESS_SIDE, Status
 from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
@@ -24,6 +25,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.register(builtins, "maka-builtins")
     pluginmanager.register(scale_plugin, "maka-scale")
     pluginmanager.register(live_plugin, "maka-live-options")
+    pluginmanager.register(cluster_plugin, "maka-cluster")
     if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
 

@@ -18,15 +18,20 @@ LOOKAHEAD_KEY = pytest.StashKey[Lookahead]()
 WAIT_CALLBACKS_KEY = pytest.StashKey[list]()
 
 
+def add_option(parser: pytest.Parser, flag: str, *, metavar: str, help: str, ini_default: str) -> None:
+    """A ``--maka-X`` option in the maka group with its ini ``maka_x`` (the option wins)."""
+    parser.getgroup("maka").addoption(flag, metavar=metavar, default=None, help=help)
+    parser.addini(flag.lstrip("-").replace("-", "_"), f"default for {flag}", default=ini_default)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("maka")
-    group.addoption(
+    add_option(
+        parser,
         "--maka-concurrency",
         metavar="N",
-        default=None,
         help="cells each pytest process (the controller, or each xdist worker) runs at once (default 1)",
+        ini_default="1",
     )
-    parser.addini("maka_concurrency", "default for --maka-concurrency", default="1")
 
 
 def concurrency(config: pytest.Config) -> int:
