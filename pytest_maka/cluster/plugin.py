@@ -15,14 +15,11 @@ CLIENT_KEY = pytest.StashKey[Any]()
 CLUSTER_IN_FLIGHT = 256
 
 
+HELP = "run every attempt on this Dask scheduler (tcp://HOST:PORT); needs pytest-maka[dask]"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_option(
-        parser,
-        "--maka-cluster",
-        metavar="ADDRESS",
-        help="run every attempt on this Dask scheduler (tcp://HOST:PORT); needs pytest-maka[dask]",
-        ini_default="",
-    )
+    add_option(parser, "--maka-cluster", metavar="ADDRESS", help=HELP, ini_default="")
 
 
 def pytest_maka_configure(config: pytest.Config) -> None:
