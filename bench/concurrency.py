@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -87,10 +88,10 @@ def _rss_of_tree(root_pid: int) -> int:
     return total
 
 
-def run(spec: Path, out: Path, processes: int, concurrency: int) -> tuple[float, int, int]:
+def run(spec: Path, out: Path, processes: int, concurrency: int, extra: Sequence[str] = ()) -> tuple[float, int, int]:
     """(wall seconds, peak harness bytes, exit code) of one pytest run."""
     argv = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-q", "-p", "no:cacheprovider"]
-    argv += ["--maka-live", "off", "--maka-concurrency", str(concurrency)]
+    argv += ["--maka-live", "off", "--maka-concurrency", str(concurrency), *extra]
     if processes > 1:
         argv += ["-n", str(processes)]
     peak = 0

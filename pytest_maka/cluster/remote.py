@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..core import cancel
+
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}
 
@@ -84,10 +86,38 @@ def run_attempt_remote(spec_path: str, cell_key: str, number: int, token: str) -
     runner = maka.runner
     attempt_dir = runner.attempt_dir(cell, number)
     scratch = workspace_path(maka, cell)
+    scope, done = cancel.Scope(), threading.Event()
+    watcher = threading.Thread(target=_watch, args=(token, scope, done), name="maka-cancel-watch", daemon=True)
     try:
-        record = runner.run_attempt(cell, number, lease_function(maka), scratch)
+        with scope:
+            watcher.start()
+            record = runner.run_attempt(cell, number, lease_function(maka), scratch)
         record["worker"] = address
         return {"record": record, "artifacts": _pack(attempt_dir)}
+    except KeyboardInterrupt:
+        return {"error": "cancelled by the controller"}
     finally:
+        done.set()
         shutil.rmtree(attempt_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cancel_event(token: str, client: Any = None) -> Any:
+    """The Dask Event the controller sets to stop attempt ``token`` where it runs."""
+    from distributed import Event
+
+    return Event(f"maka-cancel-{token}", client=client)
+
+
+def _watch(token: str, scope: cancel.Scope, done: threading.Event) -> None:
+    """Cancel the attempt (as Ctrl-C would here) once the controller asks; end with it."""
+    from distributed import get_client
+
+    event = cancel_event(token, get_client())
+    while not done.is_set():
+        try:
+            if event.wait(timeout=1):
+                scope.cancel()
+                return
+        except Exception:
+            return  # the scheduler is gone: nothing will ask any more

@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import time
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..core.cell import Cell
 from ..core.records import Record, attempt_record
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
-from .remote import run_attempt_remote
+from .remote import cancel_event, run_attempt_remote
 
 
 class ClusterRunner(CellRunner):
@@ -48,21 +49,22 @@ class ClusterRunner(CellRunner):
         with progress.attempt_scope(self.observer, cell, number):
             progress.phase("queued on the cluster")
             started = time.time()
+            token = uuid.uuid4().hex
             future = self.client.submit(
                 run_attempt_remote,
                 str(self.spec_path),
                 cell.key,
                 number,
-                uuid.uuid4().hex,
+                token,
                 resources={"cells": 1},
                 pure=False,
                 key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
             )
             try:
-                with cancel.on_cancel(future.cancel):
+                with cancel.on_cancel(lambda: self._stop(future, token)):
                     outcome = self._outcome(future)
             except (KeyboardInterrupt, asyncio.CancelledError):
-                future.cancel()
+                self._stop(future, token)
                 record = self._local(cell, number, started, Status.AGENT_ABORTED, "cancelled by the user or the system")
                 self.ledger.append(record)
                 progress.attempt_finished(record)
@@ -76,6 +78,12 @@ class ClusterRunner(CellRunner):
             self.ledger.append(record)
             progress.attempt_finished(record)
             return record
+
+    def _stop(self, future: Any, token: str) -> None:
+        """Drop the task if it is still queued; stop it where it runs if it has started."""
+        future.cancel()
+        with suppress(Exception):
+            cancel_event(token, self.client).set()
 
     def _outcome(self, future: Any) -> dict[str, Any]:
         """The task's result, or what went wrong with the cluster, as an ``error``."""

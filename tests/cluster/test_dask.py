@@ -122,3 +122,33 @@ def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cl
     )
     assert all(results[a["cell_id"]]["attempt_count"] == 2 for a in lost)
     assert not sleepers(token), "nothing is left behind"
+
+
+def test_ctrl_c_aborts_the_cells_running_on_the_cluster(cohort: Cohort, cluster: Cluster) -> None:
+    token = unique_sleep()
+    for i in range(4):
+        cohort.task(f"t{i}", agent_timeout=300)
+    cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}])
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("--maka-cluster", cluster.address, "-p", "no:cacheprovider")],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(sleepers(token)) < 4:
+            assert time.monotonic() < deadline and proc.poll() is None, "the cells never ran"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()[-3000:] + err.decode()[-2000:]
+    attempts = cohort.attempts()
+    assert sorted(a["cell_id"] for a in attempts) == [f"t{i}[sleeper-r0]" for i in range(4)]
+    assert {a["status"] for a in attempts} == {"agent_aborted"}
+    deadline = time.monotonic() + 60  # the workers learn of the cancel through the scheduler
+    while sleepers(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sleepers(token), "the workers stopped the cancelled attempts: nothing is left running"
