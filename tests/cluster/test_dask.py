@@ -29,6 +29,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes]) -> None:
+    """Until ``count`` subjects run ``sleep TOKEN`` (bounded; fails if the controller ends first)."""
+    deadline = time.monotonic() + 300
+    while len(sleepers(token)) < count:
+        assert time.monotonic() < deadline and controller.poll() is None, f"{count} subjects never ran at once"
+        time.sleep(0.05)
+
+
 @dataclass
 class Cluster:
     address: str
@@ -101,10 +109,7 @@ def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cl
         stdin=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 300
-        while len(sleepers(token)) < 8:  # four subjects on each worker
-            assert time.monotonic() < deadline and proc.poll() is None, "the cells never ran on both workers"
-            time.sleep(0.05)
+        wait_for_subjects(token, 8, proc)  # four on each worker
         os.killpg(victim.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=600)
     finally:
@@ -135,10 +140,7 @@ def test_ctrl_c_aborts_the_cells_running_on_the_cluster(cohort: Cohort, cluster:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        while len(sleepers(token)) < 4:
-            assert time.monotonic() < deadline and proc.poll() is None, "the cells never ran"
-            time.sleep(0.05)
+        wait_for_subjects(token, 4, proc)
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
