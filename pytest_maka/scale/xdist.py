@@ -97,10 +97,11 @@ class WorkerItems:
         )
 
     def upcoming(self, current: pytest.Item) -> Iterator[pytest.Item]:
-        if self.interactor is None:
+        queue_of = getattr(self.interactor, "torun", None)
+        if queue_of is None:  # another xdist: no lookahead on this worker (cells run one at a time)
             return
-        with self.interactor.torun.lock() as queue:
-            indices = [self.interactor.nextitem_index, *queue]
+        with queue_of.lock() as queue:
+            indices = [getattr(self.interactor, "nextitem_index", None), *queue]
         items = self.session.items
         for index in indices:
             if isinstance(index, int) and 0 <= index < len(items) and items[index] is not current:
