@@ -88,8 +88,9 @@ def pytest_maka_attempt_started(cell: Cell, attempt: int) -> None:
 @pytest.hookspec
 def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) -> None:
     """The running attempt entered ``phase``: one of core.progress.PHASES ("setup",
-    "building image", "agent", "freeze", "restore", "verify", "collect", "teardown");
-    ``detail`` says more where known (the current image build step)."""
+    "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
+    "queued on the cluster" on a --maka-cluster controller); ``detail`` says more where
+    known (the current image build step)."""
 
 
 @pytest.hookspec

@@ -16,8 +16,19 @@ from typing import Any, Protocol
 
 from .cell import Cell
 
-#: Phase names the kernel reports, in lifecycle order (executors may add "building image").
-PHASES = ("setup", "building image", "agent", "freeze", "restore", "verify", "collect", "teardown")
+#: Phase names the kernel reports, in lifecycle order ("building image" comes from the Docker
+#: executor; "queued on the cluster" is all the controller sees of an attempt a Dask worker runs).
+PHASES = (
+    "queued on the cluster",
+    "setup",
+    "building image",
+    "agent",
+    "freeze",
+    "restore",
+    "verify",
+    "collect",
+    "teardown",
+)
 
 
 class AttemptObserver(Protocol):
