@@ -57,8 +57,9 @@ class CellItem(pytest.Item):
         compat.fill_fixtures(self)
 
     def runtest(self) -> None:
-        funcargs = self.funcargs  # type: ignore[attr-defined]
-        record = self.maka.runner.run_cell(self.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
+        from .scale.plugin import run_item  # one cell now, or many at once (--maka-concurrency)
+
+        record = run_item(self)
         self.maka_record = record
         status = Status(record["status"])
         outcome = PYTEST_OUTCOME[status]

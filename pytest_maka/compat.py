@@ -69,3 +69,9 @@ def settle_rootdir(config: pytest.Config) -> None:
         ns.confcutdir = str(rootpath)  # it was derived from the old rootdir
     config._rootpath = rootpath  # type: ignore[attr-defined]
     config._parser.extra_info["rootdir"] = str(rootpath)
+
+
+def fixture_module(item: pytest.Item, name: str) -> str | None:
+    """The module defining the fixture ``name`` that ``item`` gets (a conftest may override it)."""
+    defs = item._fixtureinfo.name2fixturedefs.get(name)  # type: ignore[attr-defined]
+    return getattr(defs[-1].func, "__module__", None) if defs else None

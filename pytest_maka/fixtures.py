@@ -39,20 +39,31 @@ def maka_cell(request: pytest.FixtureRequest) -> Cell:
     return cell
 
 
+def workspace_path(maka: MakaSession, cell: Cell) -> Path:
+    """The cell's host scratch directory (created)."""
+    path = maka.scratch_root / cell.key
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def lease_function(maka: MakaSession) -> LeaseFn:
+    """The default lease: the ``pytest_maka_acquire_lease`` hook on the session's executor."""
+    hook = maka.config.hook
+    executor = maka.executor
+
+    def lease(request: Any) -> Any:
+        return hook.pytest_maka_acquire_lease(executor=executor, request=request)
+
+    return lease
+
+
 @pytest.fixture
 def maka_workspace(maka_session: MakaSession, maka_cell: Cell) -> Iterator[Path]:
-    path = maka_session.scratch_root / maka_cell.key
-    path.mkdir(parents=True, exist_ok=True)
+    path = workspace_path(maka_session, maka_cell)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def executor_lease(maka_session: MakaSession) -> LeaseFn:
-    hook = maka_session.config.hook
-    executor = maka_session.executor
-
-    def lease(request: Any) -> Any:
-        return hook.pytest_maka_acquire_lease(executor=executor, request=request)
-
-    return lease
+    return lease_function(maka_session)

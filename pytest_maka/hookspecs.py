@@ -74,3 +74,25 @@ def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
 @pytest.hookspec
 def pytest_maka_report(out_dir: Path, records: list[dict[str, Any]], cohort: Cohort) -> None:
     """The derived files have been written for ``records`` (controller only): add your own views."""
+
+
+# -- progress of a run (called in the process that runs the attempt, from any of its threads) --
+
+
+@pytest.hookspec
+def pytest_maka_attempt_started(cell: Cell, attempt: int) -> None:
+    """Attempt ``attempt`` (1-based) of ``cell`` starts. With --maka-concurrency > 1 this runs on
+    a pool thread, several cells at once: implementations must be thread-safe and quick."""
+
+
+@pytest.hookspec
+def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) -> None:
+    """The running attempt entered ``phase``: one of core.progress.PHASES ("setup",
+    "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
+    "queued on the cluster" on a --maka-cluster controller); ``detail`` says more where
+    known (the current image build step)."""
+
+
+@pytest.hookspec
+def pytest_maka_attempt_finished(cell: Cell, record: dict[str, Any]) -> None:
+    """The attempt's record is in the ledger (``record["status"]`` is its taxonomy class)."""

@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 
 from . import builtins, compat, hookspecs
+from .cluster import plugin as cluster_plugin
 from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
 from .core.taxonomy import HARNESS_SIDE, Status
 from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
+from .live import plugin as live_plugin
+from .scale import plugin as scale_plugin
 from .session import MakaSession
 
 ENTRY_POINT_GROUP = "pytest_maka.adapters"
@@ -23,6 +26,9 @@ _CTRL_C_KEY = pytest.StashKey[ExitStack]()
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.register(builtins, "maka-builtins")
+    pluginmanager.register(scale_plugin, "maka-scale")
+    pluginmanager.register(live_plugin, "maka-live-options")
+    pluginmanager.register(cluster_plugin, "maka-cluster")
     if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pluginmanager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
 

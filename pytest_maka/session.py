@@ -15,6 +15,7 @@ from .core.cohort import Cohort, build_cohort
 from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
 from .core.spec import LoadedSpec, load_spec
 from .executors.base import Executor
+from .live.observer import HookObserver
 from .run.lifecycle import CellRunner, RunSettings
 from .store.ledger import Ledger
 from .store.redact import Redactor
@@ -170,6 +171,7 @@ class MakaSession:
             self.ledger,
             classify_fn=lambda facts, cell: hook.pytest_maka_classify(facts=facts, cell=cell),
             annotate_fn=lambda record, cell: hook.pytest_maka_record(record=record, cell=cell),
+            observer=HookObserver(hook),
         )
 
     @cached_property

@@ -59,10 +59,14 @@ def first_ctrl_c_only() -> Iterator[None]:
 @contextmanager
 def sigint_deferred() -> Iterator[list[int]]:
     """Hold SIGINT until the block ends; then raise KeyboardInterrupt if a held one is the
-    run's first. Yields the list of signals held. No-op outside the main thread."""
+    run's first. Yields the list of signals held. In another thread, shields the block from
+    a cancel of the cell (``core.cancel``) instead."""
     received: list[int] = []
-    if not _main_thread():
-        yield received
+    if not _main_thread():  # a pool thread (--maka-concurrency): a cancel waits for the block
+        from .cancel import shielded
+
+        with shielded():
+            yield received
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     try:

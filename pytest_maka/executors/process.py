@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from ..core import cancel
 from .base import ExecResult
 
 _CHUNK = 64 * 1024
@@ -182,7 +183,9 @@ def run_process(
         stopper = make_stopper(proc)
         timed_out = False
         try:
-            if wait_for(proc, timeout_sec):
+            with cancel.on_cancel(stopper.kill):  # a cell cancelled on a pool thread (Ctrl-C)
+                finished = wait_for(proc, timeout_sec)
+            if finished:
                 stopper.reap()
             else:
                 timed_out = True

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import progress
 from ..core.cell import Cell
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
@@ -83,6 +84,7 @@ class AttemptWork:
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
+        progress.phase(phase)
         t0 = time.perf_counter()
         try:
             yield

@@ -5,9 +5,9 @@ acquire lease → prepare → run subject → stop → freeze → restore → ve
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
-import shutil
 import tempfile
 import time
 import traceback
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import progress
 from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.interrupts import sigint_deferred
@@ -24,6 +25,7 @@ from ..core.records import Record, attempt_record, cell_record, is_final
 from ..core.spec import Budgets, Policy, Retries
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
+from ..executors.hostfs import remove_path
 from ..store.ledger import Ledger
 from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
@@ -76,6 +78,7 @@ class CellRunner:
         *,
         classify_fn: ClassifyFn = default_classify,
         annotate_fn: AnnotateFn | None = None,
+        observer: progress.AttemptObserver | None = None,
     ) -> None:
         self.settings = settings
         self.executor = executor
@@ -84,10 +87,17 @@ class CellRunner:
         self.ledger = ledger
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
+        self.observer = observer
         self._previous: dict[str, list[Record]] = {}
         self._allowance: RetryAllowance | None = None
-        for record in ledger.read():
-            self._previous.setdefault(record["cell_key"], []).append(record)
+        self.learn(ledger.read())
+
+    def learn(self, records: list[Record]) -> None:
+        """Take in ledger lines (also ones other processes appended since, e.g. a lost worker's)."""
+        for record in records:
+            known = self._previous.setdefault(record["cell_key"], [])
+            if all(r.get("attempt") != record.get("attempt") for r in known):
+                known.append(record)
 
     def previous(self, cell: Cell) -> list[Record]:
         return list(self._previous.get(cell.key, []))
@@ -160,11 +170,16 @@ class CellRunner:
             settings=settings,
             attempt_dir=attempt_dir,
         )
+        with progress.attempt_scope(self.observer, cell, number):
+            return self._run_attempt(work, number, lease, scratch)
+
+    def _run_attempt(self, work: AttemptWork, number: int, lease: LeaseFn, scratch: Path) -> Record:
+        attempt_dir = work.attempt_dir
         started = time.time()
         aborted = False
         try:
             if attempt_dir.exists():
-                shutil.rmtree(attempt_dir)  # left by a crash before its ledger line: never counted
+                remove_path(attempt_dir)  # left by a crash before its ledger line: never counted
             attempt_dir.mkdir(parents=True)
             self._run_steps(work, number, lease, scratch, started)
         except KeyboardInterrupt:
@@ -178,6 +193,7 @@ class CellRunner:
         with sigint_deferred():  # a Ctrl-C now (a first or a second) must not lose the line
             self.ledger.redactor.tree(attempt_dir)  # names and contents of every artifact
             record = self.ledger.append(self._record(work, number, started))
+        progress.attempt_finished(record)
         if aborted:
             raise KeyboardInterrupt
         return record
@@ -205,7 +221,8 @@ class CellRunner:
             )
             run_attempt_steps(work, lease, request, deadline=deadline)
         finally:
-            shutil.rmtree(scratch_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # any depth: what the subject left may be deep
+                remove_path(scratch_dir)
 
     def _policy_denial(self, subject: Subject) -> str | None:
         if self.executor.isolated or subject.reference or self.settings.policy.allow_unsandboxed:

@@ -21,6 +21,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from ..core import cancel
 from ..core.records import Record, cell_record, group_by_cell
 from .redact import Redactor
 
@@ -158,7 +159,7 @@ class Ledger:
         record = self.redactor.value(dict(record))
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
-        with self._lock:
+        with cancel.shielded(), self._lock:
             note = repair_torn_tail(self.path)
             if note:
                 self.repairs.append(note)

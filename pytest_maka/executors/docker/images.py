@@ -16,6 +16,7 @@ from pathlib import Path
 import docker.errors
 from filelock import FileLock
 
+from ...core import progress
 from ...core.errors import InfraError
 from ...core.task import Task, digest_tree
 from . import labels as L
@@ -110,6 +111,7 @@ class ImageStore:
         base = self.dir / f"{engine.key}-{digest[:24]}"
         failed = base.with_suffix(".failed")
         waiting_since = time.time()
+        progress.phase("building image", f"waiting for the image of task {task.id}")
         with FileLock(str(base.with_suffix(".lock"))):
             image_id = self._present(engine, tag, pull=False)
             if image_id:
@@ -166,6 +168,7 @@ class ImageStore:
                             log.write(text)
                             if text.startswith("Step "):
                                 step = text.strip()
+                                progress.phase("building image", step)
                         if "error" in chunk:
                             error = " ".join(str(chunk["error"]).split())
                             log.write(f"ERROR: {chunk['error']}\n")

@@ -1,0 +1,123 @@
+"""The controller's side of a Dask cluster: each attempt becomes one Dask task.
+
+``ClusterRunner`` is the CellRunner with one change: ``run_attempt`` submits the attempt to
+the cluster (resource ``cells=1``, so ``dask worker --resources cells=N`` bounds the cells
+per machine) and waits for it on the lookahead's pool thread; the resume, retry and
+earliest-valid-wins rules are the CellRunner's own. The controller alone writes the
+ledger and the artifacts it receives, so the ledger's guarantees are unchanged. A task
+whose worker died is recorded ``infra_failure`` naming the worker (and retried as the
+spec's ``retries.infra`` says); Ctrl-C cancels the waiting tasks and records the attempts
+``agent_aborted`` (a task a worker has already started runs to its end there: Dask cannot
+stop a running task; its result is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import tarfile
+import time
+import uuid
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from ..core import cancel, progress
+from ..core.cell import Cell
+from ..core.records import Record, attempt_record
+from ..core.taxonomy import Status
+from ..run.lifecycle import CellRunner, LeaseFn
+from .remote import cancel_event, run_attempt_remote
+
+
+class ClusterRunner(CellRunner):
+    """Runs every attempt on a Dask cluster; records them here."""
+
+    client: Any
+    spec_path: Path
+
+    @classmethod
+    def wrap(cls, runner: CellRunner, client: Any, spec_path: Path) -> ClusterRunner:
+        made = cls.__new__(cls)
+        made.__dict__.update(runner.__dict__)
+        made.client = client
+        made.spec_path = spec_path
+        return made
+
+    def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
+        with progress.attempt_scope(self.observer, cell, number):
+            progress.phase("queued on the cluster")
+            started = time.time()
+            token = uuid.uuid4().hex
+            future = self.client.submit(
+                run_attempt_remote,
+                str(self.spec_path),
+                cell.key,
+                number,
+                token,
+                resources={"cells": 1},
+                pure=False,
+                key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
+            )
+            try:
+                with cancel.on_cancel(lambda: self._stop(future, token)):
+                    outcome = self._outcome(future)
+            except (KeyboardInterrupt, asyncio.CancelledError):
+                self._stop(future, token)
+                record = self._local(cell, number, started, Status.AGENT_ABORTED, "cancelled by the user or the system")
+                self.ledger.append(record)
+                progress.attempt_finished(record)
+                raise KeyboardInterrupt from None
+            if "record" in outcome:
+                record = outcome["record"]
+                self._unpack(cell, number, outcome["artifacts"])
+            else:
+                record = self._local(cell, number, started, Status.INFRA_FAILURE, outcome["error"])
+                record["worker"] = outcome.get("worker")
+            self.ledger.append(record)
+            progress.attempt_finished(record)
+            return record
+
+    def _stop(self, future: Any, token: str) -> None:
+        """Drop the task if it is still queued; stop it where it runs if it has started."""
+        future.cancel()
+        with suppress(Exception):
+            cancel_event(token, self.client).set()
+
+    def _outcome(self, future: Any) -> dict[str, Any]:
+        """The task's result, or what went wrong with the cluster, as an ``error``."""
+        from distributed import KilledWorker
+
+        try:
+            result = future.result()
+        except KilledWorker as exc:
+            return {"error": f"infra: Dask workers running this attempt kept dying ({exc})"}
+        except Exception as exc:  # the task raised: a harness bug on the worker is infra, never the agent's
+            return {"error": f"the attempt failed on the Dask cluster: {type(exc).__name__}: {exc}"}
+        if "lost" in result:
+            lost = result["lost"]
+            return {"error": f"the Dask worker {lost} running this attempt was lost", "worker": lost}
+        return result
+
+    def _local(self, cell: Cell, number: int, started: float, status: Status, message: str) -> Record:
+        """An attempt record made on the controller (the attempt produced none)."""
+        self.attempt_dir(cell, number).mkdir(parents=True, exist_ok=True)
+        return attempt_record(
+            cell,
+            cohort=self.settings.cohort,
+            attempt=number,
+            status=status,
+            started=started,
+            finished=time.time(),
+            artifacts={"dir": self.attempt_dir(cell, number).relative_to(self.settings.out_dir).as_posix()},
+            error={"type": status.value, "message": message},
+        )
+
+    def _unpack(self, cell: Cell, number: int, data: bytes) -> None:
+        """Place the worker's attempt directory where a local attempt would have written it."""
+        target = self.attempt_dir(cell, number)
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(target, filter="data")

@@ -1,0 +1,79 @@
+"""Where a running attempt is: the phase events behind the live view and the attempt hooks.
+
+The lifecycle opens ``attempt_scope(observer, cell, number)`` around each attempt; code
+running for that attempt on the same thread (the lifecycle's phases, an executor building
+an image) calls ``phase(name, detail)``, which reaches the observer without any of that
+code knowing about hooks, threads or views. Outside a scope ``phase`` does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .cell import Cell
+
+#: Phase names the kernel reports, in lifecycle order ("building image" comes from the Docker
+#: executor; "queued on the cluster" is all the controller sees of an attempt a Dask worker runs).
+PHASES = (
+    "queued on the cluster",
+    "setup",
+    "building image",
+    "agent",
+    "freeze",
+    "restore",
+    "verify",
+    "collect",
+    "teardown",
+)
+
+
+class AttemptObserver(Protocol):
+    """Receives the progress of every attempt of this process (may be called from any thread)."""
+
+    def attempt_started(self, cell: Cell, attempt: int) -> None: ...
+
+    def phase(self, cell: Cell, attempt: int, phase: str, detail: str | None) -> None: ...
+
+    def attempt_finished(self, cell: Cell, record: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Scope:
+    observer: AttemptObserver
+    cell: Cell
+    attempt: int
+
+
+_current: ContextVar[_Scope | None] = ContextVar("maka_attempt", default=None)
+
+
+@contextmanager
+def attempt_scope(observer: AttemptObserver | None, cell: Cell, attempt: int) -> Iterator[None]:
+    """Report ``attempt_started`` and route ``phase()`` calls of this thread to ``observer``."""
+    if observer is None:
+        yield
+        return
+    observer.attempt_started(cell, attempt)
+    token = _current.set(_Scope(observer, cell, attempt))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def attempt_finished(record: dict[str, Any]) -> None:
+    """The current attempt's record has been written to the ledger."""
+    scope = _current.get()
+    if scope is not None:
+        scope.observer.attempt_finished(scope.cell, record)
+
+
+def phase(name: str, detail: str | None = None) -> None:
+    """The current attempt entered phase ``name`` (``detail``: e.g. a build step)."""
+    scope = _current.get()
+    if scope is not None:
+        scope.observer.phase(scope.cell, scope.attempt, name, detail)

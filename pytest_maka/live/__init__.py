@@ -1,0 +1,1 @@
+"""The live view of a run: attempt hooks, per-process status, the terminal display."""

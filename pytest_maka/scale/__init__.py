@@ -1,0 +1,1 @@
+"""Scale: many cells at once per pytest process (--maka-concurrency), with or without xdist."""

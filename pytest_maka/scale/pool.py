@@ -1,0 +1,138 @@
+"""A bounded pool of threads running cells, each inside a cancel scope (core/cancel.py).
+
+Threads are started on demand up to ``size`` and kept for the rest of the run (a bwrap
+sandbox started with --die-with-parent dies with the thread that started it, so a thread
+never ends while it runs a cell). ``cancel_all`` interrupts every running cell and drops
+the queued ones; ``drain`` waits for the running ones to end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.cancel import Scope
+
+Record = dict[str, Any]
+
+
+@dataclass(eq=False)
+class Job:
+    """One cell submitted to the pool."""
+
+    key: str
+    fn: Callable[[], Record]
+    scope: Scope = field(default_factory=Scope)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Record | None = None
+    error: BaseException | None = None
+    started_at: float | None = None
+
+    def outcome(self) -> Record:
+        """The cell's record, or the exception that ended it (KeyboardInterrupt when cancelled)."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+class CellPool:
+    """Runs submitted jobs on at most ``size`` threads, in submission order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._cond = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._running: set[Job] = set()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
+
+    @property
+    def free(self) -> int:
+        with self._cond:
+            return self.size - len(self._running) - len(self._queue)
+
+    @property
+    def running(self) -> list[Job]:
+        with self._cond:
+            return list(self._running)
+
+    def submit(self, key: str, fn: Callable[[], Record]) -> Job:
+        job = Job(key, fn)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the cell pool is closed")
+            self._queue.append(job)
+            if self._idle == 0 and len(self._threads) < self.size:
+                thread = threading.Thread(target=self._work, name=f"maka-cell-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            self._cond.notify_all()
+        return job
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                if not self._queue:
+                    return
+                job = self._queue.popleft()
+                job.started_at = time.time()
+                self._running.add(job)
+            try:
+                try:
+                    with job.scope:
+                        job.result = job.fn()
+                except BaseException as exc:  # KeyboardInterrupt from a cancel, or a harness bug
+                    job.error = exc
+            except BaseException as exc:  # a cancel that landed as the scope closed
+                if job.result is None and job.error is None:
+                    job.error = exc
+            finally:
+                with self._cond:
+                    self._running.discard(job)
+                    job.done.set()
+                    self._cond.notify_all()
+
+    def wait_any(self, timeout: float) -> None:
+        """Block until some job ends or ``timeout`` seconds pass."""
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def cancel_all(self) -> list[Job]:
+        """Drop the queued jobs and interrupt the running ones; returns the interrupted."""
+        with self._cond:
+            dropped = list(self._queue)
+            self._queue.clear()
+            running = list(self._running)
+        for job in dropped:
+            job.error = KeyboardInterrupt()
+            job.done.set()
+        for job in running:
+            job.scope.cancel()
+        return running
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no job is queued or running; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(0.5 if left is None else min(left, 0.5))
+        return True
+
+    def close(self) -> None:
+        """Let idle threads end (running jobs finish first)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

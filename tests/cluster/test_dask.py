@@ -1,0 +1,156 @@
+"""--maka-cluster: a real Dask scheduler and two workers, separate processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Cohort, needs_bwrap
+from ..plugin.test_concurrency_signals import sleepers, unique_sleep
+
+distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
+
+pytestmark = [pytest.mark.sandbox, needs_bwrap]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes]) -> None:
+    """Until ``count`` subjects run ``sleep TOKEN`` (bounded; fails if the controller ends first)."""
+    deadline = time.monotonic() + 300
+    while len(sleepers(token)) < count:
+        assert time.monotonic() < deadline and controller.poll() is None, f"{count} subjects never ran at once"
+        time.sleep(0.05)
+
+
+@dataclass
+class Cluster:
+    address: str
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def workers(self) -> dict[str, str]:
+        """Worker name -> address, as the scheduler sees them."""
+        with distributed.Client(self.address, timeout=30) as client:
+            return {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
+
+
+def _dask(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    dask = Path(sys.executable).with_name("dask")
+    return subprocess.Popen([str(dask), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """``dask scheduler`` and two ``dask worker --resources cells=4`` processes, all on loopback."""
+    port = free_port()
+    c = Cluster(f"tcp://127.0.0.1:{port}")
+    c.procs["scheduler"] = _dask(
+        "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", log=tmp_path / "scheduler.log"
+    )
+    try:
+        for name in ("w1", "w2"):
+            c.procs[name] = _dask(
+                "worker", c.address, "--host", "127.0.0.1", "--name", name, "--nthreads", "4",
+                "--resources", "cells=4", "--no-nanny", "--no-dashboard", log=tmp_path / f"{name}.log",
+            )  # fmt: skip
+        with distributed.Client(c.address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield c
+    finally:
+        for proc in c.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in c.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: Cohort, cluster: Cluster) -> None:
+    for i in range(8):
+        cohort.task(f"t{i}", solve="sleep 1; echo ok > /app/done.txt\n")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
+    result = cohort.run_subprocess("--maka-cluster", cluster.address, timeout=600)
+    result.assert_outcomes(passed=8, failed=8)
+    attempts = cohort.attempts()
+    assert len(attempts) == 16, "each cell ran once"
+    assert {a["worker"] for a in attempts} == set(cluster.workers().values()), "both workers ran cells"
+    for a in attempts:  # the controller received every attempt's artifacts
+        assert (cohort.out / a["artifacts"]["agent_log"]).is_file()
+        assert (cohort.out / a["artifacts"]["verifier_output"]).is_file()
+    assert sorted(set(cohort.status().values())) == ["agent_failure", "agent_success"]
+
+
+def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cluster: Cluster) -> None:
+    token = unique_sleep()
+    for i in range(8):
+        cohort.task(f"t{i}", agent_timeout=4)
+    cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}], retries={"infra": 1})
+    victim = cluster.procs["w1"]
+    victim_address = cluster.workers()["w1"]
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("--maka-cluster", cluster.address, "-p", "no:cacheprovider")],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_subjects(token, 8, proc)  # four on each worker
+        os.killpg(victim.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    results = cohort.results()
+    assert len(results) == 8, out.decode()[-3000:] + err.decode()[-2000:]
+    assert Counter(r["status"] for r in results.values()) == {"agent_incomplete": 8}, "every cell got a final record"
+    attempts = cohort.attempts()
+    lost = [a for a in attempts if a["status"] == "infra_failure"]
+    assert len(lost) == 4, "the killed worker's four attempts are recorded, none lost"
+    assert all(victim_address in a["error"]["message"] for a in lost), "each names the worker"
+    assert Counter(a["cell_id"] for a in attempts if a["status"] != "infra_failure") == Counter(list(results)), (
+        "exactly one final attempt per cell"
+    )
+    assert all(results[a["cell_id"]]["attempt_count"] == 2 for a in lost)
+    assert not sleepers(token), "nothing is left behind"
+
+
+def test_ctrl_c_aborts_the_cells_running_on_the_cluster(cohort: Cohort, cluster: Cluster) -> None:
+    token = unique_sleep()
+    for i in range(4):
+        cohort.task(f"t{i}", agent_timeout=300)
+    cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}])
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("--maka-cluster", cluster.address, "-p", "no:cacheprovider")],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for_subjects(token, 4, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()[-3000:] + err.decode()[-2000:]
+    attempts = cohort.attempts()
+    assert sorted(a["cell_id"] for a in attempts) == [f"t{i}[sleeper-r0]" for i in range(4)]
+    assert {a["status"] for a in attempts} == {"agent_aborted"}
+    deadline = time.monotonic() + 60  # the workers learn of the cancel through the scheduler
+    while sleepers(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sleepers(token), "the workers stopped the cancelled attempts: nothing is left running"
