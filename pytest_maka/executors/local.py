@@ -22,7 +22,7 @@ from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
 from . import bwrap
 from .base import ExecResult, LeaseRequest
-from .hostfs import clear_dir, copy_out, descend, remove_path
+from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 from .process import run_process
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
@@ -120,6 +120,9 @@ class LocalSandbox:
         self._mounts = scratch / "mounts"  # uploads outside workdir and /logs: one bind per top dir
         self._empty = scratch / "empty"  # bound over masked secret files
         self._mount_tops: list[str] = []
+        #: Uploads put before the first command (sandbox path -> host source) and their prints.
+        self._uploads: dict[str, Path] = {}
+        self._upload_prints: dict[str, dict[str, Any]] | None = None
         self._lay_out()
         self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds)
 
@@ -161,6 +164,8 @@ class LocalSandbox:
     ) -> ExecResult:
         """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
         self._require_open()
+        if self._upload_prints is None:  # the first command: what the uploads are before it
+            self._upload_prints = {dest: tree_print(self._host_path(dest)) for dest in self._uploads}
         isolated = self.options.sandbox == "bwrap"
         read_fd, write_fd = os.pipe()
         try:
@@ -228,6 +233,48 @@ class LocalSandbox:
             shutil.copy2(host_path, target)
         if base == self._mounts and parts[0] not in self._mount_tops:
             self._mount_tops.append(parts[0])
+        if base == self._mounts and self._upload_prints is None:
+            self._uploads[sandbox_path] = host_path
+
+    def _host_path(self, sandbox_path: str) -> Path:
+        base, parts = self._locate(sandbox_path)
+        return base.joinpath(*parts)
+
+    # -- restoring before verification -----------------------------------------------------
+
+    def restore_protected(self, scratch: Path) -> dict[str, Any]:
+        """Copy in again every upload the subject changed; nothing else can have survived it.
+
+        With bwrap the system directories are the host's, read-only, and the root and /tmp
+        are new for every command: only the workdir, /logs and the upload mounts persist.
+        """
+        changed: list[str] = []
+        restored: list[str] = []
+        for dest, source in self._uploads.items():
+            before = (self._upload_prints or {}).get(dest)
+            now = tree_print(self._host_path(dest))
+            if before is not None and now == before:
+                continue
+            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k)) if before else [""]
+            changed += [f"{dest}/{rel}".rstrip("/") for rel in diff]
+            self.put(source, dest)
+            restored.append(dest)
+        if self.options.sandbox == "none":
+            mechanism = (
+                "none: the host filesystem is shared read-write; changes outside the workdir are neither "
+                "detected nor undone (uploads are compared and copied in again)"
+            )
+        else:
+            mechanism = (
+                "bwrap: host system directories read-only, root and /tmp new per command; "
+                "uploads compared by inode and ctime and copied in again when changed"
+            )
+        return {
+            "mechanism": mechanism,
+            "changed": changed[:50],
+            "changed_count": len(changed),
+            "restored": restored,
+        }
 
     def get(self, sandbox_path: str, host_path: Path) -> bool:
         """Copy out without following symlinks; False when nothing is at ``sandbox_path``."""

@@ -10,24 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.cell import Cell
+from ..core.errors import SubjectFault
 from ..core.spec import Policy
-from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
+from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
 
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
-
-
-def base_env(task: Task) -> dict[str, str]:
-    """The variables every command gets; nothing from the host environment."""
-    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
 
 
 def agent_network(task: Task, policy: Policy) -> bool:
@@ -51,6 +47,7 @@ class AttemptWork:
     policy_denied: str | None = None
     budget_exceeded: str | None = None
     aborted: bool = False
+    subject_fault: str | None = None
     verdict: Verdict | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     claim: Any = None
@@ -72,6 +69,7 @@ class AttemptWork:
             policy_denied=self.policy_denied,
             budget_exceeded=self.budget_exceeded,
             aborted=self.aborted,
+            subject_fault=self.subject_fault,
         )
 
     @contextmanager
@@ -106,6 +104,8 @@ class AttemptWork:
         return "the verifier gave no verdict"
 
     def _rejection(self, score: float | None) -> str:
+        if self.subject_fault:
+            return f"not verified: {self.subject_fault}"
         reason = self.verdict.details.get("reason") if self.verdict else None
         if reason:
             return f"the verifier rejected the result: {reason}"
@@ -180,8 +180,15 @@ def run_attempt_steps(
         _run_subject(work, sandbox, agent_timeout, limit_name)
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
-        with work.timed("restore"):
-            _restore(sandbox, work.verifier.tests_payload(task, request.scratch_dir), request.scratch_dir)
+        try:
+            with work.timed("restore"):
+                tests = work.verifier.tests_payload(task, request.scratch_dir)
+                work.verifier_info["tamper"] = guarded(
+                    "restore", lambda: restore_for_verification(sandbox, tests, request.scratch_dir)
+                )
+        except SubjectFault as fault:
+            _refuse(work, fault)
+            return
         _verify(work, sandbox, work.verifier, request.scratch_dir)
     finally:
         with work.timed("teardown"):
@@ -199,15 +206,14 @@ def _close(stack: ExitStack, work: AttemptWork) -> None:
         work.isolation["teardown_error"] = f"{type(e).__name__}: {e}"
 
 
-def _restore(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
-    """Clear stale verifier outputs and copy the hidden tests in fresh, over anything planted."""
-    sandbox.remove(VERIFIER_LOGS_DIR)
-    empty = scratch / "empty-verifier-dir"
-    empty.mkdir(exist_ok=True)
-    sandbox.put(empty, VERIFIER_LOGS_DIR)
-    sandbox.remove(TESTS_DIR)
-    if tests is not None:
-        sandbox.put(tests, TESTS_DIR)
+def _refuse(work: AttemptWork, fault: SubjectFault) -> None:
+    """Not verified: what the subject left rules out a fair verdict (its failure, with the paths)."""
+    work.subject_fault = str(fault)
+    work.verifier_info["tamper"] = {
+        **work.verifier_info.get("tamper", {}),
+        "refused": str(fault),
+        "paths": [printable(p) for p in fault.paths[:50]],
+    }
 
 
 def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
@@ -259,10 +265,19 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     d = work.attempt_dir
-    sandbox.get(AGENT_LOGS_DIR, d / "agent")
-    diff, counts = workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after"))
-    (d / "workspace.diff").write_text(diff, encoding="utf-8")
-    work.agent_info["workspace_changes"] = counts
+    notes: list[str] = []
+    salvage(notes, "copying /logs/agent out", lambda: sandbox.get(AGENT_LOGS_DIR, d / "agent"))
+    found = salvage(
+        notes,
+        "diffing the workspace",
+        lambda: workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after")),
+    )
+    if found is not None:
+        diff, counts = found
+        (d / "workspace.diff").write_text(diff, encoding="utf-8", errors="backslashreplace")
+        work.agent_info["workspace_changes"] = counts
+    if notes:
+        work.agent_info["freeze_notes"] = notes
     work.usage = read_usage(d / "agent")
     stop_reason = read_stop_reason(d / "agent")
     if stop_reason and work.subject_outcome is not None:
@@ -283,7 +298,7 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
     budgets = settings.budgets
     timeout = _timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
     ctx = VerifyContext(
-        env={**base_env(task), **task.verifier_env},
+        env=verifier_env(task),
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",
@@ -294,10 +309,14 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
     )
     with work.timed("verify"):
         result = verifier.run(sandbox, task, ctx)
+    notes: list[str] = []
     with work.timed("collect"):
-        sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir)
-        sandbox.get(ARTIFACTS_DIR, d / "artifacts")
-    verdict = verifier.grade(task, result, ctx)
+        salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, d / "artifacts"))
+    if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
+        verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
+    else:
+        verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
@@ -313,5 +332,7 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
         "reward_source": verdict.source,
         "error": verdict.error,
         "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        **({"collect_notes": notes} if notes else {}),
         **verdict.details,
+        "tamper": work.verifier_info.get("tamper"),
     }
