@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -15,6 +16,7 @@ from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..executors.base import Executor, LeaseRequest, Sandbox
+from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
@@ -266,12 +268,8 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     d = work.attempt_dir
     notes: list[str] = []
-    salvage(notes, "copying /logs/agent out", lambda: sandbox.get(AGENT_LOGS_DIR, d / "agent"))
-    found = salvage(
-        notes,
-        "diffing the workspace",
-        lambda: workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after")),
-    )
+    salvage(notes, "copying /logs/agent out", lambda: sandbox.get(AGENT_LOGS_DIR, d / "agent"), d / "agent")
+    found = salvage(notes, "diffing the workspace", lambda: _workspace_diff(sandbox, scratch / "workspace-after"))
     if found is not None:
         diff, counts = found
         (d / "workspace.diff").write_text(diff, encoding="utf-8", errors="backslashreplace")
@@ -293,6 +291,15 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
 
 
+def _workspace_diff(sandbox: Sandbox, dest: Path) -> tuple[str, dict[str, int]]:
+    """The diff of the workspace against its start; a copy made for it is removed at once."""
+    try:
+        return workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(dest))
+    finally:
+        if os.path.lexists(dest):  # only a copy lands at dest; a live workspace is elsewhere
+            remove_path(dest)
+
+
 def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path) -> None:
     task, d, settings = work.cell.task, work.attempt_dir, work.settings
     budgets = settings.budgets
@@ -312,7 +319,8 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
     notes: list[str] = []
     with work.timed("collect"):
         salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
-        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, d / "artifacts"))
+        artifacts = d / "artifacts"
+        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:

@@ -9,6 +9,7 @@ extend: see ``verifier_env``. docs/security.md states the guarantees and their l
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 from ..core.errors import SubjectFault
 from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..executors.base import ProtectedRestore, Sandbox
+from ..executors.hostfs import remove_path
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The verifier's HOME: emptied before every verification, never copied out.
@@ -61,11 +63,11 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
     empty = scratch / "empty-verifier-dir"
     empty.mkdir(exist_ok=True)
     for path in (VERIFIER_LOGS_DIR, VERIFIER_HOME):
-        sandbox.remove(path)
-        sandbox.put(empty, path)
-    sandbox.remove(TESTS_DIR)
+        sandbox.put(empty, path)  # put replaces whatever stands there, links included
     if tests is not None:
         sandbox.put(tests, TESTS_DIR)
+    else:
+        sandbox.remove(TESTS_DIR)
     return report
 
 
@@ -82,14 +84,21 @@ def subject_cause(exc: BaseException) -> str | None:
     return None
 
 
-def salvage(notes: list[str], step: str, fn: Callable[[], T]) -> T | None:
-    """Run an informational step (copy-out, diff); note a failure the subject caused and go on."""
+def salvage(notes: list[str], step: str, fn: Callable[[], T], partial: Path | None = None) -> T | None:
+    """Run an informational step (copy-out, diff); note a failure the subject caused and go on.
+
+    What the step left half-done at ``partial`` is removed: a half-copied tree thousands of
+    levels deep would break every tool that later walks the output directory.
+    """
     try:
         return fn()
     except (OSError, RecursionError, UnicodeError, SubjectFault) as exc:
         cause = subject_cause(exc)
         if cause is None:
             raise
+        if partial is not None and os.path.lexists(partial):
+            remove_path(partial)
+            cause += " (the partial copy is not kept)"
         notes.append(f"{step}: {cause}")
         return None
 

@@ -56,6 +56,19 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     test_timeout_kills_everything = None  # type: ignore[assignment]
     test_no_survivors_after_normal_exit = None  # type: ignore[assignment]
     test_host_filesystem_not_writable = None  # type: ignore[assignment]
+    # These write the environment's system directories: here that is the host itself.
+    test_system_tampering_never_passes = None  # type: ignore[assignment]
+    test_path_hijack_is_undone_and_recorded = None  # type: ignore[assignment]
+    test_broken_tools_stay_official = None  # type: ignore[assignment]
+    test_daemon_rewriting_the_reward_never_passes = None  # type: ignore[assignment]
+
+    def test_record_says_protected_paths_are_neither_checked_nor_restored(
+        self, executor: Executor, task: Task, tmp_path: Path
+    ) -> None:
+        record = self.attempt(executor, task, tmp_path, "echo done > done.txt")
+        assert record["status"] == "agent_success", record["error"]
+        mechanism = record["verifier"]["tamper"]["mechanism"]
+        assert mechanism.startswith("none: the host filesystem is shared read-write"), mechanism
 
     def test_shares_the_host_network_and_says_so(self, sandbox: Sandbox, tmp_path: Path, host_server: int) -> None:
         run = self.run(sandbox, self._probe(host_server), tmp_path, network=False)

@@ -12,9 +12,10 @@ from .base import SECRET_NAME, SECRET_VALUE, TOKEN, WORKSPACE_FILES, Conformance
 from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
+from .tamper import TamperTests
 
 
-class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, ConformanceBase):
+class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, TamperTests, ConformanceBase):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
 
