@@ -91,6 +91,10 @@ class Restorer:
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
+        self.found: list[tuple[str, int]] = []
+        self.units: list[str] = []
+        self.added: list[str] = []
+        self.pristine = ""
 
     # -- what changed ------------------------------------------------------------------
     def changes(self) -> list[tuple[str, int]]:
@@ -120,27 +124,55 @@ class Restorer:
         return False
 
     # -- the restore -------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        changes = self.changes()
-        with self._pristine() as pristine:
-            protected = [(p, k) for p, k in changes if self.is_protected(p, k, self._stat_of(self.container))]
-            units, added = self._plan(protected, pristine)
-            if len(units) + len(added) > MAX_UNITS:
+    def __enter__(self) -> Restorer:
+        """List the changes and plan the restore against a pristine container of the image."""
+        self.found = self.changes()
+        self._pristine_cm = self._pristine()
+        self.pristine = self._pristine_cm.__enter__()
+        try:
+            stat = self._stat_of(self.container)
+            protected = [(p, k) for p, k in self.found if self.is_protected(p, k, stat)]
+            self.units, self.added = self._plan(protected, self.pristine)
+            if len(self.units) + len(self.added) > MAX_UNITS:
                 raise SubjectFault(
                     f"the subject changed {len(protected)} protected paths; too many to restore",
                     [p for p, _ in protected],
                 )
-            for path in units:
-                self._replace_from(pristine, path)
-            if added or self._absent:
-                self._delete(pristine, added)
-        reported = _leaves(changes)
+        except BaseException:
+            self._pristine_cm.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pristine_cm.__exit__(None, None, None)
+
+    @property
+    def touched(self) -> bool:
+        """Something protected was changed (and is being put back)."""
+        return bool(self.units or self.added)
+
+    def copy_back(self) -> None:
+        """Engine-side only (works on a stopped container): the image's copies back, and empty
+        mode-0 placeholders over everything added (no program will run one of them)."""
+        for path in self.units:
+            self._replace_from(self.pristine, path)
+        for path in self.added:
+            self._placeholder(path)
+
+    def delete(self) -> None:
+        """Delete the placeholders with the image's own rm (restored by ``copy_back``)."""
+        if self.added or self._absent:
+            self._delete(self.pristine, [*self.added, *self._absent])
+
+    def report(self) -> dict[str, Any]:
+        reported = _leaves(self.found)
+        restored = self.units + self.added
         return {
             "mechanism": "docker: the engine's list of changes; protected paths copied back from the image",
             "changed": [f"{KIND.get(k, k)} {p}" for p, k in reported[:50]],
             "changed_count": len(reported),
-            "restored": sorted(units + added)[:50],
-            "restored_count": len(units) + len(added),
+            "restored": sorted(restored)[:50],
+            "restored_count": len(restored),
             "protected_roots": self.roots,
         }
 
@@ -232,18 +264,14 @@ class Restorer:
             tar.addfile(first)
         self._put(posixpath.dirname(path), out.getvalue())
 
-    def _delete(self, pristine: str, added: list[str]) -> None:
-        """Delete added paths: placeholders first (engine-side), then the image's own rm."""
-        targets = [*added, *self._absent]
-        for path in targets:
-            self._placeholder(path)
+    def _delete(self, pristine: str, targets: list[str]) -> None:
         rm = find_rm(self._stat_of(pristine))
         if rm is None:
             raise SubjectFault("cannot delete what the subject added: the image has no rm", targets)
         for start in range(0, len(targets), 500):
             eid = self.api.exec_create(self.container, [rm, "-f", "--", *targets[start : start + 500]], environment=[])
             self.api.exec_start(eid["Id"])
-        left = [p for p in targets if self._stat_of(self.container)(p) is not None]
+        left = [p for p in targets if stat_path(self.api, self.container, p) is not None]
         if left:
             raise SubjectFault(f"could not delete what the subject added at {left[0]}", left)
 

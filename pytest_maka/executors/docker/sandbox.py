@@ -55,6 +55,8 @@ class DockerSandbox(ContainerProcesses):
         self._dirty = False  # an exec ran: the subject may have planted links
         self.networks_used: set[str] = set()
         self.restarts = 0
+        #: Protected paths put back to make a container the subject broke start again.
+        self._repaired: list[str] = []
         #: Seconds the last exec spent stopping what its command left (for the benchmark).
         self.last_stop_s = 0.0
 
@@ -255,9 +257,28 @@ class DockerSandbox(ContainerProcesses):
         """Undo the subject's changes to protected paths through the engine (docs/security.md)."""
         with self.engine.guard("restoring protected paths"):
             self._flush()
-            report = Restorer(self.api, self.id, self._info["image"], workdir=self.workdir).run()
+            with Restorer(self.api, self.id, self._info["image"], workdir=self.workdir) as restorer:
+                restorer.copy_back()
+                if restorer.touched or self.restarts:
+                    # the keeper may be a program the subject planted: only a restart after the
+                    # copy-back makes every process in the container one the image started
+                    self._restart()
+                restorer.delete()
             self._fresh = set()
-        return report
+        report = restorer.report()
+        if self._repaired:  # put back earlier, when the broken container had to be restarted
+            report["restored"] = sorted({*self._repaired, *report["restored"]})[:50]
+            report["restored_count"] += len(self._repaired)
+        return {**report, "restarted": bool(restorer.touched or self.restarts)}
+
+    def _repair(self) -> None:
+        """The container no longer starts: put its protected paths back (engine-side) and retry."""
+        with Restorer(self.api, self.id, self._info["image"], workdir=self.workdir) as restorer:
+            restorer.copy_back()
+        self._repaired += restorer.units + restorer.added
+        self.start()
+        if len(self._keepers) < 2:
+            raise SubjectFault("the container no longer starts, even with its system directories restored")
 
     def workspace_snapshot(self, dest: Path) -> Path:
         """A host copy of the workdir as it is now."""
