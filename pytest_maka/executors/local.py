@@ -250,12 +250,12 @@ class LocalSandbox:
         """
         changed: list[str] = []
         restored: list[str] = []
-        for dest, source in self._uploads.items():
-            before = (self._upload_prints or {}).get(dest)
+        for dest, source in self._uploads.items() if self._upload_prints is not None else ():
+            before = self._upload_prints.get(dest, {})
             now = tree_print(self._host_path(dest))
-            if before is not None and now == before:
+            if now == before:
                 continue
-            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k)) if before else [""]
+            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
             changed += [f"{dest}/{rel}".rstrip("/") for rel in diff]
             self.put(source, dest)
             restored.append(dest)
