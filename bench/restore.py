@@ -2,7 +2,8 @@
 
 Times ``restore_protected()`` of a leased sandbox after a subject command, for an honest
 subject (nothing outside the workdir) and for one that plants fake ``sh``/``bash``/``python3``
-earlier on PATH, on the local executor (bwrap) and, when an engine answers, on Docker.
+earlier on PATH, on the local executor (bwrap) and, when an engine answers, on Docker with
+``protected_check: changes`` (the default) and ``content``.
 
     python bench/restore.py [--repeats 5] [--no-docker]
 
@@ -54,13 +55,15 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as state:
             docker = DockerExecutor(DockerOptions(state_dir=Path(state)))
+            content = DockerExecutor(DockerOptions(state_dir=Path(state), protected_check="content"))
             try:
                 docker.check()
-                executors.append(("docker", docker))
+                executors += [("docker", docker), ("docker content", content)]
             except Exception as exc:  # no engine here: report local only
                 print(f"docker: skipped ({exc})")
             run(executors, args.repeats)
             docker.close()
+            content.close()
     else:
         run(executors, args.repeats)
 

@@ -335,6 +335,6 @@ def test_changed_uploads_are_copied_in_again_before_verification(task: Task, tmp
         report = sandbox.restore_protected(tmp_path)
         assert report["restored"] == ["/maka-tool"]
         assert {"/maka-tool/bin/hello", "/maka-tool/bin/extra", "/maka-tool/data"} <= set(report["changed"])
-        code, out = _run(sandbox, "/maka-tool/bin/hello; cat /maka-tool/data; ls /maka-tool/bin", tmp_path)
+        _code, out = _run(sandbox, "/maka-tool/bin/hello; cat /maka-tool/data; ls /maka-tool/bin", tmp_path)
         assert out == "real tool\nsame size\nhello\n"
         assert (tool / "bin" / "hello").read_text() == "#!/bin/sh\necho real tool\n", "the host source is untouched"

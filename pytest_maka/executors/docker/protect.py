@@ -35,6 +35,7 @@ import docker.errors
 from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
 from . import labels as L
+from . import manifest
 
 PROTECTED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 #: Entries the engine itself places in every container.
@@ -83,8 +84,12 @@ def protected_roots(image_config: dict[str, Any]) -> list[str]:
 class Restorer:
     """One restore of one container against its image (``api``: a docker APIClient)."""
 
-    def __init__(self, api: Any, container: str, image: str, *, workdir: str) -> None:
+    def __init__(
+        self, api: Any, container: str, image: str, *, workdir: str, content: bool = False, engine: str = ""
+    ) -> None:
         self.api = api
+        self.content = content
+        self.engine = engine
         self.container = container
         self.image = image
         self.own = [workdir, LOGS_DIR, TESTS_DIR]
@@ -126,10 +131,17 @@ class Restorer:
     # -- the restore -------------------------------------------------------------------
     def __enter__(self) -> Restorer:
         """List the changes and plan the restore against a pristine container of the image."""
-        self.found = self.changes()
+        try:
+            self.found = self.changes()
+        except SubjectFault:
+            if not self.content:
+                raise
+            self.found = []  # the content check below does not need the engine's list
         self._pristine_cm = self._pristine()
         self.pristine = self._pristine_cm.__enter__()
         try:
+            if self.content:
+                self._add_content_differences()
             stat = self._stat_of(self.container)
             protected = [(p, k) for p, k in self.found if self.is_protected(p, k, stat)]
             self.units, self.added = self._plan(protected, self.pristine)
@@ -142,6 +154,15 @@ class Restorer:
             self._pristine_cm.__exit__(None, None, None)
             raise
         return self
+
+    def _add_content_differences(self) -> None:
+        """Changes the engine's list misses: every protected entry compared with the image's."""
+        image = manifest.image_manifest(self.api, self.engine, self.image, self.pristine, self.roots)
+        mine = manifest.manifest(self.api, self.container, self.roots)
+        known = {p for p, _ in self.found}
+        self.found += [
+            (p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED
+        ]
 
     def __exit__(self, *exc: object) -> None:
         self._pristine_cm.__exit__(None, None, None)
@@ -168,7 +189,11 @@ class Restorer:
         reported = _leaves(self.found)
         restored = self.units + self.added
         return {
-            "mechanism": "docker: the engine's list of changes; protected paths copied back from the image",
+            "mechanism": (
+                "docker: protected files compared with the image's by content; copied back from the image"
+                if self.content
+                else "docker: the engine's list of changes; protected paths copied back from the image"
+            ),
             "changed": [f"{KIND.get(k, k)} {p}" for p, k in reported[:50]],
             "changed_count": len(reported),
             "restored": sorted(restored)[:50],

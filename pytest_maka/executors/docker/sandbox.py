@@ -41,6 +41,7 @@ class DockerSandbox(ContainerProcesses):
         kill_grace_sec: float,
         baseline: Callable[[], Path | None],
         info: dict[str, Any],
+        protected_check: str = "changes",
     ) -> None:
         self.engine = engine
         self.id = container_id
@@ -49,6 +50,7 @@ class DockerSandbox(ContainerProcesses):
         self._grace = kill_grace_sec
         self._baseline = baseline
         self._info = info
+        self._content_check = protected_check == "content"
         self._keepers: set[str] = set()
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
         self._batch = Batch()  # puts waiting to be sent as one archive
@@ -257,7 +259,7 @@ class DockerSandbox(ContainerProcesses):
         """Undo the subject's changes to protected paths through the engine (docs/security.md)."""
         with self.engine.guard("restoring protected paths"):
             self._flush()
-            with Restorer(self.api, self.id, self._info["image"], workdir=self.workdir) as restorer:
+            with self._restorer() as restorer:
                 restorer.copy_back()
                 if restorer.touched or self.restarts:
                     # the keeper may be a program the subject planted: only a restart after the
@@ -271,9 +273,19 @@ class DockerSandbox(ContainerProcesses):
             report["restored_count"] += len(self._repaired)
         return {**report, "restarted": bool(restorer.touched or self.restarts)}
 
+    def _restorer(self) -> Restorer:
+        return Restorer(
+            self.api,
+            self.id,
+            self._info["image"],
+            workdir=self.workdir,
+            content=self._content_check,
+            engine=self.engine.key,
+        )
+
     def _repair(self) -> None:
         """The container no longer starts: put its protected paths back (engine-side) and retry."""
-        with Restorer(self.api, self.id, self._info["image"], workdir=self.workdir) as restorer:
+        with self._restorer() as restorer:
             restorer.copy_back()
         self._repaired += restorer.units + restorer.added
         self.start()
