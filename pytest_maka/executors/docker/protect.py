@@ -124,6 +124,8 @@ class Restorer:
         if any(under(path, root) for root in self.roots):
             return True
         if posixpath.dirname(path) == "/":  # a file in / (e.g. conftest.py, setup.py, pytest.ini)
+            if _unaddressable(path):
+                return True
             st = stat(path)
             return st is None or not st["mode"] & GO_MODE_DIR
         return False
@@ -209,7 +211,7 @@ class Restorer:
         for path, kind in sorted(protected, key=lambda c: (c[0].count("/"), c[0])):
             if any(under(path, u) for u in units + added):
                 continue
-            if "\ufffd" in path:  # the engine could not report the real name: take the parent
+            if _unaddressable(path):  # the real name is not known as text: take the parent
                 parent = _valid_ancestor(path)
                 if parent == "/" or not any(under(parent, root) for root in self.roots):
                     raise SubjectFault(f"cannot restore {path}: its name is not valid UTF-8", [path])
@@ -310,8 +312,13 @@ def _placeholder_tar(name: str) -> bytes:
     return out.getvalue()
 
 
+def _unaddressable(path: str) -> bool:
+    """The engine reported U+FFFD for bytes that are not UTF-8, or a tar name kept them escaped."""
+    return "\ufffd" in path or any("\udc80" <= c <= "\udcff" for c in path)
+
+
 def _valid_ancestor(path: str) -> str:
-    while "\ufffd" in path:
+    while _unaddressable(path):
         path = posixpath.dirname(path)
     return path
 

@@ -103,7 +103,8 @@ BAD_NAMES = (
 )
 #: Only where the subject has a root of its own (never on a shared host).
 BAD_NAMES_OUTSIDE = (
-    "; mkdir -p /tests; echo z > \"/tests/$(printf '\\377')\"; echo z > \"/tmp/$(printf '\\377')\"; true"
+    "; mkdir -p /tests; echo z > \"/tests/$(printf '\\377')\"; echo z > \"/tmp/$(printf '\\377')\";"
+    " echo z > \"/usr/local/bin/$(printf '\\377')\" 2>/dev/null; true"
 )
 BREAK_TOOLS = (
     "python3 -c \"import os\nfor t in ('rm', 'tar', 'dash', 'bash', 'sh', 'cp', 'mv', 'mkdir', 'cat', 'ls', 'sleep'):\n"
@@ -211,6 +212,8 @@ class TamperTests(ConformanceBase):
         out = tmp_path / f"out-{next(self._attempts) - 1}"
         diff = (out / record["artifacts"]["diff"]).read_text(encoding="utf-8")
         assert "b/done.txt" in diff and "bad\\" in diff, "undecodable names are written escaped"
+        if self.system_dirs_writable:  # an entry the engine cannot name: its directory comes back whole
+            assert "/usr/local/bin" in record["verifier"]["tamper"]["restored"], record["verifier"]["tamper"]
 
     def test_deep_trees_stay_official(self, executor: Executor, task: Task, tmp_path: Path) -> None:
         record = self.attempt(executor, task, tmp_path, NESTED + "; echo done > done.txt")
