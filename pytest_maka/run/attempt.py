@@ -305,7 +305,7 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
     budgets = settings.budgets
     timeout = _timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
     ctx = VerifyContext(
-        env=verifier_env(task),
+        env=verifier_env(task, imports_workdir=getattr(verifier, "imports_workdir", False)),
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",

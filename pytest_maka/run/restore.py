@@ -37,18 +37,15 @@ def base_env(task: Task) -> dict[str, str]:
     return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
 
 
-def verifier_env(task: Task) -> dict[str, str]:
+def verifier_env(task: Task, *, imports_workdir: bool = False) -> dict[str, str]:
     """The verifier's environment: fixed PATH, fresh HOME, no way in for the subject's modules.
 
+    ``imports_workdir``: the verifier runs the repository's own tests, which import it from
+    the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
     The task's own ``verifier_env`` comes last: it is the task author's, not the subject's.
     """
-    return {
-        **base_env(task),
-        "HOME": VERIFIER_HOME,
-        **VERIFIER_PYTHON_ENV,
-        **VERIFIER_SHELL_ENV,
-        **task.verifier_env,
-    }
+    python = {k: v for k, v in VERIFIER_PYTHON_ENV.items() if not (imports_workdir and k == "PYTHONSAFEPATH")}
+    return {**base_env(task), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
 
 
 def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:
