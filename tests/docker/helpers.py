@@ -168,7 +168,7 @@ def check_cohort_survives_engine_loss(
     )
     try:
         # once a cell has passed there, that worker's next cell is leased there too: cut it mid-run
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 150  # an attempt includes the engine's change list before verification
         while not _finished_on(cohort.out, second_url) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.0)
