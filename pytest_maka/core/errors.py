@@ -46,3 +46,16 @@ class ExecutorUnavailable(Exception):
 
 class InfraError(Exception):
     """The platform failed during an attempt: classified as infra_failure."""
+
+
+class SubjectFault(Exception):
+    """What the subject left makes a fair verification impossible: classified as agent_failure.
+
+    Raised by harness steps after the subject stopped (restore, copy-out) when the cause is
+    the subject's own doing, e.g. changed protected paths that cannot be restored. ``paths``
+    names what it changed, for the record.
+    """
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])

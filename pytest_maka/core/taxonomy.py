@@ -91,6 +91,9 @@ class AttemptFacts:
     policy_denied: str | None = None
     budget_exceeded: str | None = None
     aborted: bool = False
+    #: The subject left its environment so that it cannot be verified fairly (tampering with
+    #: protected paths, or a harness step failed on what it left): its result, a failure.
+    subject_fault: str | None = None
 
 
 def classify(facts: AttemptFacts) -> Status:
@@ -108,6 +111,8 @@ def classify(facts: AttemptFacts) -> Status:
         return Status.BUDGET_EXHAUSTED
     if facts.infra_error or facts.subject is None or not facts.subject.started:
         return Status.INFRA_FAILURE
+    if facts.subject_fault:
+        return Status.AGENT_FAILURE
     verifier = facts.verifier
     if facts.budget_exceeded and (verifier is None or not verifier.ran or verifier.timed_out):
         return Status.BUDGET_EXHAUSTED  # the deadline left the verifier no (or too little) time

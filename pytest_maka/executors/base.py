@@ -13,6 +13,9 @@ Contract every executor keeps (checked by tests/conformance for each one):
   proxy; without it an allowlist phase is an infra failure, never an open network.
 - ``put`` overwrites what is at the destination; ``get`` never follows a symlink, never
   leaves a live link in its copy and keeps the byte and entry caps (``executors.copyout``).
+- Optionally (``ProtectedRestore``): ``restore_protected()`` undoes, after the subject stopped,
+  what it changed where the verifier would run it (system directories, interpreter paths,
+  uploads), or refuses with ``SubjectFault``. docs/security.md describes each executor's way.
 """
 
 from __future__ import annotations
@@ -123,6 +126,22 @@ class Sandbox(Protocol):
     def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
         """What this sandbox really provides, for the record."""
         ...
+
+
+@runtime_checkable
+class ProtectedRestore(Protocol):
+    """Optional sandbox capability: put back protected paths before the verifier runs.
+
+    Called once per verification, after every process of the subject is gone and before
+    ``/logs/verifier`` and ``/tests`` are replaced. Returns what it found for the record:
+    ``{"mechanism": str, "changed": [paths], "changed_count": int, "restored": [paths]}``
+    (``changed`` lists changes outside the workdir and ``/logs``, capped; paths as text).
+    Raises ``SubjectFault`` (with the paths) when a change cannot be undone: the attempt is
+    then not verified and counts as the subject's failure. Must not run any program the
+    subject could have replaced.
+    """
+
+    def restore_protected(self, scratch: Path) -> dict[str, Any]: ...
 
 
 class Executor(Protocol):

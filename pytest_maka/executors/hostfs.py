@@ -109,27 +109,79 @@ def _ensure_mode(path: Path, mode: int, bits: int) -> None:
 
 
 def remove_path(path: Path) -> None:
-    """Delete a file, link or whole tree of any depth, even where the subject removed write permission."""
-    if not stat.S_ISDIR(os.lstat(path).st_mode):
+    """Delete a file, link or whole tree, even where the subject removed write permission.
+
+    Trees of any depth and with any names: the walk holds one directory descriptor per
+    level and only ever names one entry (no recursion, no long paths, no symlink followed).
+    """
+    if not os.path.isdir(path) or os.path.islink(path):
         path.unlink()
         return
-    stack: list[tuple[str, bool]] = [(os.fspath(path), False)]
-    while stack:
-        top, emptied = stack.pop()
-        if emptied:
-            os.rmdir(top)
-            continue
-        os.chmod(top, 0o700)
-        stack.append((top, True))
-        with os.scandir(top) as entries:
+    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _remove_tree(parent, path.name)
+    finally:
+        os.close(parent)
+
+
+def _open_dir(parent_fd: int, name: str) -> int:
+    os.chmod(name, 0o700, dir_fd=parent_fd)  # a directory (checked without following links)
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+
+
+def _remove_tree(parent_fd: int, name: str) -> None:
+    """Delete directory ``name`` of ``parent_fd`` and everything below it, depth first."""
+    stack: list[tuple[int, str, int, list[str]]] = []
+
+    def enter(pfd: int, dname: str) -> None:
+        fd = _open_dir(pfd, dname)
+        subdirs = []
+        with os.scandir(fd) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append((entry.path, False))
+                    subdirs.append(entry.name)
                 else:
-                    os.unlink(entry.path)
+                    os.unlink(entry.name, dir_fd=fd)
+        stack.append((pfd, dname, fd, subdirs))
+
+    enter(parent_fd, name)
+    while stack:
+        pfd, dname, fd, subdirs = stack[-1]
+        if subdirs:
+            enter(fd, subdirs.pop())
+            continue
+        stack.pop()
+        os.close(fd)
+        os.rmdir(dname, dir_fd=pfd)
 
 
 def clear_dir(path: Path) -> None:
     """Empty a directory but keep it (it is a bind source)."""
     for entry in os.listdir(path):
         remove_path(path / entry)
+
+
+def tree_print(root: Path, limit: int = 200_000) -> dict[str, tuple[int, ...] | str]:
+    """What identifies every entry below ``root`` now: relative path -> (type and mode, inode,
+    size, ctime) or a link's target. The ctime changes with every write, chmod or rename, and
+    no subject can set it back. Links are not followed; past ``limit`` entries, one marker."""
+    prints: dict[str, tuple[int, ...] | str] = {}
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        try:
+            with os.scandir(root / rel if rel else root) as entries:
+                for entry in entries:
+                    name = f"{rel}/{entry.name}" if rel else entry.name
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        prints[name] = "-> " + os.readlink(entry.path)
+                    else:
+                        prints[name] = (st.st_mode, st.st_ino, st.st_size, st.st_ctime_ns)
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(name)
+                    if len(prints) > limit:
+                        return {**prints, "": "too many entries"}
+        except OSError as e:
+            prints[rel + "/"] = f"unreadable: {e.strerror}"
+    return prints

@@ -26,7 +26,7 @@ from . import bwrap, disk, limits
 from .base import ExecResult, LeaseRequest
 from .copyout import CopyReport
 from .disk import CappedDisk
-from .hostfs import clear_dir, copy_out, descend, remove_path
+from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 from .limits import MB, LimitSpec, open_limits
 from .local_egress import LocalEgress
 from .process import run_process
@@ -146,6 +146,9 @@ class LocalSandbox:
         self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
         self._empty = scratch / "empty"  # bound over masked secret files
         self._mount_tops: list[str] = []
+        #: Uploads put before the first command (sandbox path -> host source) and their prints.
+        self._uploads: dict[str, Path] = {}
+        self._upload_prints: dict[str, dict[str, Any]] | None = None
         self._lay_out()
         self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
         self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
@@ -211,6 +214,8 @@ class LocalSandbox:
     ) -> ExecResult:
         """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
         self._require_open()
+        if self._upload_prints is None:  # the first command: what the uploads are before it
+            self._upload_prints = {dest: tree_print(self._host_path(dest)) for dest in self._uploads}
         isolated = self.options.sandbox == "bwrap"
         proxied = self.egress.current if network and isolated else None
         if proxied:
@@ -288,6 +293,48 @@ class LocalSandbox:
             shutil.copy2(host_path, target)
         if base == self._mounts and parts[0] not in self._mount_tops:
             self._mount_tops.append(parts[0])
+        if base == self._mounts and self._upload_prints is None:
+            self._uploads[sandbox_path] = host_path
+
+    def _host_path(self, sandbox_path: str) -> Path:
+        base, parts = self._locate(sandbox_path)
+        return base.joinpath(*parts)
+
+    # -- restoring before verification -----------------------------------------------------
+
+    def restore_protected(self, scratch: Path) -> dict[str, Any]:
+        """Copy in again every upload the subject changed; nothing else can have survived it.
+
+        With bwrap the system directories are the host's, read-only, and the root and /tmp
+        are new for every command: only the workdir, /logs and the upload mounts persist.
+        """
+        changed: list[str] = []
+        restored: list[str] = []
+        for dest, source in self._uploads.items() if self._upload_prints is not None else ():
+            before = self._upload_prints.get(dest, {})
+            now = tree_print(self._host_path(dest))
+            if now == before:
+                continue
+            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+            changed += [f"{dest}/{rel}".rstrip("/") for rel in diff]
+            self.put(source, dest)
+            restored.append(dest)
+        if self.options.sandbox == "none":
+            mechanism = (
+                "none: the host filesystem is shared read-write; changes outside the workdir are neither "
+                "detected nor undone (uploads are compared and copied in again)"
+            )
+        else:
+            mechanism = (
+                "bwrap: host system directories read-only, root and /tmp new per command; "
+                "uploads compared by inode and ctime and copied in again when changed"
+            )
+        return {
+            "mechanism": mechanism,
+            "changed": changed[:50],
+            "changed_count": len(changed),
+            "restored": restored,
+        }
 
     def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
         """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -11,27 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import progress
 from ..core.cell import Cell
-from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
+from ..core.errors import SubjectFault
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..egress.log import LOG_NAME, EgressLog
 from ..egress.phase import network_phase, network_record
 from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..executors.copyout import CopyReport
+from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, Subject
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import read_json_file, read_stop_reason, read_usage, usage_problems, workspace_diff
+from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
 
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
-
-
-def base_env(task: Task) -> dict[str, str]:
-    """The variables every command gets; nothing from the host environment."""
-    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
 
 
 def attempt_plan(work: AttemptWork) -> NetworkPlan:
@@ -57,6 +55,7 @@ class AttemptWork:
     policy_denied: str | None = None
     budget_exceeded: str | None = None
     aborted: bool = False
+    subject_fault: str | None = None
     verdict: Verdict | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     claim: Any = None
@@ -80,6 +79,7 @@ class AttemptWork:
             policy_denied=self.policy_denied,
             budget_exceeded=self.budget_exceeded,
             aborted=self.aborted,
+            subject_fault=self.subject_fault,
         )
 
     @contextmanager
@@ -115,6 +115,8 @@ class AttemptWork:
         return "the verifier gave no verdict"
 
     def _rejection(self, score: float | None) -> str:
+        if self.subject_fault:
+            return f"not verified: {self.subject_fault}"
         reason = self.verdict.details.get("reason") if self.verdict else None
         if reason:
             return f"the verifier rejected the result: {reason}"
@@ -192,8 +194,15 @@ def run_attempt_steps(
         _run_subject(work, sandbox, agent_timeout, limit_name)
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
-        with work.timed("restore"):
-            _restore(sandbox, work.verifier.tests_payload(task, request.scratch_dir), request.scratch_dir)
+        try:
+            with work.timed("restore"):
+                tests = work.verifier.tests_payload(task, request.scratch_dir)
+                work.verifier_info["tamper"] = guarded(
+                    "restore", lambda: restore_for_verification(sandbox, tests, request.scratch_dir)
+                )
+        except SubjectFault as fault:
+            _refuse(work, fault)
+            return
         _verify(work, sandbox, work.verifier, request.scratch_dir, deadline)
     finally:
         with work.timed("teardown"):
@@ -212,15 +221,14 @@ def _close(stack: ExitStack, work: AttemptWork) -> None:
         work.isolation["teardown_error"] = f"{type(e).__name__}: {e}"
 
 
-def _restore(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
-    """Clear stale verifier outputs and copy the hidden tests in fresh, over anything planted."""
-    sandbox.remove(VERIFIER_LOGS_DIR)
-    empty = scratch / "empty-verifier-dir"
-    empty.mkdir(exist_ok=True)
-    sandbox.put(empty, VERIFIER_LOGS_DIR)
-    sandbox.remove(TESTS_DIR)
-    if tests is not None:
-        sandbox.put(tests, TESTS_DIR)
+def _refuse(work: AttemptWork, fault: SubjectFault) -> None:
+    """Not verified: what the subject left rules out a fair verdict (its failure, with the paths)."""
+    work.subject_fault = str(fault)
+    work.verifier_info["tamper"] = {
+        **work.verifier_info.get("tamper", {}),
+        "refused": str(fault),
+        "paths": [printable(p) for p in fault.paths[:50]],
+    }
 
 
 def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
@@ -282,14 +290,22 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     d = work.attempt_dir
     cap = work.settings.budgets.max_artifact_bytes
     logs, workspace = CopyReport(max_bytes=cap), CopyReport(max_bytes=cap)
-    sandbox.get(AGENT_LOGS_DIR, d / "agent", report=logs)
-    after = sandbox.workspace_snapshot(scratch / "workspace-after", report=workspace)
-    diff, counts = workspace_diff(sandbox.baseline_workspace(), after)
-    (d / "workspace.diff").write_text(diff, encoding="utf-8")
-    work.agent_info["workspace_changes"] = counts
+    notes: list[str] = []
+    salvage(
+        notes, "copying /logs/agent out", lambda: sandbox.get(AGENT_LOGS_DIR, d / "agent", report=logs), d / "agent"
+    )
+    found = salvage(
+        notes, "diffing the workspace", lambda: _workspace_diff(sandbox, scratch / "workspace-after", workspace)
+    )
+    if found is not None:
+        diff, counts = found
+        (d / "workspace.diff").write_text(diff, encoding="utf-8", errors="backslashreplace")
+        work.agent_info["workspace_changes"] = counts
     work.agent_info["copied_out"] = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
     if logs.truncated or workspace.truncated:
         work.agent_info["copy_truncated"] = True
+    if notes:
+        work.agent_info["freeze_notes"] = notes
     work.usage = read_usage(d / "agent")
     if problems := usage_problems(d / "agent"):
         work.agent_info["usage_problems"] = problems
@@ -307,6 +323,15 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
 
 
+def _workspace_diff(sandbox: Sandbox, dest: Path, report: CopyReport) -> tuple[str, dict[str, int]]:
+    """The diff of the workspace against its start; a copy made for it is removed at once."""
+    try:
+        return workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(dest, report=report))
+    finally:
+        if os.path.lexists(dest):  # only a copy lands at dest; a live workspace is elsewhere
+            remove_path(dest)
+
+
 def _verify(
     work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
 ) -> None:
@@ -318,7 +343,7 @@ def _verify(
         work.budget_exceeded = work.budget_exceeded or cut_by
         return
     ctx = VerifyContext(
-        env={**base_env(task), **task.verifier_env},
+        env=verifier_env(task, imports_workdir=getattr(verifier, "imports_workdir", False)),
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",
@@ -330,10 +355,15 @@ def _verify(
     assert work.egress is not None
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress):
         result = verifier.run(sandbox, task, ctx)
+    notes: list[str] = []
     with work.timed("collect"):
-        sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir)
-        sandbox.get(ARTIFACTS_DIR, d / "artifacts")
-    verdict = verifier.grade(task, result, ctx)
+        salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+        artifacts = d / "artifacts"
+        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+    if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
+        verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
+    else:
+        verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by
@@ -351,5 +381,7 @@ def _verify(
         "reward_source": verdict.source,
         "error": verdict.error,
         "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        **({"collect_notes": notes} if notes else {}),
         **verdict.details,
+        "tamper": work.verifier_info.get("tamper"),
     }

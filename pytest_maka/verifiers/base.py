@@ -44,6 +44,8 @@ class VerifyContext(ExecSettings):
 
 class Verifier(Protocol):
     name: ClassVar[str]
+    #: Optional (default False): the verifier runs code that imports from the workdir (a
+    #: repository's own tests), so Python keeps the working directory on its path there.
 
     def tests_payload(self, task: Task, scratch: Path) -> Path | None:
         """The host directory copied fresh to /tests after the subject stopped (None: nothing)."""

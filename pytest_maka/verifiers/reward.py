@@ -1,76 +1,147 @@
-"""Harbor's verifier: run tests/test.sh; read reward.json (preferred) or reward.txt from /logs/verifier."""
+"""Harbor's verifier: run tests/test.sh; read reward.json (preferred) or reward.txt from /logs/verifier.
+
+The format is read strictly (docs/security.md): a reward is a JSON number written in ASCII
+(``-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?``), in reward.txt alone on its line
+(surrounding ASCII whitespace allowed), in reward.json as the values of one flat object
+without duplicate keys. Python's ``float()`` is not the grammar: it accepts ``1_0``,
+non-ASCII digits, ``+1``, ``inf`` and ``nan``, none of which a verifier writes on purpose.
+A pass is a reward whose decimal value is exactly 1: ``1.0000000000000001`` is not 1 even
+though it rounds to the float 1.0.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import stat
+from decimal import Decimal
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..core.task import Task
 from ..executors.base import ExecResult, Sandbox
 from .base import Verdict, VerifyContext
 
 PASS_REWARD = 1.0
+#: Larger reward files are not a verdict (a reward is a few bytes).
+MAX_REWARD_BYTES = 64 * 1024
+#: RFC 8259's number, ASCII digits only.
+NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
+#: What may surround the number in reward.txt (``echo 1 > reward.txt`` adds a newline).
+SPACE = " \t\r\n"
+
+
+class RewardError(ValueError):
+    """A reward file that does not say a number in the format's terms."""
 
 
 def _read_regular(path: Path) -> str | None:
-    if path.is_symlink() or not path.is_file():
+    """The file's text if it is a regular file (never through a symlink); None when absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
-    return path.read_text(encoding="utf-8", errors="replace")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_REWARD_BYTES + 1)
+    if len(data) > MAX_REWARD_BYTES:
+        raise RewardError(f"{path.name} is larger than {MAX_REWARD_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RewardError(f"{path.name} is not UTF-8 text") from None
 
 
-def _finite(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+def parse_number(text: str) -> Decimal:
+    """The exact value of one reward number; RewardError unless ``text`` is one in the grammar."""
+    if not NUMBER.fullmatch(text):
+        raise RewardError(f"not a number: {text[:60]!r}")
+    value = Decimal(text)
+    if not math.isfinite(float(value)):
+        raise RewardError(f"out of range: {text[:60]!r}")
+    return value
+
+
+def _score(value: Decimal) -> tuple[float, bool]:
+    """(the reward as a float for the record, whether it is exactly 1)."""
+    return float(value), value == 1
+
+
+def _reward_txt(text: str) -> Verdict:
+    try:
+        value = parse_number(text.strip(SPACE))
+    except RewardError as e:
+        return Verdict(passed=None, error=f"reward.txt is {e}", source="reward.txt")
+    score, exact = _score(value)
+    return Verdict(passed=exact, score=score, rewards={"reward": score}, source="reward.txt")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RewardError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise RewardError(f"{name} is not a number")
+
+
+def _reward_json(text: str) -> Verdict:
+    try:
+        data = json.loads(
+            text,
+            parse_float=parse_number,
+            parse_int=parse_number,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_no_duplicates,
+        )
+    except RewardError as e:
+        return Verdict(passed=None, error=f"reward.json: {e}", source="reward.json")
+    except (json.JSONDecodeError, RecursionError) as e:
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        return Verdict(passed=None, error=f"reward.json is not valid JSON: {reason}", source="reward.json")
+    if not isinstance(data, dict) or not data:
+        return Verdict(
+            passed=None, error="reward.json must be a non-empty flat object of numbers", source="reward.json"
+        )
+    values: dict[str, Decimal] = {}
+    for key, value in data.items():
+        if not isinstance(value, Decimal):
+            return Verdict(passed=None, error=f"reward.json: {key!r} is not a number", source="reward.json")
+        values[key] = value
+    rewards = {key: float(value) for key, value in values.items()}
+    if "reward" in values:
+        chosen = values["reward"]
+    elif len(values) == 1:
+        chosen = next(iter(values.values()))
+    else:
+        return Verdict(
+            passed=None, error="reward.json has several keys but no 'reward' key", rewards=rewards, source="reward.json"
+        )
+    score, exact = _score(chosen)
+    return Verdict(passed=exact, score=score, rewards=rewards, source="reward.json")
 
 
 def read_reward(verifier_dir: Path) -> Verdict:
     """Harbor's rule: reward.json (flat ``{name: number}``) wins over reward.txt (one number).
 
-    A reward of exactly 1 is a pass. Missing, empty or non-numeric rewards give no verdict.
+    A reward of exactly 1 is a pass. Missing, empty, oversized or malformed rewards give no verdict.
     """
-    text = _read_regular(verifier_dir / "reward.json")
-    if text is not None:
-        return _from_json(text)
-    text = _read_regular(verifier_dir / "reward.txt")
-    if text is None:
-        return Verdict(passed=None, error="the verifier wrote no reward (reward.txt or reward.json)")
-    try:
-        score = _finite(float(text.strip()))
-    except ValueError:
-        score = None
-    if score is None:
-        return Verdict(passed=None, error=f"reward.txt is not a number: {text.strip()[:60]!r}", source="reward.txt")
-    return Verdict(passed=score == PASS_REWARD, score=score, rewards={"reward": score}, source="reward.txt")
-
-
-def _from_json(text: str) -> Verdict:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Verdict(passed=None, error=f"reward.json is not valid JSON: {e.msg}", source="reward.json")
-    if not isinstance(data, dict) or not data:
-        return Verdict(
-            passed=None, error="reward.json must be a non-empty flat object of numbers", source="reward.json"
-        )
-    rewards: dict[str, float] = {}
-    for key, value in data.items():
-        number = _finite(value)
-        if number is None:
-            return Verdict(passed=None, error=f"reward.json: {key!r} is not a number", source="reward.json")
-        rewards[str(key)] = number
-    if "reward" in rewards:
-        score = rewards["reward"]
-    elif len(rewards) == 1:
-        score = next(iter(rewards.values()))
-    else:
-        return Verdict(
-            passed=None, error="reward.json has several keys but no 'reward' key", rewards=rewards, source="reward.json"
-        )
-    return Verdict(passed=score == PASS_REWARD, score=score, rewards=rewards, source="reward.json")
+    for name, parse in (("reward.json", _reward_json), ("reward.txt", _reward_txt)):
+        try:
+            text = _read_regular(verifier_dir / name)
+        except RewardError as e:
+            return Verdict(passed=None, error=str(e), source=name)
+        if text is not None:
+            return parse(text)
+    return Verdict(passed=None, error="the verifier wrote no reward (reward.txt or reward.json)")
 
 
 class RewardVerifier:

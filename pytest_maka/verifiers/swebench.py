@@ -44,6 +44,8 @@ class SweBenchVerifier:
     """Grading ``swe-bench``; its options are filled by the SWE-bench adapter."""
 
     name: ClassVar[str] = "swe-bench"
+    #: The repository's own tests import the repository from the workdir (docs/security.md).
+    imports_workdir: ClassVar[bool] = True
 
     def tests_payload(self, task: Task, scratch: Path) -> Path | None:
         opts = task.grading_options

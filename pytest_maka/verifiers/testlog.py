@@ -39,6 +39,8 @@ class TestLogVerifier:
     """Grading ``terminal-bench``: options ``parser`` (default pytest) and ``script`` (run-tests.sh)."""
 
     __test__ = False  # not a pytest test class despite the name
+    #: Terminal-Bench tests often import the subject's code from the workdir (docs/security.md).
+    imports_workdir: ClassVar[bool] = True
     name: ClassVar[str] = "terminal-bench"
 
     def tests_payload(self, task: Task, scratch: Path) -> Path | None:

@@ -57,6 +57,10 @@ REJECTED = VerifierOutcome(passed=False)
         (AttemptFacts(subject=None), Status.INFRA_FAILURE),
         (AttemptFacts(subject=OK, verifier=PASSED, policy_denied="unsandboxed"), Status.POLICY_DENIED),
         (AttemptFacts(subject=OK, verifier=PASSED, aborted=True), Status.AGENT_ABORTED),
+        # a subject that tampered with protected paths fails, whatever a verifier said
+        (AttemptFacts(subject=OK, verifier=PASSED, subject_fault="tampered"), Status.AGENT_FAILURE),
+        (AttemptFacts(subject=OK, verifier=None, subject_fault="tampered"), Status.AGENT_FAILURE),
+        (AttemptFacts(subject=OK, subject_fault="tampered", infra_error="engine down"), Status.INFRA_FAILURE),
     ],
 )
 def test_classify(facts: AttemptFacts, expected: Status) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from pytest_maka.executors.docker import DockerExecutor
-from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, EgressTarget, ExecutorConformance
+from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, EgressTarget, ExecutorConformance, make_task
+from pytest_maka.testing.conformance.tamper import TamperTests
 
 pytestmark = pytest.mark.docker
 
@@ -18,6 +20,11 @@ class TestDockerConformance(ExecutorConformance):
     supports_host_network = False
     #: Replaced by the test below rather than skipped.
     test_network_on_reaches_host_loopback = None  # type: ignore[assignment]
+    #: The subject can write the container's /usr, /etc...: restoring them keeps the verdict.
+    system_dirs_writable = True
+    #: The engine cannot list the changes of a container holding 3,000 nested directories
+    #: ("file name too long"): such an attempt is refused as the subject's failure.
+    verifies_deep_trees = False
 
     def test_network_on_joins_a_network_and_off_has_only_loopback(self, sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
         off = self.run(sandbox, "ls /sys/class/net", tmp_path, network=False)
@@ -59,3 +66,27 @@ class TestDockerConformance(ExecutorConformance):
             k for k in seen if k in os.environ and k not in env and k not in runtime and seen[k] != image_env.get(k)
         }
         assert not leaked, f"host variables reached the command: {sorted(leaked)}"
+
+
+#: Rewrites the real python3 binary with a script of the same size and sets its times back:
+#: the engine's change list compares size and mtime, so only a content check sees it.
+SAME_SIZE_REWRITE = (
+    "python3 -c \"import os, shutil\n"
+    "f = os.path.realpath(shutil.which('python3')); st = os.stat(f)\n"
+    "body = b'#!/bin/sh\\necho true\\n'\n"  # what the verifier's python3 prints when done.txt exists
+    "data = body + b'#' * (st.st_size - len(body))\n"
+    "os.unlink(f); open(f, 'wb').write(data); os.chmod(f, st.st_mode)\n"
+    "os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))\""
+)
+
+
+def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    executor = make_executor(protected_check="content")
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
+    tamper = record["verifier"]["tamper"]
+    assert tamper["mechanism"].startswith("docker: protected files compared with the image's by content")
+    assert any("/python3." in path for path in tamper["restored"]), tamper

@@ -59,6 +59,20 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     test_timeout_kills_everything = None  # type: ignore[assignment]
     test_no_survivors_after_normal_exit = None  # type: ignore[assignment]
     test_host_filesystem_not_writable = None  # type: ignore[assignment]
+    # These write the environment's system directories: here that is the host itself.
+    test_system_tampering_never_passes = None  # type: ignore[assignment]
+    test_path_hijack_is_undone_and_recorded = None  # type: ignore[assignment]
+    test_broken_tools_stay_official = None  # type: ignore[assignment]
+    test_daemon_rewriting_the_reward_never_passes = None  # type: ignore[assignment]
+
+    def test_record_says_protected_paths_are_neither_checked_nor_restored(
+        self, executor: Executor, task: Task, tmp_path: Path
+    ) -> None:
+        record = self.attempt(executor, task, tmp_path, "echo done > done.txt")
+        assert record["status"] == "agent_success", record["error"]
+        mechanism = record["verifier"]["tamper"]["mechanism"]
+        assert mechanism.startswith("none: the host filesystem is shared read-write"), mechanism
+
     test_egress_listed_host_is_reached_and_others_refused = None  # type: ignore[assignment]
     test_egress_without_the_proxy_reaches_nothing = None  # type: ignore[assignment]
     test_egress_each_phase_gets_only_its_own_allowlist = None  # type: ignore[assignment]
@@ -309,3 +323,33 @@ def test_per_exec_overhead(sandbox: Sandbox, tmp_path: Path) -> None:
     per_exec = (time.monotonic() - started) / runs
     print(f"local executor per-exec overhead: {per_exec * 1000:.1f} ms")
     assert per_exec < 0.25  # generous: ~5-10 ms expected
+
+
+def test_changed_uploads_are_copied_in_again_before_verification(task: Task, tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    (tool / "bin").mkdir(parents=True)
+    (tool / "bin" / "hello").write_text("#!/bin/sh\necho real tool\n")
+    (tool / "bin" / "hello").chmod(0o755)
+    (tool / "data").write_text("same size\n")
+    request = LeaseRequest(
+        cell=make_cell(task, tmp_path),
+        attempt=1,
+        attempt_dir=tmp_path / "attempt",
+        scratch_dir=tmp_path / "scratch",
+        uploads={"/maka-tool": tool},
+    )
+    with LocalExecutor(LocalOptions(kill_grace_sec=0.5)).lease(request) as sandbox:
+        assert sandbox.restore_protected(tmp_path)["restored"] == [], "nothing changed yet"
+        # same size, mtime set back: only the ctime tells
+        tamper = (
+            "printf '#!/bin/sh\\necho fake\\n' > /maka-tool/bin/hello; echo planted > /maka-tool/bin/extra; "
+            "touch -r /maka-tool/bin/extra /maka-tool/data; printf 'SAME SIZE\\n' > /maka-tool/data; "
+            "touch -d @0 /maka-tool/data"
+        )
+        assert _run(sandbox, tamper, tmp_path)[0] == 0
+        report = sandbox.restore_protected(tmp_path)
+        assert report["restored"] == ["/maka-tool"]
+        assert {"/maka-tool/bin/hello", "/maka-tool/bin/extra", "/maka-tool/data"} <= set(report["changed"])
+        _code, out = _run(sandbox, "/maka-tool/bin/hello; cat /maka-tool/data; ls /maka-tool/bin", tmp_path)
+        assert out == "real tool\nsame size\nhello\n"
+        assert (tool / "bin" / "hello").read_text() == "#!/bin/sh\necho real tool\n", "the host source is untouched"

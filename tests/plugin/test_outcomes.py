@@ -81,6 +81,10 @@ def test_reported_stop_reason_is_incomplete_and_cannot_pass(cohort: Cohort, reas
         ("mkdir -p /logs/verifier; echo maybe > /logs/verifier/reward.txt\n", "reward.txt is not a number"),
         ('mkdir -p /logs/verifier; echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json\n', "no 'reward' key"),
         ("exit 2\n", "the verifier wrote no reward"),
+        ("mkdir -p /logs/verifier; echo 0_1 > /logs/verifier/reward.txt\n", "reward.txt is not a number: '0_1'"),
+        # a fullwidth digit one, which float() would take for 1
+        ("mkdir -p /logs/verifier; printf '\\357\\274\\221' > /logs/verifier/reward.txt\n", "is not a number"),
+        ('mkdir -p /logs/verifier; echo \'{"reward": NaN}\' > /logs/verifier/reward.json\n', "NaN is not a number"),
     ],
 )
 def test_broken_verifier_is_verifier_failure_and_an_error(cohort: Cohort, test_script: str, message: str) -> None:
@@ -95,13 +99,33 @@ def test_broken_verifier_is_verifier_failure_and_an_error(cohort: Cohort, test_s
 
 
 def test_verifier_timeout(cohort: Cohort) -> None:
-    cohort.task("hang", test="sleep 30\n", verifier_timeout=1)
+    # a reward written before the verifier hung is no score: a verifier stopped half-way has none
+    test = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"
+    cohort.task("hang", test=test, verifier_timeout=1)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     cohort.run().assert_outcomes(errors=1)
     record = cohort.results()["hang[oracle-r0]"]
     assert record["status"] == "verifier_failure"
     assert record["verifier"]["timed_out"] is True
+    assert record["score"] is None and record["verifier"]["reward"] is None
     assert "timed out after 1" in record["error"]["message"]
+
+
+def test_a_reward_that_only_rounds_to_1_is_no_pass(cohort: Cohort) -> None:
+    cohort.task("close", test="mkdir -p /logs/verifier; echo 1.0000000000000001 > /logs/verifier/reward.txt\n")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["close[oracle-r0]"]
+    assert record["status"] == "agent_failure" and record["passed"] is False
+
+
+def test_record_says_how_protected_paths_were_handled(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(passed=1)
+    tamper = cohort.results()["t[oracle-r0]"]["verifier"]["tamper"]
+    assert tamper["mechanism"].startswith("bwrap: host system directories read-only")
+    assert tamper["changed"] == [] and tamper["restored"] == []
 
 
 def test_reward_json_with_several_keys(cohort: Cohort) -> None:

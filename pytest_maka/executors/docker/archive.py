@@ -155,17 +155,35 @@ class Batch:
         self.paths.add("/" + info.name)
         return _as_root(info)
 
-    def add(self, host_path: Path | None, sandbox_path: str) -> None:
+    def _open(self) -> tarfile.TarFile:
         if self._tar is None:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by take()'s caller
             self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        return self._tar
+
+    def add(self, host_path: Path | None, sandbox_path: str) -> None:
+        tar = self._open()
         arcname = sandbox_path.lstrip("/")
         if host_path is None:
             info = self._record(tarfile.TarInfo(arcname))
             info.type, info.mode = tarfile.DIRTYPE, 0o755
-            self._tar.addfile(info)
+            tar.addfile(info)
         else:
-            self._tar.add(str(host_path), arcname=arcname, recursive=True, filter=self._record)
+            tar.add(str(host_path), arcname=arcname, recursive=True, filter=self._record)
+
+    def replace_marker(self, sandbox_path: str, *, directory: bool = False) -> None:
+        """An empty file (or directory) at ``sandbox_path``, written before what follows it.
+
+        The engine removes whatever stands at a path where an archive member of another type
+        lands (a tree of any depth, a symlink without following it), so the next member at the
+        same path starts from nothing: clearing without any program of the container's.
+        """
+        if directory:
+            self.add(None, sandbox_path)
+            return
+        info = self._record(tarfile.TarInfo(sandbox_path.lstrip("/")))
+        info.mode, info.size = 0, 0
+        self._open().addfile(info)
 
     def overlaps(self, path: str) -> bool:
         """True when the waiting archive writes ``path`` or something below it."""

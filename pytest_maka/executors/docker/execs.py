@@ -56,26 +56,6 @@ done
 exit 1
 """
 
-#: ``sh -c SCRIPT sh PATH MKPARENT``: make PATH free for a fresh copy. Every symlink or
-#: file standing where a directory of PATH should be is deleted (top-level links such as
-#: /lib -> usr/lib are kept), then PATH itself; with MKPARENT=1 the parent is created.
-CLEAR_PATH = r"""
-dest=$1; rest=${dest#/}; cur=
-while :; do
-  case $rest in */*) comp=${rest%%/*}; rest=${rest#*/};; *) break;; esac
-  [ -z "$comp" ] && continue
-  cur=$cur/$comp
-  if [ -L "$cur" ]; then
-    case $cur in /*/*) rm -f "$cur";; *) [ -d "$cur" ] || rm -f "$cur";; esac
-  elif [ -e "$cur" ] && [ ! -d "$cur" ]; then
-    rm -rf "$cur"
-  fi
-done
-rm -rf "$dest"
-if [ "$2" = 1 ]; then mkdir -p "${dest%/*}/"; fi
-"""
-
-
 class Capture:
     """Drains an exec's raw multiplexed socket into two files, each capped; the rest is dropped."""
 

@@ -148,6 +148,7 @@ class DockerExecutor:
                     kill_grace_sec=self.options.kill_grace_sec,
                     info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
+                    protected_check=self.options.protected_check,
                 )
                 sandbox.egress = egress
                 if spare is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,6 +52,10 @@ class DockerOptions(BaseModel):
 
     #: Image for tasks with neither ``environment/Dockerfile`` nor ``docker_image``.
     default_image: str | None = "python:3.11-slim"
+    #: How changes to protected paths are found before verification: "changes" (the engine's
+    #: change list: fast, blind to a rewrite that keeps size and mtime) or "content" (every
+    #: protected file compared with the image's by SHA-256: sound, a few seconds per attempt).
+    protected_check: Literal["changes", "content"] = "changes"
     #: Seconds between SIGTERM and SIGKILL when a command times out.
     kill_grace_sec: float = Field(default=1.0, ge=0, le=60)
     #: Engine URLs (or ``{url, slots}``). Empty: ``$DOCKER_HOST`` or the local socket.

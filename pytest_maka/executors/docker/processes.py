@@ -8,6 +8,7 @@ from typing import Any
 
 import docker.errors
 
+from ...core.errors import InfraError
 from .engines import Engine
 from .execs import SIGNAL_ALL
 
@@ -31,7 +32,13 @@ class ContainerProcesses:
             self.api.start(self.id)
             deadline = time.monotonic() + 10
             while True:
-                self._keepers = self._processes()
+                try:
+                    self._keepers = self._processes()
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:
+                        raise
+                    self._keepers = set()  # it stopped at once: its keeper does not run
+                    break
                 if len(self._keepers) >= 2 or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
@@ -52,12 +59,24 @@ class ContainerProcesses:
         return {pid for pid, stat, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
 
     def _restart(self) -> None:
-        """Kill the whole container (every process in it) and start it again."""
+        """Kill the whole container (every process in it) and start it again.
+
+        A container whose keeper no longer runs (the subject broke ``sleep``) is repaired first.
+        """
         self.restarts += 1
         with contextlib.suppress(docker.errors.APIError):  # already stopped
             self.api.kill(self.id)
         self.api.wait(self.id, timeout=30)
         self.start()
+        if len(self._keepers) < 2:
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.kill(self.id)
+            self.api.wait(self.id, timeout=30)
+            self._repair()
+
+    def _repair(self) -> None:
+        """Make a container that no longer starts start again (subclasses know its image)."""
+        raise InfraError("the container stopped and does not start again")
 
     def stop_all(self, grace: float = 0.0) -> None:
         """Stop every process a command started; returns only when none is left."""
@@ -74,7 +93,9 @@ class ContainerProcesses:
                 if not (self._processes() - self._keepers):
                     return
             except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # 409: the container stopped (its keeper was killed)
+                # 409: the container stopped (its keeper was killed); otherwise the container's
+                # sh may be broken: the engine's kill and a restart stop everything all the same
+                if exc.status_code not in (409, 500):
                     raise
             self._restart()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import docker.errors
 
-from ...core.errors import InfraError
+from ...core.errors import InfraError, SubjectFault
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
@@ -19,8 +19,9 @@ from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .egress import DockerEgress
 from .engines import Engine
-from .execs import CLEAR_PATH, Capture
+from .execs import Capture
 from .processes import ContainerProcesses
+from .protect import GO_MODE_DIR, PROTECTED_ROOTS, Restorer, find_rm, stat_path
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 
@@ -45,6 +46,7 @@ class DockerSandbox(ContainerProcesses):
         kill_grace_sec: float,
         baseline: Callable[[], Path | None],
         info: dict[str, Any],
+        protected_check: str = "changes",
     ) -> None:
         self.engine = engine
         self.id = container_id
@@ -53,6 +55,7 @@ class DockerSandbox(ContainerProcesses):
         self._grace = kill_grace_sec
         self._baseline = baseline
         self._info = info
+        self._content_check = protected_check == "content"
         self._keepers: set[str] = set()
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
         self._batch = Batch()  # puts waiting to be sent as one archive
@@ -61,6 +64,8 @@ class DockerSandbox(ContainerProcesses):
         #: The attempt's egress (internal network + proxy), set by the executor's lease.
         self.egress: DockerEgress | None = None
         self.restarts = 0
+        #: Protected paths put back to make a container the subject broke start again.
+        self._repaired: list[str] = []
         #: Seconds the last exec spent stopping what its command left (for the benchmark).
         self.last_stop_s = 0.0
 
@@ -172,24 +177,26 @@ class DockerSandbox(ContainerProcesses):
         return None
 
     # --- files ------------------------------------------------------------------------
+    def _stat(self, path: str) -> dict[str, Any] | None:
+        return stat_path(self.api, self.id, path)
+
     def _exists(self, path: str) -> bool:
-        url = self.api._url("/containers/{0}/archive", self.id)
-        res = self.api.head(url, params={"path": path})
-        if res.status_code == 404:
-            return False
-        self.api._raise_for_status(res)
-        return True
+        return self._stat(path) is not None
 
-    def _clear(self, path: str, *, make_parent: bool) -> None:
-        """Delete ``path`` with the container's own sh/rm, then check through the engine that it is gone.
-
-        The check matters: the subject may have replaced rm or sh, and a stale reward file
-        must never survive into verification.
-        """
-        code, out = self._run(["sh", "-c", CLEAR_PATH, "sh", path, "1" if make_parent else "0"])
-        if code != 0 or self._exists(path):
-            detail = out.decode(errors="replace").strip()[:300] or f"exit code {code}"
-            raise InfraError(f"could not clear {path} in the container (were sh or rm replaced?): {detail}")
+    def _clear_way(self, path: str) -> None:
+        """Queue directories over every symlink or file standing where a parent of ``path``
+        should be a directory (the image's own top-level links such as /bin are kept)."""
+        parts = PurePosixPath(path).parts[1:-1]
+        for depth in range(1, len(parts) + 1):
+            ancestor = "/" + "/".join(parts[:depth])
+            st = self._stat(ancestor)
+            if st is None:
+                return  # the engine creates the rest
+            if st["mode"] & GO_MODE_DIR and not st.get("linkTarget"):
+                continue
+            if depth == 1 and ancestor in PROTECTED_ROOTS:
+                continue
+            self._batch.replace_marker(ancestor, directory=True)
 
     def _flush(self, touching: str | None = None) -> None:
         """Send the waiting puts (all, or only if one of them touches ``touching``)."""
@@ -209,13 +216,10 @@ class DockerSandbox(ContainerProcesses):
         path = _check_path(sandbox_path)
         with self.engine.guard(f"copying {path} into the container"):
             if path not in self._fresh:
+                self._flush(path)
                 if self._dirty:
-                    self._flush()
-                    self._clear(path, make_parent=True)
-                else:
-                    self._flush(path)
-                    if self._exists(path):
-                        self._clear(path, make_parent=False)
+                    self._clear_way(path)
+                self._batch.replace_marker(path)  # whatever stands there goes, engine-side
             self._batch.add(host_path, path)
             self._fresh.discard(path)
 
@@ -235,6 +239,8 @@ class DockerSandbox(ContainerProcesses):
             try:
                 if res.status_code == 404:
                     return False
+                if res.status_code >= 400 and "not a directory" in res.text:  # a parent is a file: nothing there
+                    return False
                 self.api._raise_for_status(res)
                 if host_path.is_symlink() or host_path.is_file():
                     host_path.unlink()
@@ -252,8 +258,61 @@ class DockerSandbox(ContainerProcesses):
         with self.engine.guard(f"removing {path}"):
             self._flush(path)
             if self._exists(path):  # a dangling link counts: the engine does not follow the last part
-                self._clear(path, make_parent=False)
+                self._remove(path)
             self._fresh.add(path)
+
+    def _remove(self, path: str) -> None:
+        """The engine replaces the tree by an empty file; the container's rm deletes that file.
+
+        Whatever the subject left at ``path`` is gone even when rm was replaced; then the
+        empty file stays and SubjectFault says so.
+        """
+        if self._dirty:
+            self._clear_way(path)
+        self._batch.replace_marker(path)
+        self._flush()
+        rm = find_rm(self._stat)
+        if rm is not None:
+            self._run([rm, "-f", "--", path])
+        if self._exists(path):
+            raise SubjectFault(f"could not remove {path}: the container's rm does not work (was it replaced?)", [path])
+
+    def restore_protected(self, scratch: Path) -> dict[str, Any]:
+        """Undo the subject's changes to protected paths through the engine (docs/security.md)."""
+        with self.engine.guard("restoring protected paths"):
+            self._flush()
+            with self._restorer() as restorer:
+                restorer.copy_back()
+                if restorer.touched or self.restarts:
+                    # the keeper may be a program the subject planted: only a restart after the
+                    # copy-back makes every process in the container one the image started
+                    self._restart()
+                restorer.delete()
+            self._fresh = set()
+        report = restorer.report()
+        if self._repaired:  # put back earlier, when the broken container had to be restarted
+            report["restored"] = sorted({*self._repaired, *report["restored"]})[:50]
+            report["restored_count"] += len(self._repaired)
+        return {**report, "restarted": bool(restorer.touched or self.restarts)}
+
+    def _restorer(self) -> Restorer:
+        return Restorer(
+            self.api,
+            self.id,
+            self._info["image"],
+            workdir=self.workdir,
+            content=self._content_check,
+            engine=self.engine.key,
+        )
+
+    def _repair(self) -> None:
+        """The container no longer starts: put its protected paths back (engine-side) and retry."""
+        with self._restorer() as restorer:
+            restorer.copy_back()
+        self._repaired += restorer.units + restorer.added
+        self.start()
+        if len(self._keepers) < 2:
+            raise SubjectFault("the container no longer starts, even with its system directories restored")
 
     def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
         """A host copy of the workdir as it is now (capped like ``get``)."""

@@ -13,9 +13,10 @@ from .egress import EgressTarget, EgressTests
 from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
+from .tamper import TamperTests
 
 
-class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, EgressTests, ConformanceBase):
+class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, EgressTests, TamperTests, ConformanceBase):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
 

@@ -1,0 +1,340 @@
+"""Protected paths of a container put back as its image has them, through the engine only.
+
+After the subject stopped, the engine's own record of the container's filesystem changes
+(``GET /containers/{id}/changes``, what ``docker diff`` shows) says what it touched outside
+the workdir and ``/logs``. Changes under the protected roots (system directories, the
+image's ``PATH`` and Python directories, and files placed directly in ``/``) are undone:
+
+- a modified or deleted entry is copied back from a pristine, never-started container of
+  the same image with the engine's archive API;
+- an added entry is first replaced by an empty placeholder through the archive API (the
+  engine removes whatever tree stood there, whatever its depth or names), then the
+  placeholder is deleted by the image's own ``rm`` (itself restored first) run without a
+  shell, PATH or environment;
+- an added entry whose name the engine cannot report faithfully (not valid UTF-8) makes its
+  parent directory be replaced wholesale by the image's copy.
+
+What cannot be undone raises SubjectFault with the paths: the attempt is not verified.
+Nothing here runs a program the subject could have replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import posixpath
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import docker.errors
+
+from ...core.errors import SubjectFault
+from ...core.task import LOGS_DIR, TESTS_DIR
+from . import labels as L
+from . import manifest
+
+PROTECTED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+#: Entries the engine itself places in every container.
+ENGINE_OWNED = frozenset(
+    {"/usr/sbin/docker-init", "/sbin/docker-init", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+)
+#: Where an image keeps rm (the first that exists in the image is used).
+RM_CANDIDATES = ("/usr/bin/rm", "/bin/rm")
+#: More protected changes than this are not restored one by one: the attempt is refused.
+MAX_UNITS = 5000
+#: Engine errors (on listing changes) that come from what the subject left.
+SUBJECT_ERRORS = ("file name too long", "too many levels of symbolic links")
+GO_MODE_DIR = 1 << 31
+GO_MODE_SYMLINK = 1 << 27
+KIND = {0: "modified", 1: "added", 2: "deleted"}
+
+
+def stat_path(api: Any, container: str, path: str) -> dict[str, Any] | None:
+    """The engine's stat of ``path`` in ``container`` (the last part not followed); None when absent."""
+    res = api.head(api._url("/containers/{0}/archive", container), params={"path": path})
+    if res.status_code == 404:
+        return None
+    api._raise_for_status(res)
+    return json.loads(base64.b64decode(res.headers["X-Docker-Container-Path-Stat"]))
+
+
+def find_rm(stat: Callable[[str], dict[str, Any] | None]) -> str | None:
+    """The image's rm: the first candidate that is a regular file."""
+    return next((c for c in RM_CANDIDATES if _is_file(stat(c))), None)
+
+
+def under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def protected_roots(image_config: dict[str, Any]) -> list[str]:
+    """The fixed roots plus the image's PATH directories and Python locations."""
+    roots = list(PROTECTED_ROOTS)
+    for entry in image_config.get("Env") or []:
+        name, _, value = entry.partition("=")
+        if name in {"PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX"}:
+            roots += [p for p in value.split(":") if p.startswith("/") and p != "/"]
+    return sorted({posixpath.normpath(r) for r in roots})
+
+
+class Restorer:
+    """One restore of one container against its image (``api``: a docker APIClient)."""
+
+    def __init__(
+        self, api: Any, container: str, image: str, *, workdir: str, content: bool = False, engine: str = ""
+    ) -> None:
+        self.api = api
+        self.content = content
+        self.engine = engine
+        self.container = container
+        self.image = image
+        self.own = [workdir, LOGS_DIR, TESTS_DIR]
+        self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
+        #: Paths the image does not have after all (found while copying back): deleted instead.
+        self._absent: list[str] = []
+        self.found: list[tuple[str, int]] = []
+        self.units: list[str] = []
+        self.added: list[str] = []
+        self.pristine = ""
+
+    # -- what changed ------------------------------------------------------------------
+    def changes(self) -> list[tuple[str, int]]:
+        """(path, kind) outside the workdir, /logs and /tests, as the engine reports them."""
+        try:
+            found = self.api.diff(self.container) or []
+        except docker.errors.APIError as exc:
+            text = str(exc.explanation or exc)
+            if any(s in text for s in SUBJECT_ERRORS):
+                cause = next(s for s in SUBJECT_ERRORS if s in text)
+                raise SubjectFault(f"the engine cannot list the container's changes: {cause}") from None
+            raise
+        out = []
+        for change in found:
+            path = change["Path"]
+            if path in ENGINE_OWNED or any(under(path, own) for own in self.own):
+                continue
+            out.append((path, int(change["Kind"])))
+        return out
+
+    def is_protected(self, path: str, kind: int, stat: Callable[[str], dict[str, Any] | None]) -> bool:
+        if any(under(path, root) for root in self.roots):
+            return True
+        if posixpath.dirname(path) == "/":  # a file in / (e.g. conftest.py, setup.py, pytest.ini)
+            if _unaddressable(path):
+                return True
+            st = stat(path)
+            return st is None or not st["mode"] & GO_MODE_DIR
+        return False
+
+    # -- the restore -------------------------------------------------------------------
+    def __enter__(self) -> Restorer:
+        """List the changes and plan the restore against a pristine container of the image."""
+        try:
+            self.found = self.changes()
+        except SubjectFault:
+            if not self.content:
+                raise
+            self.found = []  # the content check below does not need the engine's list
+        self._pristine_cm = self._pristine()
+        self.pristine = self._pristine_cm.__enter__()
+        try:
+            if self.content:
+                self._add_content_differences()
+            stat = self._stat_of(self.container)
+            protected = [(p, k) for p, k in self.found if self.is_protected(p, k, stat)]
+            self.units, self.added = self._plan(protected, self.pristine)
+            if len(self.units) + len(self.added) > MAX_UNITS:
+                raise SubjectFault(
+                    f"the subject changed {len(protected)} protected paths; too many to restore",
+                    [p for p, _ in protected],
+                )
+        except BaseException:
+            self._pristine_cm.__exit__(None, None, None)
+            raise
+        return self
+
+    def _add_content_differences(self) -> None:
+        """Changes the engine's list misses: every protected entry compared with the image's."""
+        image = manifest.image_manifest(self.api, self.engine, self.image, self.pristine, self.roots)
+        mine = manifest.manifest(self.api, self.container, self.roots)
+        known = {p for p, _ in self.found}
+        self.found += [
+            (p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED
+        ]
+
+    def __exit__(self, *exc: object) -> None:
+        self._pristine_cm.__exit__(None, None, None)
+
+    @property
+    def touched(self) -> bool:
+        """Something protected was changed (and is being put back)."""
+        return bool(self.units or self.added)
+
+    def copy_back(self) -> None:
+        """Engine-side only (works on a stopped container): the image's copies back, and empty
+        mode-0 placeholders over everything added (no program will run one of them)."""
+        for path in self.units:
+            self._replace_from(self.pristine, path)
+        for path in self.added:
+            self._placeholder(path)
+
+    def delete(self) -> None:
+        """Delete the placeholders with the image's own rm (restored by ``copy_back``)."""
+        if self.added or self._absent:
+            self._delete(self.pristine, [*self.added, *self._absent])
+
+    def report(self) -> dict[str, Any]:
+        reported = _leaves(self.found)
+        restored = self.units + self.added
+        return {
+            "mechanism": (
+                "docker: protected files compared with the image's by content; copied back from the image"
+                if self.content
+                else "docker: the engine's list of changes; protected paths copied back from the image"
+            ),
+            "changed": [f"{KIND.get(k, k)} {p}" for p, k in reported[:50]],
+            "changed_count": len(reported),
+            "restored": sorted(restored)[:50],
+            "restored_count": len(restored),
+            "protected_roots": self.roots,
+        }
+
+    def _plan(self, protected: list[tuple[str, int]], pristine: str) -> tuple[list[str], list[str]]:
+        """(paths to copy back from the image, added paths to delete), outermost first."""
+        mine, image = self._stat_of(self.container), self._stat_of(pristine)
+        units: list[str] = []
+        added: list[str] = []
+        for path, kind in sorted(protected, key=lambda c: (c[0].count("/"), c[0])):
+            if any(under(path, u) for u in units + added):
+                continue
+            if _unaddressable(path):  # the real name is not known as text: take the parent
+                parent = _valid_ancestor(path)
+                if parent == "/" or not any(under(parent, root) for root in self.roots):
+                    raise SubjectFault(f"cannot restore {path}: its name is not valid UTF-8", [path])
+                units = [u for u in units if not under(u, parent)]
+                added = [a for a in added if not under(a, parent)]
+                units.append(parent)
+            elif kind == 1 and image(path) is None:
+                added.append(path)
+            elif kind == 0 and _is_dir(mine(path)) and _is_dir(image(path)):
+                if (mine(path) or {}).get("mode") != (image(path) or {}).get("mode"):
+                    self._restore_mode(pristine, path)  # a directory keeps its content here
+            else:
+                units.append(path)
+        return units, added
+
+    def _stat_of(self, container: str) -> Callable[[str], dict[str, Any] | None]:
+        cache: dict[str, dict[str, Any] | None] = {}
+
+        def stat(path: str) -> dict[str, Any] | None:
+            if path not in cache:
+                cache[path] = stat_path(self.api, container, path)
+            return cache[path]
+
+        return stat
+
+    @contextmanager
+    def _pristine(self) -> Iterator[str]:
+        """A created, never started container of the image: the reference copy."""
+        labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
+        cid = self.api.create_container(
+            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True
+        )["Id"]
+        try:
+            yield cid
+        finally:
+            with suppress(docker.errors.NotFound):
+                self.api.remove_container(cid, force=True, v=True)
+
+    def _put(self, parent: str, data: Any) -> None:
+        self.api.put_archive(self.container, parent, data)
+
+    def _placeholder(self, path: str) -> None:
+        """Replace whatever is at ``path`` by an empty file (the engine removes the old tree)."""
+        self._put(posixpath.dirname(path), _placeholder_tar(posixpath.basename(path)))
+
+    def _replace_from(self, pristine: str, path: str) -> None:
+        """Make ``path`` exactly the image's: gone if the image has none, else the image's copy."""
+        self._placeholder(path)
+        try:
+            chunks, _stat = self.api.get_archive(pristine, path)
+        except docker.errors.NotFound:
+            self._absent.append(path)
+            return
+        with tempfile.TemporaryFile() as spool:
+            for chunk in chunks:
+                spool.write(chunk)
+            spool.seek(0)
+            self._put(posixpath.dirname(path), spool)
+
+    def _restore_mode(self, pristine: str, path: str) -> None:
+        """Put back a directory's own mode and owner (its content stays)."""
+        chunks, _stat = self.api.get_archive(pristine, path)
+        head = bytearray()
+        for chunk in chunks:
+            head += chunk
+            if len(head) >= 64 * 1024:
+                break
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+        with tarfile.open(fileobj=io.BytesIO(bytes(head)), mode="r|") as tar:
+            first = next(iter(tar), None)
+        if first is None or not first.isdir():
+            return
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(first)
+        self._put(posixpath.dirname(path), out.getvalue())
+
+    def _delete(self, pristine: str, targets: list[str]) -> None:
+        rm = find_rm(self._stat_of(pristine))
+        if rm is None:
+            raise SubjectFault("cannot delete what the subject added: the image has no rm", targets)
+        for start in range(0, len(targets), 500):
+            eid = self.api.exec_create(self.container, [rm, "-f", "--", *targets[start : start + 500]], environment=[])
+            self.api.exec_start(eid["Id"])
+        left = [p for p in targets if stat_path(self.api, self.container, p) is not None]
+        if left:
+            raise SubjectFault(f"could not delete what the subject added at {left[0]}", left)
+
+
+def _placeholder_tar(name: str) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.mode, info.size, info.uid, info.gid = 0, 0, 0, 0
+        tar.addfile(info)
+    return out.getvalue()
+
+
+def _unaddressable(path: str) -> bool:
+    """The engine reported U+FFFD for bytes that are not UTF-8, or a tar name kept them escaped."""
+    return "\ufffd" in path or any("\udc80" <= c <= "\udcff" for c in path)
+
+
+def _valid_ancestor(path: str) -> str:
+    while _unaddressable(path):
+        path = posixpath.dirname(path)
+    return path
+
+
+def _is_dir(st: dict[str, Any] | None) -> bool:
+    return st is not None and bool(st["mode"] & GO_MODE_DIR)
+
+
+def _is_file(st: dict[str, Any] | None) -> bool:
+    return st is not None and not st["mode"] & (GO_MODE_DIR | GO_MODE_SYMLINK)
+
+
+def _leaves(changes: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Changes worth naming: a modified directory only when nothing below it changed."""
+    paths = sorted(p for p, _ in changes)
+    parents = set()
+    for p in paths:
+        parents.add(posixpath.dirname(p))
+    return [(p, k) for p, k in sorted(changes) if not (k == 0 and p in parents)]

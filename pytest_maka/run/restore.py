@@ -1,0 +1,120 @@
+"""The restore step: after the subject stopped, make its environment fit to be verified.
+
+Order (DESIGN.md §3): protected paths back as the image had them (or refuse: tampering),
+then ``/logs/verifier`` emptied, ``/tests`` copied in fresh and a fresh ``HOME`` for the
+verifier. The verifier runs with a fixed environment that no file of the subject's can
+extend: see ``verifier_env``. docs/security.md states the guarantees and their limits.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..core.errors import SubjectFault
+from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
+from ..executors.base import ProtectedRestore, Sandbox
+from ..executors.hostfs import remove_path
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The verifier's HOME: emptied before every verification, never copied out.
+VERIFIER_HOME = f"{LOGS_DIR}/.verifier-home"
+#: Python must not import from the working directory or a user site, nor take a path from outside.
+VERIFIER_PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONPATH": "", "PYTHONSTARTUP": ""}
+#: Shells must not read a startup file named by the environment.
+VERIFIER_SHELL_ENV = {"BASH_ENV": "", "ENV": ""}
+#: errno values a subject causes with what it leaves (names too long, link loops, too many links).
+SUBJECT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK})
+
+T = TypeVar("T")
+
+
+def base_env(task: Task) -> dict[str, str]:
+    """The variables every command gets; nothing from the host environment."""
+    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+
+
+def verifier_env(task: Task, *, imports_workdir: bool = False) -> dict[str, str]:
+    """The verifier's environment: fixed PATH, fresh HOME, no way in for the subject's modules.
+
+    ``imports_workdir``: the verifier runs the repository's own tests, which import it from
+    the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
+    The task's own ``verifier_env`` comes last: it is the task author's, not the subject's.
+    """
+    python = {k: v for k, v in VERIFIER_PYTHON_ENV.items() if not (imports_workdir and k == "PYTHONSAFEPATH")}
+    return {**base_env(task), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
+
+
+def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:
+    """Undo the subject's changes where the verifier looks; returns the record's ``tamper`` entry.
+
+    Raises SubjectFault when protected paths were changed and cannot be put back.
+    """
+    if isinstance(sandbox, ProtectedRestore):
+        report = sandbox.restore_protected(scratch)
+    else:
+        report = {"mechanism": "none: this executor offers no restore of protected paths"}
+    empty = scratch / "empty-verifier-dir"
+    empty.mkdir(exist_ok=True)
+    for path in (VERIFIER_LOGS_DIR, VERIFIER_HOME):
+        sandbox.put(empty, path)  # put replaces whatever stands there, links included
+    if tests is not None:
+        sandbox.put(tests, TESTS_DIR)
+    else:
+        sandbox.remove(TESTS_DIR)
+    return report
+
+
+def subject_cause(exc: BaseException) -> str | None:
+    """Why ``exc`` is the subject's doing (what it left cannot be handled), or None."""
+    if isinstance(exc, SubjectFault):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "the subject left directories nested too deeply"
+    if isinstance(exc, UnicodeError):
+        return f"the subject left a file name that is not valid text: {exc}"
+    if isinstance(exc, OSError) and exc.errno in SUBJECT_ERRNOS:
+        return f"the subject left a path the harness cannot follow: {exc.strerror}"
+    return None
+
+
+def salvage(notes: list[str], step: str, fn: Callable[[], T], partial: Path | None = None) -> T | None:
+    """Run an informational step (copy-out, diff); note a failure the subject caused and go on.
+
+    What the step left half-done at ``partial`` is removed: a half-copied tree thousands of
+    levels deep would break every tool that later walks the output directory.
+    """
+    try:
+        return fn()
+    except (OSError, RecursionError, UnicodeError, SubjectFault) as exc:
+        cause = subject_cause(exc)
+        if cause is None:
+            raise
+        if partial is not None and os.path.lexists(partial):
+            remove_path(partial)
+            cause += " (the partial copy is not kept)"
+        notes.append(f"{step}: {cause}")
+        return None
+
+
+def guarded(step: str, fn: Callable[[], T]) -> T:
+    """Run a step the verdict depends on; a failure the subject caused becomes SubjectFault."""
+    try:
+        return fn()
+    except SubjectFault:
+        raise
+    except (OSError, RecursionError, UnicodeError) as exc:
+        cause = subject_cause(exc)
+        if cause is None:
+            raise
+        raise SubjectFault(f"{step}: {cause}") from exc
+
+
+def printable(path: str | bytes) -> str:
+    """A path as record text: undecodable bytes shown as ``\\xNN``."""
+    if isinstance(path, bytes):
+        return path.decode("utf-8", "backslashreplace")
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -1,0 +1,129 @@
+"""Reward files are read by the format's grammar, not by Python's float(): a pass is exactly 1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_maka.verifiers.reward import MAX_REWARD_BYTES, read_reward
+
+
+def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("text", "score", "passed"),
+    [
+        ("1\n", 1.0, True),
+        ("1", 1.0, True),
+        ("  1.0 \r\n", 1.0, True),
+        ("1.000", 1.0, True),
+        ("1e0", 1.0, True),
+        ("10E-1", 1.0, True),
+        ("0\n", 0.0, False),
+        ("0.5", 0.5, False),
+        ("-1", -1.0, False),
+        # rounds to the float 1.0, but its value is not 1
+        ("1.0000000000000001", 1.0, False),
+        ("0.99999999999999999", 1.0, False),
+    ],
+)
+def test_reward_txt_numbers(tmp_path: Path, text: str, score: float, passed: bool) -> None:
+    verdict = read_reward(write(tmp_path, "reward.txt", text))
+    assert (verdict.score, verdict.passed, verdict.source) == (score, passed, "reward.txt")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0_1",
+        "1_0",
+        "\uff11",  # fullwidth digit one
+        "\u0661",  # Arabic-Indic digit one
+        "+1",
+        ".5",
+        "1.",
+        "01",
+        "inf",
+        "nan",
+        "Infinity",
+        "1e999",
+        "0x1",
+        "1 1",
+        "1\n1\n",
+        "\u30001",  # ideographic space is not ASCII whitespace
+        "\ufeff1",
+        "",
+        "true",
+        "reward 1",
+    ],
+)
+def test_reward_txt_outside_the_grammar_is_no_verdict(tmp_path: Path, text: str) -> None:
+    verdict = read_reward(write(tmp_path, "reward.txt", text))
+    assert verdict.passed is None and verdict.score is None
+    assert verdict.error is not None and verdict.error.startswith("reward.txt is ")
+
+
+@pytest.mark.parametrize(
+    ("text", "score", "passed"),
+    [
+        ('{"reward": 1}', 1.0, True),
+        ('{"reward": 1.0, "style": 0}', 1.0, True),
+        ('{"score": 1}', 1.0, True),
+        ('{"reward": 1.0000000000000001}', 1.0, False),
+        ('{"reward": 0.5, "style": 1}', 0.5, False),
+    ],
+)
+def test_reward_json_numbers(tmp_path: Path, text: str, score: float, passed: bool) -> None:
+    verdict = read_reward(write(tmp_path, "reward.json", text))
+    assert (verdict.score, verdict.passed, verdict.source) == (score, passed, "reward.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"reward": NaN}', "NaN is not a number"),
+        ('{"reward": Infinity}', "Infinity is not a number"),
+        ('{"reward": 1e999}', "out of range"),
+        ('{"reward": 0, "reward": 1}', "appears twice"),
+        ('{"reward": true}', "is not a number"),
+        ('{"reward": "1"}', "is not a number"),
+        ('{"reward": {"value": 1}}', "is not a number"),
+        ('{"reward": [1]}', "is not a number"),
+        ("[1]", "non-empty flat object"),
+        ("{}", "non-empty flat object"),
+        ("1", "non-empty flat object"),
+        ('{"reward": 1', "not valid JSON"),
+        ('{"a": 1, "b": 1}', "no 'reward' key"),
+        ("[" * 60_000, "not valid JSON"),
+        ('{"reward": 1' + "0" * 5000 + "}", "out of range"),
+    ],
+)
+def test_reward_json_outside_the_format_is_no_verdict(tmp_path: Path, text: str, error: str) -> None:
+    verdict = read_reward(write(tmp_path, "reward.json", text))
+    assert verdict.passed is None and verdict.error is not None
+    assert error in verdict.error, verdict.error
+
+
+def test_reward_json_wins_over_reward_txt(tmp_path: Path) -> None:
+    write(tmp_path, "reward.txt", "1\n")
+    write(tmp_path, "reward.json", '{"reward": 0}')
+    assert read_reward(tmp_path).passed is False
+
+
+def test_non_utf8_oversized_and_links_are_not_rewards(tmp_path: Path) -> None:
+    assert read_reward(write(tmp_path / "a", "reward.txt", b"\xff1")).error == "reward.txt is not UTF-8 text"
+    big = read_reward(write(tmp_path / "b", "reward.txt", "1" + " " * MAX_REWARD_BYTES))
+    assert big.passed is None and "larger than" in (big.error or "")
+    (tmp_path / "target").write_text("1\n")
+    (tmp_path / "c").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "c" / "reward.txt")
+    assert read_reward(tmp_path / "c").passed is None, "a symlinked reward is never read"
+    (tmp_path / "d" / "reward.txt").mkdir(parents=True)
+    assert read_reward(tmp_path / "d").error == "the verifier wrote no reward (reward.txt or reward.json)"
