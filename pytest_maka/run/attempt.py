@@ -194,6 +194,9 @@ def run_attempt_steps(
         _run_subject(work, sandbox, agent_timeout, limit_name)
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
+        if deadline is not None and deadline[0] <= time.time():  # the whole-cell deadline left no time to verify
+            work.budget_exceeded = work.budget_exceeded or deadline[1]
+            return
         try:
             with work.timed("restore"):
                 tests = work.verifier.tests_payload(task, request.scratch_dir)
