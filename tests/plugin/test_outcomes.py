@@ -63,7 +63,7 @@ def test_nonzero_exit_is_incomplete(cohort: Cohort) -> None:
 @pytest.mark.parametrize("reason", ["max_tokens", "refusal"])
 def test_reported_stop_reason_is_incomplete_and_cannot_pass(cohort: Cohort, reason: str) -> None:
     cohort.task("t")
-    usage = f"echo '{{\"input_tokens\": 10, \"stop_reason\": \"{reason}\"}}' > $MAKA_LOGS_DIR/usage.json"
+    usage = f'echo \'{{"input_tokens": 10, "stop_reason": "{reason}"}}\' > $MAKA_LOGS_DIR/usage.json'
     cohort.write(subjects=[command("stopper", usage), command("finisher", f"{usage}; echo x > /app/done.txt")])
     cohort.run().assert_outcomes(failed=1, passed=1)
     stopped = cohort.results()["t[stopper-r0]"]

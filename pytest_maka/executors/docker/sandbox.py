@@ -12,10 +12,12 @@ import docker.errors
 
 from ...core.errors import InfraError
 from ..base import ExecResult
+from ..content import write_via_put
 from .archive import Batch, extract_archive
 from .engines import Engine
 from .execs import CLEAR_PATH, Capture
 from .processes import ContainerProcesses
+from .spawn import DockerProcess, read_via_archive
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 
@@ -151,6 +153,32 @@ class DockerSandbox(ContainerProcesses):
                 return info.get("ExitCode")
             time.sleep(0.005)
         return None
+
+    def spawn(
+        self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False
+    ) -> DockerProcess:
+        """Start ``sh -c command`` with stdin attached; returns at once (the container's end stops it)."""
+        self._dirty, self._fresh = True, set()
+        with self.engine.guard("starting a process"):
+            self._flush()
+            if network:
+                self.api.connect_container_to_network(self.id, self._network)
+                self.networks_used.add(self._network)
+            proc = DockerProcess(self, command, env=env, cwd=cwd or self.workdir)
+            if network:
+                proc.on_end(lambda: self.api.disconnect_container_from_network(self.id, self._network, force=True))
+            return proc
+
+    def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` of a regular file, read through the engine (links are not followed)."""
+        path = _check_path(sandbox_path)
+        with self.engine.guard(f"reading {path}"):
+            self._flush(path)
+            return read_via_archive(self.api, self.id, path, max_bytes)
+
+    def write_file(self, sandbox_path: str, data: bytes) -> None:
+        """Create or replace a regular file (through ``put``: planted links are replaced)."""
+        write_via_put(self, sandbox_path, data)
 
     # --- files ------------------------------------------------------------------------
     def _exists(self, path: str) -> bool:

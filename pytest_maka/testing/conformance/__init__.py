@@ -12,9 +12,10 @@ from .base import SECRET_NAME, SECRET_VALUE, TOKEN, WORKSPACE_FILES, Conformance
 from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
+from .spawn import SpawnTests
 
 
-class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, ConformanceBase):
+class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, SpawnTests, ConformanceBase):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
 
