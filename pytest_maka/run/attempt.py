@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,10 +14,12 @@ from ..core.cell import Cell
 from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..core.trajectory import telemetry
+from ..core.usage import tokens
 from ..executors.base import Executor, LeaseRequest, Sandbox
-from ..subjects.base import RunContext, Subject
+from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_result
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, redact_tree, workspace_diff
+from .freeze import redact_tree, redact_value, workspace_diff
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -28,6 +31,12 @@ INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
 def base_env(task: Task) -> dict[str, str]:
     """The variables every command gets; nothing from the host environment."""
     return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+
+
+def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
+    """The subject's read-only mounts (an installed agent); subjects without the method have none."""
+    mounts = getattr(subject, "mounts", None)
+    return dict(mounts(task)) if callable(mounts) else {}
 
 
 def agent_network(task: Task, policy: Policy) -> bool:
@@ -54,6 +63,7 @@ class AttemptWork:
     verdict: Verdict | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     claim: Any = None
+    trajectory: dict[str, Any] | None = None
     agent_info: dict[str, Any] = field(default_factory=dict)
     verifier_info: dict[str, Any] = field(default_factory=dict)
     isolation: dict[str, Any] = field(default_factory=dict)
@@ -177,7 +187,8 @@ def run_attempt_steps(
         if agent_timeout is not None and agent_timeout <= 0:
             work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
             return
-        _run_subject(work, sandbox, agent_timeout, limit_name)
+        if not _run_subject(work, sandbox, agent_timeout, limit_name):
+            return
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
         with work.timed("restore"):
@@ -186,7 +197,9 @@ def run_attempt_steps(
     finally:
         with work.timed("teardown"):
             _close(stack, work)
-        redact_tree(d, work.subject.secrets())
+        secrets = work.subject.secrets()
+        redact_tree(d, secrets)
+        work.claim, work.agent_info = redact_value(work.claim, secrets), redact_value(work.agent_info, secrets)
 
 
 def _close(stack: ExitStack, work: AttemptWork) -> None:
@@ -221,7 +234,8 @@ def _agent_timeout(task: Task, budgets: Any, deadline: tuple[float, str] | None)
     return timeout, None
 
 
-def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> None:
+def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
+    """Run the subject and take its facts; False when it could not start (the attempt ends)."""
     task, d, cell = work.cell.task, work.attempt_dir, work.cell
     env = {
         **base_env(task),
@@ -242,19 +256,44 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         max_output_bytes=work.settings.budgets.max_output_bytes,
         network=agent_network(task, work.settings.policy),
     )
+    started = time.time()
     with work.timed("agent"):
-        result = work.subject.run(sandbox, task, ctx)
-    work.subject_outcome = SubjectOutcome(exit_code=result.exit_code, timed_out=result.timed_out)
+        result = as_subject_result(work.subject.run(sandbox, task, ctx))
     work.agent_info = {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
         "timeout_sec": timeout,
         "duration_s": round(result.duration_s, 4),
-        "output_truncated": result.stdout_truncated or result.stderr_truncated,
+        "output_truncated": result.output_truncated,
         "env_passed": sorted(work.subject.env()),
     }
+    if not result.started:
+        work.facts_update(
+            subject_outcome=SubjectOutcome(started=False), infra_error=f"the subject could not start: {result.error}"
+        )
+        return False
+    _take_facts(work, result, started)
     if result.timed_out and limit_name:
         work.budget_exceeded = limit_name
+    return True
+
+
+def _take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None:
+    """What the subject reported: usage, stop reason, claim, trajectory, its own error."""
+    work.subject_outcome = SubjectOutcome(
+        exit_code=result.exit_code, timed_out=result.timed_out, stop_reason=result.stop_reason
+    )
+    work.usage, work.claim, work.trajectory = dict(result.usage), result.claim, result.trajectory
+    for key, value in (("stop_reason", result.stop_reason), ("error", result.error)):
+        if value:
+            work.agent_info[key] = value
+    facts = telemetry(result.trajectory, started)
+    if facts:
+        work.agent_info["telemetry"] = facts
+    if result.policy_denied:
+        work.policy_denied = result.policy_denied
+    if result.budget_exceeded:
+        work.budget_exceeded = result.budget_exceeded
 
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
@@ -263,15 +302,12 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     diff, counts = workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(scratch / "workspace-after"))
     (d / "workspace.diff").write_text(diff, encoding="utf-8")
     work.agent_info["workspace_changes"] = counts
-    work.usage = read_usage(d / "agent")
-    stop_reason = read_stop_reason(d / "agent")
-    if stop_reason and work.subject_outcome is not None:
-        work.subject_outcome = replace(work.subject_outcome, stop_reason=stop_reason)
-        work.agent_info["stop_reason"] = stop_reason
-    work.claim = read_json_file(d / "agent" / "claim.json")
+    if work.trajectory is not None:  # the harness's normalised one stands in for anything the agent wrote
+        (d / "agent").mkdir(exist_ok=True)
+        (d / "agent" / "trajectory.json").write_text(json.dumps(work.trajectory, ensure_ascii=False, default=str))
     budgets = work.settings.budgets
-    tokens = (work.usage.get("input_tokens") or 0) + (work.usage.get("output_tokens") or 0)
-    if budgets.max_tokens is not None and tokens > budgets.max_tokens:
+    used = tokens(work.usage)
+    if budgets.max_tokens is not None and used is not None and used > budgets.max_tokens:
         work.budget_exceeded = work.budget_exceeded or "max_tokens"
     cost = work.usage.get("cost_usd")
     if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:

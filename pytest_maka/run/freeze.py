@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -84,36 +83,20 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def read_json_file(path: Path, limit: int = 1024 * 1024) -> Any:
-    """A small JSON file the subject wrote, or None (never follows a symlink)."""
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def read_usage(agent_dir: Path) -> dict[str, Any]:
-    """usage.json as the subject reported it: {input_tokens, output_tokens, cost_usd}."""
-    data = read_json_file(agent_dir / "usage.json")
-    if not isinstance(data, dict):
-        return {}
-    out: dict[str, Any] = {}
-    for key in ("input_tokens", "output_tokens", "cache_tokens"):
-        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
-            out[key] = data[key]
-    cost = data.get("cost_usd")
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-        out["cost_usd"] = float(cost)
-    return out
-
-
-def read_stop_reason(agent_dir: Path) -> str | None:
-    """``stop_reason`` from usage.json (e.g. max_tokens, refusal), if the subject reported one."""
-    data = read_json_file(agent_dir / "usage.json")
-    reason = data.get("stop_reason") if isinstance(data, dict) else None
-    return reason[:64] if isinstance(reason, str) and reason else None
+def redact_value(value: Any, secrets: list[str]) -> Any:
+    """``value`` (JSON-like) with every secret replaced in its strings."""
+    needles = [s for s in secrets if s]
+    if not needles:
+        return value
+    if isinstance(value, str):
+        for needle in needles:
+            value = value.replace(needle, "[REDACTED]")
+        return value
+    if isinstance(value, dict):
+        return {redact_value(k, needles): redact_value(v, needles) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, needles) for v in value]
+    return value
 
 
 def redact_tree(root: Path, secrets: list[str]) -> int:

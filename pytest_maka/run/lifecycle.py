@@ -24,7 +24,7 @@ from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..store.ledger import Ledger
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
-from .attempt import AttemptWork, run_attempt_steps
+from .attempt import AttemptWork, run_attempt_steps, subject_mounts
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
 ClassifyFn = Callable[[AttemptFacts, Cell], Status]
@@ -141,6 +141,7 @@ class CellRunner:
                         attempt_dir=attempt_dir,
                         scratch_dir=scratch_dir,
                         uploads=subject.uploads(cell.task),
+                        mounts=subject_mounts(subject, cell.task),
                     )
                     run_attempt_steps(work, lease, request, deadline=self._deadline(started, budget))
                 finally:
