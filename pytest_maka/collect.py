@@ -60,6 +60,9 @@ class CellItem(pytest.Item):
         funcargs = self.funcargs  # type: ignore[attr-defined]
         record = self.maka.runner.run_cell(self.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
         self.maka_record = record
+        stop = self.maka.runner.stop_reason()
+        if stop:
+            self.session.shouldstop = stop
         status = Status(record["status"])
         outcome = PYTEST_OUTCOME[status]
         if outcome == "failed":

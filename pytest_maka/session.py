@@ -155,7 +155,7 @@ class MakaSession:
         )
         hook = self.config.hook
         self.executor.prepare(list(self.cohort.tasks))
-        return CellRunner(
+        runner = CellRunner(
             settings,
             self.executor,
             self.subjects,
@@ -164,6 +164,9 @@ class MakaSession:
             classify_fn=lambda facts, cell: hook.pytest_maka_classify(facts=facts, cell=cell),
             annotate_fn=lambda record, cell: hook.pytest_maka_record(record=record, cell=cell),
         )
+        for cell in self.cohort.cells:
+            runner.cells_per_subject[cell.subject.name] = runner.cells_per_subject.get(cell.subject.name, 0) + 1
+        return runner
 
     @cached_property
     def scratch_root(self) -> Path:

@@ -268,6 +268,7 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         "env_passed": sorted(work.subject.env()),
     }
     if not result.started:
+        work.agent_info["started"] = False
         work.facts_update(
             subject_outcome=SubjectOutcome(started=False), infra_error=f"the subject could not start: {result.error}"
         )

@@ -68,6 +68,10 @@ class CellRunner:
         self.ledger = ledger
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
+        #: Cells of each subject in this cohort (set by the session) and how their starts went.
+        self.cells_per_subject: dict[str, int] = {}
+        self._starts: dict[str, list[int]] = {}  # subject -> [cells that could not start, cells that did]
+        self._last_start_error = ""
         self._previous: dict[str, list[Record]] = {}
         for record in ledger.read():
             self._previous.setdefault(record["cell_key"], []).append(record)
@@ -102,7 +106,24 @@ class CellRunner:
                 break
             left[status] -= 1
         self._previous[cell.key] = attempts
+        self._note_start(cell.subject.name, record)
         return cell_record(attempts)
+
+    def _note_start(self, subject: str, record: Record) -> None:
+        counts = self._starts.setdefault(subject, [0, 0])
+        started = (record.get("agent") or {}).get("started", True)
+        counts[0 if started is False else 1] += 1
+        if started is False:
+            self._last_start_error = (record.get("error") or {}).get("message") or "it could not start"
+
+    def stop_reason(self) -> str | None:
+        """One line when a subject failed to start in every cell tried (at least its first two)."""
+        for subject, (failed, ok) in self._starts.items():
+            needed = min(2, self.cells_per_subject.get(subject, 2))
+            if ok == 0 and failed >= needed:
+                why = self._last_start_error
+                return f"maka: subject {subject!r} could not start in any of its first {failed} cells ({why}); stopping"
+        return None
 
     def attempt_dir(self, cell: Cell, number: int) -> Path:
         return self.settings.out_dir / "cells" / cell.key / f"attempt-{number}"

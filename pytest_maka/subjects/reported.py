@@ -7,6 +7,7 @@ freezes the logs. ``trajectory.json`` there is kept as the attempt's trajectory 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..core.task import AGENT_LOGS_DIR
@@ -46,10 +47,10 @@ def start_failure(command: str, exit_code: int | None, stderr: str) -> str | Non
     words = command.split()
     if exit_code not in (126, 127) or not words:
         return None
-    program = words[0]
+    program = re.escape(words[0])
     for line in stderr.splitlines()[:5]:
-        if program in line and ("not found" in line or "No such file" in line):
-            return f"{program} was not found in the sandbox"
-        if program in line and "Permission denied" in line:
-            return f"{program} is not executable in the sandbox"
+        if re.search(rf"(^|: ){program}: (command )?not found|(^|: ){program}: No such file", line):
+            return f"{words[0]} was not found in the sandbox"
+        if re.search(rf"(^|: ){program}: Permission denied", line):
+            return f"{words[0]} is not executable in the sandbox"
     return None
