@@ -285,7 +285,11 @@ def _take_facts(work: AttemptWork, result: SubjectResult, started: float) -> Non
         exit_code=result.exit_code, timed_out=result.timed_out, stop_reason=result.stop_reason
     )
     work.usage, work.claim, work.trajectory = dict(result.usage), result.claim, result.trajectory
-    for key, value in (("stop_reason", result.stop_reason), ("error", result.error)):
+    for key, value in (
+        ("stop_reason", result.stop_reason),
+        ("error", result.error),
+        ("cost_source", result.cost_source),
+    ):
         if value:
             work.agent_info[key] = value
     facts = telemetry(result.trajectory, started)

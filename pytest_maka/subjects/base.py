@@ -40,6 +40,8 @@ class SubjectResult:
     policy_denied: str | None = None
     budget_exceeded: str | None = None
     output_truncated: bool = False
+    #: Where ``usage.cost_usd`` came from: ``subject``, ``price_table:DATE``, or None.
+    cost_source: str | None = None
 
     @classmethod
     def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:
