@@ -11,7 +11,6 @@ succeeded: concurrent workers wait for the first one and then reuse its result.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -20,10 +19,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
+
+from filelock import FileLock
 
 from ..core.errors import InfraError
 
@@ -117,16 +117,10 @@ class AgentCache:
                     shutil.rmtree(work, ignore_errors=True)
         return dest
 
-    @contextlib.contextmanager
-    def _lock(self, spec: InstallSpec) -> Iterator[None]:
+    def _lock(self, spec: InstallSpec) -> FileLock:
         locks = self.root / ".locks"
         locks.mkdir(exist_ok=True)
-        with open(locks / f"{spec.dirname}.lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        return FileLock(str(locks / f"{spec.dirname}.lock"))
 
     def _build(self, spec: InstallSpec, work: Path, log: Path) -> None:
         argv = _npm_argv(spec, work) if spec.registry == "npm" else _pip_in_container_argv(spec, work)

@@ -255,6 +255,9 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         stderr_path=d / "agent.stderr.txt",
         max_output_bytes=work.settings.budgets.max_output_bytes,
         network=agent_network(task, work.settings.policy),
+        max_tokens=work.settings.budgets.max_tokens,
+        max_cost_usd=work.settings.budgets.max_cost_usd,
+        isolated=work.executor.isolated,
     )
     started = time.time()
     with work.timed("agent"):
@@ -299,6 +302,8 @@ def _take_facts(work: AttemptWork, result: SubjectResult, started: float) -> Non
         work.policy_denied = result.policy_denied
     if result.budget_exceeded:
         work.budget_exceeded = result.budget_exceeded
+    if result.aborted:
+        work.aborted = True
 
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:

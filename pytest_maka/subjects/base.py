@@ -16,7 +16,13 @@ from ..executors.base import ExecResult, ExecSettings, Sandbox
 @dataclass(frozen=True)
 class RunContext(ExecSettings):
     """Everything a subject needs to start, prepared by the lifecycle: ``env`` holds MAKA_*
-    plus the allow-listed variables; ``run()`` executes a command with these settings."""
+    plus the allow-listed variables; ``run()`` executes a command with these settings.
+    The budgets are for subjects that see usage while they run (and stop themselves)."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    #: The sandbox isolates the subject (permission requests may then be allowed).
+    isolated: bool = True
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class SubjectResult:
     started: bool = True
     policy_denied: str | None = None
     budget_exceeded: str | None = None
+    #: The subject's run was cancelled (not by a budget or a timeout): agent_aborted.
+    aborted: bool = False
     output_truncated: bool = False
     #: Where ``usage.cost_usd`` came from: ``subject``, ``price_table:DATE``, or None.
     cost_source: str | None = None

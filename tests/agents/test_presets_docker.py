@@ -39,7 +39,11 @@ def _script(kind: str) -> Script:
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
-    kind: str, cohort: Cohort, agent_cache, secret_env: str, docker_api  # type: ignore[no-untyped-def]
+    kind: str,
+    cohort: Cohort,
+    agent_cache,
+    secret_env: str,
+    docker_api,  # type: ignore[no-untyped-def]
 ) -> None:
     installed(agent_cache, kind)
     host = bridge_gateway()
@@ -53,8 +57,9 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
             "env": [BY_KIND[kind].key_env],
             "cache_dir": str(agent_cache.root),
         }
-        cohort.write(subjects=[subject], executor={"kind": "docker"}, policy={"agent_network": True},
-                     retries={"infra": 0})
+        cohort.write(
+            subjects=[subject], executor={"kind": "docker"}, policy={"agent_network": True}, retries={"infra": 0}
+        )
         result = cohort.run()
         record = cohort.results()["t[agent-r0]"]
         assert record["status"] == "agent_success", (record["error"], result.outlines[-30:])
