@@ -63,7 +63,16 @@ class Trajectory:
         self.step("agent", text, ts=ts, **metrics)
 
     def call(self, call_id: str, name: str, arguments: Any, *, ts: float | str | None = None) -> None:
-        """A tool call, on the last agent step (a new one if the last step is not the agent's)."""
+        """A tool call, on the last agent step (a new one if the last step is not the agent's).
+
+        A call id seen before updates that call (agents announce a call, then fill it in)."""
+        known = self._calls.get(str(call_id))
+        if known is not None:
+            for entry in known.get("tool_calls") or []:
+                if entry["tool_call_id"] == str(call_id):
+                    entry["function_name"] = str(name) or entry["function_name"]
+                    entry["arguments"] = arguments if arguments else entry["arguments"]
+            return
         last = self.steps[-1] if self.steps else None
         if last is None or last["source"] != "agent" or last.get("observation"):
             last = self.step("agent", ts=ts)
@@ -149,3 +158,18 @@ def telemetry(trajectory: dict[str, Any] | None, started_at: float | None = None
     if first_test is not None:
         out["time_to_first_test_run_s"] = first_test[0]
     return out
+
+
+_CLAIM_YES = {"complete", "completed", "success", "succeeded", "done", "passed", "solved", "fixed"}
+_CLAIM_NO = {"failed", "failure", "incomplete", "gave_up", "unsolved", "error"}
+
+
+def claimed_success(claim: Any) -> bool | None:
+    """What a structured self-check claims (``status``/``passed``/``success``), or None if it does not say."""
+    if not isinstance(claim, dict):
+        return None
+    for key in ("passed", "success", "solved", "complete"):
+        if isinstance(claim.get(key), bool):
+            return claim[key]
+    status = str(claim.get("status", "")).strip().lower()
+    return True if status in _CLAIM_YES else False if status in _CLAIM_NO else None

@@ -14,7 +14,7 @@ from ..core.cell import Cell
 from ..core.spec import Policy
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
-from ..core.trajectory import telemetry
+from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_result
@@ -345,6 +345,9 @@ def _verify(work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Pa
         sandbox.get(ARTIFACTS_DIR, d / "artifacts")
     verdict = verifier.grade(task, result, ctx)
     work.verdict = verdict
+    claimed = claimed_success(work.claim)
+    if claimed is not None and verdict.passed is not None and not result.timed_out:
+        work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
     )

@@ -33,7 +33,8 @@ def test_file_and_terminal_requests_run_in_the_sandbox(cohort: Cohort) -> None:
     wrote = calls["Write done.txt"]["observation"]["results"][0]["content"]
     assert "ok" in wrote, "the agent read back what it wrote through fs/read_text_file"
     diff = (cohort.out / record["artifacts"]["diff"]).read_text()
-    assert "+ran" in diff, "the terminal command ran in the task's workdir"
+    assert "+ran" in diff, "the terminal command ran in the task workdir"
+    assert "1 terminal/create" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
     assert record["agent"]["telemetry"]["tool_calls"] == 2
     assert record["agent"]["telemetry"]["time_to_first_test_run_s"] is not None
     assert record["subject_claim"] == {"final_message": "All done.", "authoritative": False}

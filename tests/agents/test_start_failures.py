@@ -46,3 +46,16 @@ def test_a_subject_that_never_starts_stops_the_run_with_one_line(cohort: Cohort)
     assert len(stopped) == 1, result.outlines
     assert "'ghost'" in stopped[0] and "no-such-agent-cli was not found" in stopped[0]
     assert len(cohort.attempts()) == 2, "the run stopped after the first two cells"
+
+
+def test_a_claim_that_disagrees_with_the_verdict_is_flagged_not_believed(cohort: Cohort) -> None:
+    cohort.task("t")
+    boast = 'echo \'{"status": "complete"}\' > $MAKA_LOGS_DIR/claim.json'
+    honest = 'echo \'{"status": "failed"}\' > $MAKA_LOGS_DIR/claim.json'
+    cohort.write(subjects=[_command("boaster", boast), _command("honest", honest)])
+    cohort.run().assert_outcomes(failed=2)
+    results = cohort.results()
+    assert results["t[boaster-r0]"]["status"] == "agent_failure"
+    assert results["t[boaster-r0]"]["agent"]["claim_agrees_with_verdict"] is False
+    assert results["t[honest-r0]"]["agent"]["claim_agrees_with_verdict"] is True
+    assert '"claim_disagrees_with_verdict":true' in (cohort.out / "report.html").read_text().replace(" ", "")

@@ -110,6 +110,8 @@ class SandboxClient:
         self.budget = budget
         self._on_budget = on_budget
         self.denials: list[str] = []
+        #: Requests routed into the sandbox, by method (reads, writes, terminals).
+        self.routed = {"fs/read_text_file": 0, "fs/write_text_file": 0, "terminal/create": 0}
         self.terminals: dict[str, Terminal] = {}
         self._ids = itertools.count(1)
 
@@ -149,6 +151,7 @@ class SandboxClient:
     async def read_text_file(
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kw: Any
     ) -> ReadTextFileResponse:
+        self.routed["fs/read_text_file"] += 1
         try:
             data = self.sandbox.read_file(path, MAX_FILE_BYTES)
         except FileNotFoundError:
@@ -163,6 +166,7 @@ class SandboxClient:
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any) -> None:
+        self.routed["fs/write_text_file"] += 1
         try:
             self.sandbox.write_file(path, content.encode("utf-8"))
         except ValueError as e:
@@ -180,6 +184,7 @@ class SandboxClient:
         output_byte_limit: int | None = None,
         **kw: Any,
     ) -> CreateTerminalResponse:
+        self.routed["terminal/create"] += 1
         line = shlex.join([command, *args]) if args else command
         extra = {e.name: e.value for e in env or []}
         proc = self.sandbox.spawn(line, env={**self.env, **extra}, cwd=cwd or self.workdir)

@@ -201,7 +201,8 @@ class _Session:
             self._cancel.set()
 
     def log(self) -> str:
-        return "".join(f"maka acp: {line}\n" for line in self.events)
+        routed = ", ".join(f"{n} {m}" for m, n in self.client.routed.items())
+        return "".join(f"maka acp: {line}\n" for line in [*self.events, f"routed into the sandbox: {routed}"])
 
     async def drive(self) -> dict[str, Any]:
         from acp import PROTOCOL_VERSION, connect_to_agent, text_block
