@@ -25,15 +25,15 @@ MODELS = {
 }
 
 
-MODEL_PATHS = ("/messages", "/responses", "/chat/completions", "generateContent")
+MODEL_PATHS = ("/messages", "/responses", "/chat/completions", "GenerateContent", "generateContent")
 
 
 def _script(kind: str) -> Script:
     actions = [Action.write("/app/done.txt", "ok\n")]
-    if kind == "mini-swe-agent":
-        actions.append(Action.shell("echo $OPENAI_API_KEY; echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
-    elif kind != "aider":
+    if kind != "aider":  # aider runs no tools
         actions.append(Action.shell('echo "key is $' + BY_KIND[kind].key_env + '"'))
+    if kind == "mini-swe-agent":  # it ends by running exactly this command
+        actions.append(Action.shell("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
     return Script(actions=actions, final_text="Done: wrote /app/done.txt.", input_tokens=1000, output_tokens=100)
 
 
@@ -66,13 +66,17 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
         paths = [r.path for r in server.requests]
         assert any(p in path for path in paths for p in MODEL_PATHS), f"the agent talked to the model server: {paths}"
     usage = record["usage"]
-    assert usage["input_tokens"] and usage["input_tokens"] >= 1000, usage
-    assert usage["output_tokens"] and usage["output_tokens"] >= 100, usage
+    if kind == "aider":  # aider reports its own token estimate, not the provider's figure
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0, usage
+    else:
+        assert usage["input_tokens"] and usage["input_tokens"] >= 1000, usage
+        assert usage["output_tokens"] and usage["output_tokens"] >= 100, usage
     assert usage["cost_usd"] is not None and usage["cost_usd"] > 0, usage
     trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
     calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
     assert calls, f"the trajectory has the agent's tool call: {trajectory}"
     assert record["agent"]["telemetry"]["tool_calls"] >= 1
+    assert record["agent"]["stop_reason"] == "end_turn", record["agent"]
     assert record["subject_claim"]["authoritative"] is False
     leaks = tree_contains(cohort.out, SECRET)
     assert not leaks, f"the key reached {leaks}"
