@@ -93,6 +93,16 @@ class AcpSubject(SubjectBase):
     def mounts(self, task: Task) -> dict[str, Path]:
         return {AGENT_DIR: self.cache.ensure(self.install)} if self.install else {}
 
+    def egress_hosts(self) -> list[str]:
+        """The provider hosts of the preset it installs (if any); a gateway in ``set_env`` adds its host."""
+        from ..presets import PRESETS
+
+        hosts = [h for p in PRESETS if p.kind == self.opts.install for h in p.egress]
+        for value in self.opts.set_env.values():
+            if value.startswith(("http://", "https://")):
+                hosts.append(value.split("://", 1)[1].split("/")[0])
+        return hosts
+
     def env(self) -> dict[str, str]:
         path = {}
         if self.install:
