@@ -64,3 +64,22 @@ def test_a_matrix_cannot_vary_the_kind(cohort: Cohort) -> None:
     result = cohort.run()
     assert result.ret == 4
     assert any("subjects[0].matrix.kind" in line for line in result.errlines), result.errlines
+
+
+def test_presets_name_their_provider_hosts_for_the_egress_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from pytest_maka.core.spec import SubjectSpec
+    from pytest_maka.subjects.presets import preset_kinds
+
+    monkeypatch.setenv("OPENAI_API_KEY", "k-test")
+    kinds = preset_kinds()
+    options = kinds["codex"].Options.model_validate({"env": ["OPENAI_API_KEY"]})
+    codex = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
+    assert codex.egress_hosts() == ["api.openai.com"]
+    options = kinds["codex"].Options.model_validate(
+        {"env": ["OPENAI_API_KEY"], "base_url": "https://gw.example:8443/x"}
+    )
+    gateway = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
+    assert gateway.egress_hosts() == ["gw.example:8443"]
+    assert "model_providers.maka" in gateway.command(type("T", (), {"workdir": "/app"})())  # type: ignore[arg-type]
