@@ -60,7 +60,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
         usage=usage,
         stop_reason=reason,
         error=error if reason == "error" else None,
-        final_message=str(info.get("submission") or final or "") or None,
+        final_message=str(info.get("submission") or final or f"mini-swe-agent exit status: {status}"),
         trajectory=traj.to_json(),
     )
 
