@@ -141,9 +141,9 @@ class SandboxClient:
             if out is None and update.content:
                 out = "\n".join(str(getattr(getattr(c, "content", None), "text", "")) for c in update.content)
             self.trajectory.result(update.tool_call_id, out if out is not None else update.status)
-        elif kind == "usage_update":
+        elif kind == "usage_update":  # ``used``: tokens in the context now, a lower bound of what was spent
             cost = getattr(getattr(update, "cost", None), "amount", None)
-            if self.budget.update(tokens=None, cost=cost):
+            if self.budget.update(tokens=getattr(update, "used", None), cost=cost):
                 self._on_budget()
 
     # -- files ------------------------------------------------------------------------
