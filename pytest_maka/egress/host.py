@@ -14,10 +14,12 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -78,16 +80,20 @@ class HostProxy:
         self.phase = phase
         self._procs: list[subprocess.Popen[bytes]] = []
         self._log = directory / "tinyproxy.log"
+        # a unix socket path has at most 107 bytes: keep it short, whatever the scratch path is
+        # (its name still says whose it is: the last parts of the attempt's directory)
+        tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(directory.parts[-4:]))[-60:]
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"maka-egress-{tag}-"))
 
     @property
     def socket_path(self) -> Path:
-        return self.dir / "socket" / SOCKET_NAME
+        return self._socket_dir / SOCKET_NAME
 
     def start(self) -> None:
         """Start tinyproxy and the bridge; EgressUnavailable with the reason when either fails."""
         if shutil.which(TINYPROXY) is None or shutil.which("socat") is None:
             raise EgressUnavailable(MISSING)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "filter").write_text("\n".join(tinyproxy.filter_lines(self.patterns)) + "\n")
         (self.dir / "hosts").write_text(self._hosts_file())
         for _ in range(5):  # a free port can be taken between choosing and binding it
@@ -184,6 +190,8 @@ class HostProxy:
         self._procs.clear()
         with contextlib.suppress(OSError):
             self.socket_path.unlink()
+        with contextlib.suppress(OSError):
+            self._socket_dir.rmdir()
         text = self._log.read_text(errors="replace") if self._log.exists() else ""
         return tinyproxy.parse_log(text, self.phase, self.patterns)
 
