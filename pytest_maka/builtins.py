@@ -32,10 +32,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_subject_kinds() -> dict[str, type]:
+    from .subjects.acp import AcpSubject
     from .subjects.command import Command
+    from .subjects.presets import preset_kinds
     from .subjects.reference import Nop, Oracle
 
-    return {cls.kind: cls for cls in (Oracle, Nop, Command)}
+    return {**{cls.kind: cls for cls in (Oracle, Nop, Command, AcpSubject)}, **preset_kinds()}
 
 
 @pytest.hookimpl(trylast=True)

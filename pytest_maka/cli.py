@@ -2,6 +2,7 @@
 
     maka report DIR             rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl
     maka compare DIR_A DIR_B    paired changes per subject and task between two runs of one cohort
+    maka agents install|list|prune   the agent install cache
 
 Each subcommand is one ``_cmd_*`` function registered in :func:`build_parser`.
 """
@@ -139,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove containers (and with --images, images) that dead runs left on Docker engines",
     )
     cleanup.set_defaults(func=None)  # its own parser: see main()
+    agents = commands.add_parser("agents", add_help=False, help="install, list and prune agent CLIs (the cache)")
+    agents.set_defaults(func=None)  # its own parser: see main()
     return parser
 
 
@@ -149,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .executors.docker.cleanup import main as cleanup_main
 
         return cleanup_main(argv[1:])
+    if argv[:1] == ["agents"]:
+        from .agents.cli import main as agents_main
+
+        return agents_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

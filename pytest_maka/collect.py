@@ -61,6 +61,9 @@ class CellItem(pytest.Item):
 
         record = run_item(self)
         self.maka_record = record
+        stop = self.maka.runner.stop_reason()
+        if stop:
+            self.session.shouldstop = stop
         status = Status(record["status"])
         outcome = PYTEST_OUTCOME[status]
         if outcome == "failed":

@@ -163,7 +163,7 @@ class MakaSession:
         )
         hook = self.config.hook
         self.executor.prepare(list(self.cohort.tasks))
-        return CellRunner(
+        runner = CellRunner(
             settings,
             self.executor,
             self.subjects,
@@ -173,6 +173,9 @@ class MakaSession:
             annotate_fn=lambda record, cell: hook.pytest_maka_record(record=record, cell=cell),
             observer=HookObserver(hook),
         )
+        for cell in self.cohort.cells:
+            runner.cells_per_subject[cell.subject.name] = runner.cells_per_subject.get(cell.subject.name, 0) + 1
+        return runner
 
     @cached_property
     def scratch_root(self) -> Path:

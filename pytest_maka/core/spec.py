@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from . import hostpattern, inputs
 from .errors import SpecError
+from .matrix import expand as expand_matrix
 from .task import MAX_TIMEOUT_SEC
 from .validation import first_error as _first_error
 from .validation import key_path  # noqa: F401  (re-exported)
@@ -235,14 +236,16 @@ def load_spec(
             except ValidationError as e:
                 raise _first_error(e, declared_in) from None
             key_prefix = ""
-        subject = _resolve_subject(entry, subject_kinds, declared_in, key_prefix)
-        where = f"{key_prefix}.name" if key_prefix else "name"
-        if subject.name in seen:
-            raise SpecError(
-                declared_in, where, f"duplicate subject name {subject.name!r} (first at {seen[subject.name]})"
-            )
-        seen[subject.name] = key_prefix or str(declared_in)
-        subjects.append(subject)
+        raw = {"name": entry.name, "kind": entry.kind, **(entry.model_extra or {})}
+        for variant in expand_matrix(raw, declared_in, key_prefix):  # one subject per matrix combination
+            subject = _resolve_subject(SubjectEntry.model_validate(variant), subject_kinds, declared_in, key_prefix)
+            where = f"{key_prefix}.name" if key_prefix else "name"
+            if subject.name in seen:
+                raise SpecError(
+                    declared_in, where, f"duplicate subject name {subject.name!r} (first at {seen[subject.name]})"
+                )
+            seen[subject.name] = key_prefix or str(declared_in)
+            subjects.append(subject)
 
     executor = _resolve_executor(spec.executor, executor_kinds, path)
     return LoadedSpec(path=path, spec=spec, subjects=tuple(subjects), executor=executor)

@@ -54,7 +54,9 @@ MEANING: dict[Status, str] = {
 
 
 #: Stop reasons a subject may report (``usage.json``) that mean it did not finish its work.
-INCOMPLETE_STOP_REASONS: frozenset[str] = frozenset({"max_tokens", "context_length", "refusal", "error"})
+INCOMPLETE_STOP_REASONS: frozenset[str] = frozenset(
+    {"max_tokens", "context_length", "refusal", "error", "max_turn_requests", "permission_denied"}
+)
 
 
 @dataclass(frozen=True)

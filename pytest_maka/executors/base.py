@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -71,6 +71,23 @@ class ExecSettings:
         return sandbox.exec(command, cwd=cwd, **settings)
 
 
+class Process(Protocol):
+    """A live process inside a sandbox (``Sandbox.spawn``): byte streams, wait, kill of its tree."""
+
+    #: Writable; closing it sends end-of-file to the process.
+    stdin: IO[bytes]
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code once the process has exited, or None if it still runs after ``timeout``."""
+        ...
+
+    def kill(self, grace_sec: float = 1.0) -> None:
+        """SIGTERM the whole tree, SIGKILL what is left after ``grace_sec``; returns when it is gone."""
+        ...
+
+
 @dataclass
 class LeaseRequest:
     """What an attempt asks of an executor."""
@@ -86,6 +103,8 @@ class LeaseRequest:
     #: Epoch seconds by which the whole attempt must end (budgets.cell_timeout_sec), or None.
     #: An executor that waits for capacity waits no longer than this.
     deadline: float | None = None
+    #: Host directories bound read-only into the sandbox (an installed agent): sandbox path -> host path.
+    mounts: Mapping[str, Path] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -104,6 +123,21 @@ class Sandbox(Protocol):
         cwd: str | None = None,
         max_output_bytes: int = 8 * 1024 * 1024,
     ) -> ExecResult: ...
+
+    def spawn(self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False) -> Process:
+        """Start ``sh -c command`` and return at once; the lease's end stops it if still running."""
+        ...
+
+    def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` of a regular file; never through a symlink leaving the environment.
+
+        Raises FileNotFoundError when no regular file is there (a symlink at the path counts as none).
+        """
+        ...
+
+    def write_file(self, sandbox_path: str, data: bytes) -> None:
+        """Create or replace a regular file (parents made); a symlink at the path is replaced, not followed."""
+        ...
 
     def put(self, host_path: Path, sandbox_path: str) -> None: ...
 

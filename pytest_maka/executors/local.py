@@ -24,11 +24,13 @@ from ..core.hostpattern import check_egress_hosts
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
 from . import bwrap, disk, limits
 from .base import ExecResult, LeaseRequest
+from .content import read_regular, write_via_put
 from .copyout import CopyReport
 from .disk import CappedDisk
 from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 from .limits import MB, LimitSpec, open_limits
 from .local_egress import LocalEgress
+from .local_spawn import LocalProcess, close_fd
 from .process import run_process
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
@@ -114,7 +116,7 @@ class LocalExecutor:
     @contextmanager
     def lease(self, request: LeaseRequest) -> Iterator[LocalSandbox]:
         """A fresh sandbox in ``request.scratch_dir``, removed on exit whatever happens."""
-        sandbox = LocalSandbox(request.cell.task, request.scratch_dir, self.options)
+        sandbox = LocalSandbox(request.cell.task, request.scratch_dir, self.options, mounts=request.mounts)
         try:
             for dest, src in request.uploads.items():
                 sandbox.put(Path(src), dest)
@@ -129,8 +131,12 @@ class LocalExecutor:
 class LocalSandbox:
     """One attempt's environment: host directories bound into a new bwrap per command."""
 
-    def __init__(self, task: Task, scratch: Path, options: LocalOptions) -> None:
+    def __init__(
+        self, task: Task, scratch: Path, options: LocalOptions, *, mounts: Mapping[str, Path] | None = None
+    ) -> None:
         self.task = task
+        #: Read-only host directories bound at sandbox paths (an installed agent).
+        self._ro_mounts = dict(mounts or {})
         self.options = options
         self._scratch = scratch
         self._layout = bwrap.host_layout()
@@ -149,6 +155,7 @@ class LocalSandbox:
         #: Uploads put before the first command (sandbox path -> host source) and their prints.
         self._uploads: dict[str, Path] = {}
         self._upload_prints: dict[str, dict[str, Any]] | None = None
+        self._spawned: list[LocalProcess] = []
         self._lay_out()
         self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
         self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
@@ -223,31 +230,14 @@ class LocalSandbox:
         env_fd = bwrap.env_file(env)
         read_fd, write_fd = os.pipe()
         try:
-            argv = bwrap.command_argv(
-                self._prefix if isolated else self._open_prefix(),
-                binds=self._binds(),
-                network=network and proxied is None,
-                isolated=isolated,
-                resolv_target=self._layout.resolv_target,
-                cwd=cwd or self._workdir,
-                command=command,
-                info_fd=write_fd if isolated else None,
-                env_fd=env_fd,
-                extra_args=proxied.extra_args if proxied else (),
-                wrapper=proxied.wrapper if proxied else None,
-            )
-
-            def stopper(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
-                return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
-
             result = run_process(
-                argv,
+                self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd),
                 timeout_sec=timeout_sec,
                 stdout_path=stdout_path,
                 stderr_path=stderr_path,
                 max_output_bytes=max_output_bytes,
                 grace_sec=self.options.kill_grace_sec,
-                make_stopper=stopper,
+                make_stopper=self._stopper(read_fd),
                 pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
                 hold=self._limits.enter,
             )
@@ -257,6 +247,82 @@ class LocalSandbox:
             os.close(env_fd)
             os.close(read_fd)
             os.close(write_fd)
+
+    def _argv(
+        self, command: str, *, env_fd: int, network: bool, proxied: Any, cwd: str | None, info_fd: int
+    ) -> list[str]:
+        isolated = self.options.sandbox == "bwrap"
+        prefix = self._prefix if isolated else self._open_prefix()
+        for dest, src in self._ro_mounts.items():
+            prefix = [*prefix, "--ro-bind", str(src), dest]
+        return bwrap.command_argv(
+            prefix,
+            binds=self._binds(),
+            network=network and proxied is None,
+            isolated=isolated,
+            resolv_target=self._layout.resolv_target,
+            cwd=cwd or self._workdir,
+            command=command,
+            info_fd=info_fd if isolated else None,
+            env_fd=env_fd,
+            extra_args=proxied.extra_args if proxied else (),
+            wrapper=proxied.wrapper if proxied else None,
+        )
+
+    def _stopper(self, read_fd: int) -> Any:
+        isolated = self.options.sandbox == "bwrap"
+
+        def make(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
+            return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
+
+        return make
+
+    def spawn(
+        self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False
+    ) -> LocalProcess:
+        """Start ``sh -c command`` in a new sandbox over this lease's directories; returns at once.
+
+        Like ``exec`` it runs inside the lease's limits and, with ``network``, behind the
+        current egress phase's proxy.
+        """
+        self._require_open()
+        isolated = self.options.sandbox == "bwrap"
+        proxied = self.egress.current if network and isolated else None
+        if proxied:
+            env = {**env, **proxied.env}
+        env_fd = bwrap.env_file(env)
+        read_fd, write_fd = os.pipe()
+        try:
+            argv = self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd)
+            proc = LocalProcess(
+                argv,
+                self._stopper(read_fd),
+                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                hold=self._limits.enter,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+            os.close(env_fd)
+        proc.on_end(close_fd(read_fd))
+        self._spawned.append(proc)
+        return proc
+
+    def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """The content of a regular file, reached through real directories only."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        parent = descend(base, parts[:-1], make=False) if parts else None
+        if parent is None:
+            raise FileNotFoundError(f"no regular file at {sandbox_path}")
+        return read_regular(parent / parts[-1], max_bytes)
+
+    def write_file(self, sandbox_path: str, data: bytes) -> None:
+        """Create or replace a regular file (through ``put``: planted links are replaced)."""
+        self._require_open()
+        write_via_put(self, sandbox_path, data, self._scratch)
 
     def _binds(self) -> dict[str, Path]:
         """Sandbox path -> host path, in mount order (outer directories first)."""
@@ -422,6 +488,7 @@ class LocalSandbox:
         else:
             mounts = ["/ (host top-level directories, rw)"]
         mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
+        mounts += [f"{dest} (ro, {src.name})" for dest, src in self._ro_mounts.items()]
         labels = {self._workdir: "workspace", LOGS_DIR: "logs"}
         return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self._binds()]
 
@@ -432,6 +499,8 @@ class LocalSandbox:
             self._limits.close()
             if self._disk is not None:
                 self._disk.close()
+            for proc in self._spawned:  # no survivors after the lease
+                proc.kill(self.options.kill_grace_sec)
             if os.path.lexists(self._scratch):
                 remove_path(self._scratch)
 

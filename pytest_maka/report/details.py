@@ -93,9 +93,11 @@ def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("reward", "exit_code", "timed_out", "error", "reward_source"):
         if verifier.get(key) is not None:
             out[f"verifier_{key}"] = cap(str(verifier[key]), 300) if key == "error" else verifier[key]
-    for key in ("exit_code", "timed_out", "duration_s", "output_truncated"):
+    for key in ("exit_code", "timed_out", "duration_s", "output_truncated", "stop_reason"):
         if agent.get(key) is not None:
             out[f"subject_{key}"] = agent[key]
+    if agent.get("claim_agrees_with_verdict") is False:
+        out["claim_disagrees_with_verdict"] = True
     return out
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,15 +16,17 @@ from ..core.cell import Cell
 from ..core.errors import SubjectFault
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..core.trajectory import claimed_success, telemetry
+from ..core.usage import tokens
 from ..egress.log import LOG_NAME, EgressLog
 from ..egress.phase import network_phase, network_record
 from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
-from ..subjects.base import RunContext, Subject
+from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_result
 from ..verifiers.base import Verdict, Verifier, VerifyContext
-from .freeze import read_json_file, read_stop_reason, read_usage, usage_problems, workspace_diff
+from .freeze import usage_problems, workspace_diff
 from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
 
 if TYPE_CHECKING:
@@ -37,6 +40,12 @@ def attempt_plan(work: AttemptWork) -> NetworkPlan:
     extra = getattr(work.subject, "egress", None)
     needs = (*work.cell.subject.egress, *(extra() if callable(extra) else ()))
     return build_plan(work.cell.task, work.settings.policy, needs)
+
+
+def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
+    """The subject's read-only mounts (an installed agent); subjects without the method have none."""
+    mounts = getattr(subject, "mounts", None)
+    return dict(mounts(task)) if callable(mounts) else {}
 
 
 @dataclass
@@ -59,6 +68,7 @@ class AttemptWork:
     verdict: Verdict | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     claim: Any = None
+    trajectory: dict[str, Any] | None = None
     agent_info: dict[str, Any] = field(default_factory=dict)
     verifier_info: dict[str, Any] = field(default_factory=dict)
     isolation: dict[str, Any] = field(default_factory=dict)
@@ -191,7 +201,8 @@ def run_attempt_steps(
         if agent_timeout is not None and agent_timeout <= 0:
             work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
             return
-        _run_subject(work, sandbox, agent_timeout, limit_name)
+        if not _run_subject(work, sandbox, agent_timeout, limit_name):
+            return
         with work.timed("freeze"):
             _freeze(work, sandbox, request.scratch_dir)
         if deadline is not None and deadline[0] <= time.time():  # the whole-cell deadline left no time to verify
@@ -250,7 +261,8 @@ def _within_deadline(timeout: float | None, deadline: tuple[float, str] | None) 
     return timeout, None
 
 
-def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> None:
+def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
+    """Run the subject and take its facts; False when it could not start (the attempt ends)."""
     task, d, cell = work.cell.task, work.attempt_dir, work.cell
     env = {
         **base_env(task),
@@ -270,23 +282,58 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         stderr_path=d / "agent.stderr.txt",
         max_output_bytes=work.settings.budgets.max_output_bytes,
         network=work.plan.agent.network,
+        max_tokens=work.settings.budgets.max_tokens,
+        max_cost_usd=work.settings.budgets.max_cost_usd,
+        isolated=work.executor.isolated,
     )
     assert work.egress is not None
+    started = time.time()
     with work.timed("agent"), network_phase(sandbox, "agent", work.plan, work.egress):
-        result = work.subject.run(sandbox, task, ctx)
-    work.subject_outcome = SubjectOutcome(exit_code=result.exit_code, timed_out=result.timed_out)
+        result = as_subject_result(work.subject.run(sandbox, task, ctx))
     work.agent_info = {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
         "timeout_sec": timeout,
         "duration_s": round(result.duration_s, 4),
-        "output_truncated": result.stdout_truncated or result.stderr_truncated,
+        "output_truncated": result.output_truncated,
         "env_passed": sorted(work.subject.env()),
     }
     if result.limits_hit:
         work.agent_info["limits_hit"] = list(result.limits_hit)
+    if not result.started:
+        work.agent_info["started"] = False
+        work.facts_update(
+            subject_outcome=SubjectOutcome(started=False), infra_error=f"the subject could not start: {result.error}"
+        )
+        return False
+    _take_facts(work, result, started)
     if result.timed_out and limit_name:
         work.budget_exceeded = limit_name
+    return True
+
+
+def _take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None:
+    """What the subject reported: usage, stop reason, claim, trajectory, its own error."""
+    work.subject_outcome = SubjectOutcome(
+        exit_code=result.exit_code, timed_out=result.timed_out, stop_reason=result.stop_reason
+    )
+    work.usage, work.claim, work.trajectory = dict(result.usage), result.claim, result.trajectory
+    for key, value in (
+        ("stop_reason", result.stop_reason),
+        ("error", result.error),
+        ("cost_source", result.cost_source),
+    ):
+        if value:
+            work.agent_info[key] = value
+    facts = telemetry(result.trajectory, started)
+    if facts:
+        work.agent_info["telemetry"] = facts
+    if result.policy_denied:
+        work.policy_denied = result.policy_denied
+    if result.budget_exceeded:
+        work.budget_exceeded = result.budget_exceeded
+    if result.aborted:
+        work.aborted = True
 
 
 def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
@@ -309,17 +356,14 @@ def _freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
         work.agent_info["copy_truncated"] = True
     if notes:
         work.agent_info["freeze_notes"] = notes
-    work.usage = read_usage(d / "agent")
     if problems := usage_problems(d / "agent"):
         work.agent_info["usage_problems"] = problems
-    stop_reason = read_stop_reason(d / "agent")
-    if stop_reason and work.subject_outcome is not None:
-        work.subject_outcome = replace(work.subject_outcome, stop_reason=stop_reason)
-        work.agent_info["stop_reason"] = stop_reason
-    work.claim = read_json_file(d / "agent" / "claim.json")
+    if work.trajectory is not None:  # the harness's normalised one stands in for anything the agent wrote
+        (d / "agent").mkdir(exist_ok=True)
+        (d / "agent" / "trajectory.json").write_text(json.dumps(work.trajectory, ensure_ascii=False, default=str))
     budgets = work.settings.budgets
-    tokens = (work.usage.get("input_tokens") or 0) + (work.usage.get("output_tokens") or 0)
-    if budgets.max_tokens is not None and tokens > budgets.max_tokens:
+    used = tokens(work.usage)
+    if budgets.max_tokens is not None and used is not None and used > budgets.max_tokens:
         work.budget_exceeded = work.budget_exceeded or "max_tokens"
     cost = work.usage.get("cost_usd")
     if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:
@@ -370,6 +414,9 @@ def _verify(
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by
+    claimed = claimed_success(work.claim)
+    if claimed is not None and verdict.passed is not None and not result.timed_out:
+        work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
     work.verifier_outcome = VerifierOutcome(
         ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
     )

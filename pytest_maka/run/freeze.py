@@ -153,19 +153,6 @@ def read_json_file(path: Path, limit: int = 1024 * 1024) -> Any:
         return None
 
 
-def read_usage(agent_dir: Path) -> dict[str, Any]:
-    """usage.json as the subject reported it: {input_tokens, output_tokens, cost_usd}."""
-    data = read_json_file(agent_dir / "usage.json")
-    if not isinstance(data, dict):
-        return {}
-    out: dict[str, Any] = {}
-    for key in ("input_tokens", "output_tokens", "cache_tokens"):
-        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
-            out[key] = data[key]
-    cost = data.get("cost_usd")
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-        out["cost_usd"] = float(cost)
-    return out
 
 
 def usage_problems(agent_dir: Path) -> list[str]:
@@ -186,10 +173,3 @@ def usage_problems(agent_dir: Path) -> list[str]:
     if cost is not None and (not isinstance(cost, (int, float)) or isinstance(cost, bool)):
         problems.append(f"usage.json: cost_usd is {cost!r:.40}, expected a number; ignored")
     return problems
-
-
-def read_stop_reason(agent_dir: Path) -> str | None:
-    """``stop_reason`` from usage.json (e.g. max_tokens, refusal), if the subject reported one."""
-    data = read_json_file(agent_dir / "usage.json")
-    reason = data.get("stop_reason") if isinstance(data, dict) else None
-    return reason[:64] if isinstance(reason, str) and reason else None

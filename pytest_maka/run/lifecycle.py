@@ -30,7 +30,7 @@ from ..store.ledger import Ledger
 from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
-from .attempt import AttemptWork, run_attempt_steps
+from .attempt import AttemptWork, run_attempt_steps, subject_mounts
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
 ClassifyFn = Callable[[AttemptFacts, Cell], Status]
@@ -88,6 +88,10 @@ class CellRunner:
         self.classify_fn = classify_fn
         self.annotate_fn = annotate_fn
         self.observer = observer
+        #: Cells of each subject in this cohort (set by the session) and how their starts went.
+        self.cells_per_subject: dict[str, int] = {}
+        self._starts: dict[str, list[int]] = {}  # subject -> [cells that could not start, cells that did]
+        self._last_start_error = ""
         self._previous: dict[str, list[Record]] = {}
         self._allowance: RetryAllowance | None = None
         self.learn(ledger.read())
@@ -138,6 +142,7 @@ class CellRunner:
                 time.sleep(self.backoff(pauses))
                 pauses += 1
         self._previous[cell.key] = attempts
+        self._note_start(cell.subject.name, record)
         return cell_record(attempts)
 
     @property
@@ -152,6 +157,21 @@ class CellRunner:
         retries = self.settings.retries
         base = min(retries.backoff_max_sec, retries.backoff_sec * 2**pauses)
         return base * random.uniform(0.5, 1.5)
+    def _note_start(self, subject: str, record: Record) -> None:
+        counts = self._starts.setdefault(subject, [0, 0])
+        started = (record.get("agent") or {}).get("started", True)
+        counts[0 if started is False else 1] += 1
+        if started is False:
+            self._last_start_error = (record.get("error") or {}).get("message") or "it could not start"
+
+    def stop_reason(self) -> str | None:
+        """One line when a subject failed to start in every cell tried (at least its first two)."""
+        for subject, (failed, ok) in self._starts.items():
+            needed = min(2, self.cells_per_subject.get(subject, 2))
+            if ok == 0 and failed >= needed:
+                why = self._last_start_error
+                return f"maka: subject {subject!r} could not start in any of its first {failed} cells ({why}); stopping"
+        return None
 
     def attempt_dir(self, cell: Cell, number: int) -> Path:
         return attempt_dir_for(self.settings.out_dir, cell, number)
@@ -217,6 +237,7 @@ class CellRunner:
                 attempt_dir=work.attempt_dir,
                 scratch_dir=scratch_dir,
                 uploads=subject.uploads(cell.task),
+                mounts=subject_mounts(subject, cell.task),
                 deadline=deadline[0] if deadline else None,
             )
             run_attempt_steps(work, lease, request, deadline=deadline)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
@@ -16,7 +16,62 @@ from ..executors.base import ExecResult, ExecSettings, Sandbox
 @dataclass(frozen=True)
 class RunContext(ExecSettings):
     """Everything a subject needs to start, prepared by the lifecycle: ``env`` holds MAKA_*
-    plus the allow-listed variables; ``run()`` executes a command with these settings."""
+    plus the allow-listed variables; ``run()`` executes a command with these settings.
+    The budgets are for subjects that see usage while they run (and stop themselves)."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    #: The sandbox isolates the subject (permission requests may then be allowed).
+    isolated: bool = True
+
+
+@dataclass(frozen=True)
+class SubjectResult:
+    """What a subject hands the kernel: measured facts plus what it reported about itself.
+
+    ``started=False`` means it could not start at all (binary or install missing): an
+    infra_failure naming ``error``, never the agent's fault. ``policy_denied`` and
+    ``budget_exceeded`` say that a permission denial or a budget ended its turn.
+    """
+
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    usage: dict[str, Any] = field(default_factory=dict)
+    stop_reason: str | None = None
+    trajectory: dict[str, Any] | None = None
+    claim: Any = None
+    error: str | None = None
+    started: bool = True
+    policy_denied: str | None = None
+    budget_exceeded: str | None = None
+    #: The subject's run was cancelled (not by a budget or a timeout): agent_aborted.
+    aborted: bool = False
+    output_truncated: bool = False
+    #: The sandbox limits the run hit (memory, pids), as the executor measured them.
+    limits_hit: tuple[str, ...] = ()
+    #: Where ``usage.cost_usd`` came from: ``subject``, ``price_table:DATE``, or None.
+    cost_source: str | None = None
+
+    @classmethod
+    def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:
+        return cls(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+            output_truncated=result.stdout_truncated or result.stderr_truncated,
+            limits_hit=result.limits_hit,
+            **facts,
+        )
+
+    @classmethod
+    def not_started(cls, missing: str) -> SubjectResult:
+        return cls(exit_code=None, timed_out=False, duration_s=0.0, started=False, error=missing)
+
+
+def as_subject_result(value: SubjectResult | ExecResult) -> SubjectResult:
+    """Accept the older return type (an ExecResult) from third-party subjects."""
+    return value if isinstance(value, SubjectResult) else SubjectResult.from_exec(value)
 
 
 class Subject(Protocol):
@@ -46,8 +101,12 @@ class Subject(Protocol):
         """Values that must never appear in artifacts or reports."""
         ...
 
-    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
-        """Run once, under ``ctx.timeout_sec``; return what the executor measured."""
+    def mounts(self, task: Task) -> dict[str, Path]:
+        """Sandbox path -> host directory bound read-only for the run (an installed agent)."""
+        ...
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
+        """Run once, under ``ctx.timeout_sec``; return what happened and what it reported."""
         ...
 
 
@@ -65,6 +124,9 @@ class SubjectBase:
         return None
 
     def uploads(self, task: Task) -> dict[str, Path]:
+        return {}
+
+    def mounts(self, task: Task) -> dict[str, Path]:
         return {}
 
     def env(self) -> dict[str, str]:

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, computed_fiel
 from ..core.errors import SpecError
 from ..core.spec import SubjectSpec
 from ..core.task import Task, digest_tree
-from ..executors.base import ExecResult, Sandbox
-from .base import RunContext, SubjectBase
+from ..executors.base import Sandbox
+from .base import RunContext, SubjectBase, SubjectResult
+from .reported import read_reported, start_failure
 
 BUNDLE_DIR = "/maka/subject"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -85,5 +86,10 @@ class Command(SubjectBase):
     def secrets(self) -> list[str]:
         return [v for v in self._passed.values() if len(v) >= 4]
 
-    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
-        return self._exec(sandbox, self.opts.command, task, ctx)
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
+        result = self._exec(sandbox, self.opts.command, task, ctx)
+        stderr = ctx.stderr_path.read_text(errors="replace")[:4096] if ctx.stderr_path.exists() else ""
+        missing = start_failure(self.opts.command, result.exit_code, stderr)
+        if missing:
+            return SubjectResult.not_started(missing)
+        return SubjectResult.from_exec(result, **read_reported(sandbox))

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, computed_fiel
 from ..benchmarks.swebench import APPLY_PATCH_SH
 from ..core import inputs
 from ..core.task import AGENT_LOGS_DIR, Task
-from ..executors.base import ExecResult, Sandbox
-from .base import RunContext, SubjectBase
+from ..executors.base import Sandbox
+from .base import RunContext, SubjectBase, SubjectResult
 
 STAGE_DIR = "/tmp/maka-prediction"
 
@@ -91,7 +91,7 @@ class Patch(SubjectBase):
             return "the patch subject grades SWE-bench predictions; this task is not a SWE-bench instance"
         return None
 
-    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
         row = self.predictions.get(task.id)
         patch = (row or {}).get("model_patch") or ""
         claim: dict[str, Any] = {"model_name_or_path": (row or {}).get("model_name_or_path")}
@@ -101,7 +101,7 @@ class Patch(SubjectBase):
             ctx.stdout_path.write_text(f"maka: {what} for {task.id}\n")
             ctx.stderr_path.write_bytes(b"")
             self._claim(sandbox, claim)
-            return ExecResult(exit_code=0, timed_out=False, duration_s=0.0)
+            return SubjectResult(exit_code=0, timed_out=False, duration_s=0.0, claim=claim)
         (ctx.stdout_path.parent / "prediction.patch").write_text(patch, encoding="utf-8")
         with tempfile.TemporaryDirectory(prefix="maka-prediction-") as tmp:
             stage = Path(tmp)
@@ -117,7 +117,7 @@ class Patch(SubjectBase):
         self._claim(sandbox, claim)
         # A prediction that does not apply is the model's failure, not a crash of this subject:
         # the repository is left unchanged and the verifier rejects it.
-        return ExecResult(exit_code=0, timed_out=result.timed_out, duration_s=result.duration_s)
+        return SubjectResult(exit_code=0, timed_out=result.timed_out, duration_s=result.duration_s, claim=claim)
 
     def _claim(self, sandbox: Sandbox, claim: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory(prefix="maka-claim-") as tmp:

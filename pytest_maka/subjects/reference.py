@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ..core.task import SOLUTION_DIR, Task
-from ..executors.base import ExecResult, Sandbox
-from .base import RunContext, SubjectBase
+from ..executors.base import Sandbox
+from .base import RunContext, SubjectBase, SubjectResult
 
 
 class NoOptions(BaseModel):
@@ -34,8 +34,8 @@ class Oracle(SubjectBase):
         assert task.solution_dir is not None
         return {SOLUTION_DIR: task.solution_dir}
 
-    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
-        return self._exec(sandbox, f"bash {SOLUTION_DIR}/solve.sh", task, ctx)
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
+        return SubjectResult.from_exec(self._exec(sandbox, f"bash {SOLUTION_DIR}/solve.sh", task, ctx))
 
 
 class Nop(SubjectBase):
@@ -45,7 +45,7 @@ class Nop(SubjectBase):
     reference = True
     Options = NoOptions
 
-    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> ExecResult:
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
         ctx.stdout_path.write_bytes(b"")
         ctx.stderr_path.write_bytes(b"")
-        return ExecResult(exit_code=0, timed_out=False, duration_s=0.0)
+        return SubjectResult(exit_code=0, timed_out=False, duration_s=0.0)

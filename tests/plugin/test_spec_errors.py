@@ -35,7 +35,8 @@ BASE = "name: t\ntasks: [{path: tasks}]\n"
     [
         (
             BASE + "subjects: [{name: a, kind: oracle}, {name: b, kind: robot}]\n",
-            "cohort.yaml: subjects[1].kind: unknown subject kind 'robot'; expected one of: command, nop, oracle",
+            "cohort.yaml: subjects[1].kind: unknown subject kind 'robot'; expected one of: "
+            "acp, aider, claude-code, codex, command, gemini-cli, mini-swe-agent, nop, opencode, oracle",
         ),
         (BASE + "subjects: [{name: a, kind: oracle, colour: red}]\n", "cohort.yaml: subjects[0].colour: unknown key"),
         (

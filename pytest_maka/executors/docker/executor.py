@@ -6,7 +6,7 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -123,7 +123,7 @@ class DockerExecutor:
             task = request.cell.task
             image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
             key = self._env_key(engine, image_id, task)
-            spare = self.spares.take(key) if self.options.prestart else None
+            spare = self.spares.take(key) if self.options.prestart and not request.mounts else None
             if spare is None:
                 cid, info = self._create(
                     key,
@@ -133,6 +133,7 @@ class DockerExecutor:
                         L.ATTEMPT: str(request.attempt),
                         L.TASK: task.id,
                     },
+                    mounts=request.mounts,
                 )
             else:
                 cid, info = spare.container_id, spare.info
@@ -221,7 +222,9 @@ class DockerExecutor:
     def _engine(self, engine_key: str) -> Engine:
         return next(e for e in self.engines if e.key == engine_key)
 
-    def _create(self, key: EnvKey, cell_labels: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    def _create(
+        self, key: EnvKey, cell_labels: dict[str, str], mounts: Mapping[str, Path] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         opts, engine = self.options, self._engine(key.engine)
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
         net = "none" if opts.network == "none" else opts.network
@@ -240,6 +243,7 @@ class DockerExecutor:
                 mem_limit=f"{key.memory_mb}m" if key.memory_mb else None,
                 memswap_limit=f"{key.memory_mb}m" if key.memory_mb else None,
                 storage_opt=storage_opt,
+                binds={str(src): {"bind": dest, "mode": "ro"} for dest, src in (mounts or {}).items()} or None,
             )
             labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
             cid = api.create_container(
@@ -267,7 +271,7 @@ class DockerExecutor:
             "limits": {"cpus": key.cpus, "memory_mb": key.memory_mb, "pids": opts.pids_limit, "storage": storage},
             "kill": "every process in the container but its init (SIGTERM, grace, SIGKILL)",
             "filesystem": "container root (writable layer), removed after the attempt",
-            "mounts": [],
+            "mounts": [f"{dest} (ro, {Path(src).name})" for dest, src in (mounts or {}).items()],
         }
         return cid, info
 

@@ -14,6 +14,7 @@ from ...core.errors import InfraError, SubjectFault
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
+from ..content import write_via_put
 from ..copyout import CopyReport
 from ..hostfs import remove_path
 from .archive import Batch, extract_archive
@@ -22,6 +23,7 @@ from .engines import Engine
 from .execs import Capture
 from .processes import ContainerProcesses
 from .protect import GO_MODE_DIR, PROTECTED_ROOTS, Restorer, find_rm, stat_path
+from .spawn import DockerProcess, read_via_archive
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 
@@ -175,6 +177,35 @@ class DockerSandbox(ContainerProcesses):
                 return info.get("ExitCode")
             time.sleep(0.005)
         return None
+
+    def spawn(
+        self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False
+    ) -> DockerProcess:
+        """Start ``sh -c command`` with stdin attached; returns at once (the container's end stops it)."""
+        self._dirty, self._fresh = True, set()
+        proxied = self.egress.current if network and self.egress is not None else None
+        target = proxied.network if proxied else self._network
+        with self.engine.guard("starting a process"):
+            self._flush()
+            if network:
+                self.api.connect_container_to_network(self.id, target)
+                self.networks_used.add("egress-internal" if proxied else target)
+            env = {**env, **proxied.env} if proxied else env
+            proc = DockerProcess(self, command, env=env, cwd=cwd or self.workdir)
+            if network:
+                proc.on_end(lambda: self.api.disconnect_container_from_network(self.id, target, force=True))
+            return proc
+
+    def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` of a regular file, read through the engine (links are not followed)."""
+        path = _check_path(sandbox_path)
+        with self.engine.guard(f"reading {path}"):
+            self._flush(path)
+            return read_via_archive(self.api, self.id, path, max_bytes)
+
+    def write_file(self, sandbox_path: str, data: bytes) -> None:
+        """Create or replace a regular file (through ``put``: planted links are replaced)."""
+        write_via_put(self, sandbox_path, data)
 
     # --- files ------------------------------------------------------------------------
     def _stat(self, path: str) -> dict[str, Any] | None:

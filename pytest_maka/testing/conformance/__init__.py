@@ -13,10 +13,13 @@ from .egress import EgressTarget, EgressTests
 from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
+from .spawn import SpawnTests
 from .tamper import TamperTests
 
 
-class ExecutorConformance(LifecycleTests, IsolationTests, FileTests, EgressTests, TamperTests, ConformanceBase):
+class ExecutorConformance(
+    LifecycleTests, IsolationTests, FileTests, SpawnTests, EgressTests, TamperTests, ConformanceBase
+):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
 

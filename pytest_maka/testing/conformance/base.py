@@ -166,6 +166,14 @@ class ConformanceBase:
         dest = tmp_path / f"got-{next(self._counter)}"
         return dest.read_text() if sandbox.get(path, dest) else None
 
+    def plant_victim(self, tmp_path: Path) -> tuple[Path, Path]:
+        """A host directory with one file a planted symlink will point at: (directory, file)."""
+        victim_dir = tmp_path / "victim"
+        victim_dir.mkdir()
+        victim = victim_dir / "file.txt"
+        victim.write_text("host content\n")
+        return victim_dir, victim
+
     def assert_stops_changing(self, sandbox: Sandbox, path: str, tmp_path: Path) -> None:
         first = self.read(sandbox, path, tmp_path)
         assert first is not None, f"the probe never wrote {path}"

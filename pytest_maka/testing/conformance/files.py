@@ -36,10 +36,7 @@ class FileTests(ConformanceBase):
         assert self.run(sandbox, "cat input.txt", tmp_path).stdout == "v2\n"
 
     def test_put_does_not_follow_planted_symlinks(self, sandbox: Sandbox, task: Task, tmp_path: Path) -> None:
-        victim_dir = tmp_path / "victim"
-        victim_dir.mkdir()
-        victim = victim_dir / "file.txt"
-        victim.write_text("host content\n")
+        victim_dir, victim = self.plant_victim(tmp_path)
         self.run(sandbox, f"ln -s {victim} target; ln -s {victim_dir} dir", tmp_path)
         source = tmp_path / "fresh.txt"
         source.write_text("fresh\n")

@@ -1,0 +1,1 @@
+"""Agents installed once per environment into a cache, mounted read-only into every sandbox."""

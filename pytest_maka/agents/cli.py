@@ -1,0 +1,86 @@
+"""``maka agents install|list|prune``: manage the agent install cache.
+
+maka agents list                       presets with their pinned versions, and what is installed
+maka agents install claude-code codex  install at the pinned versions (KIND@VERSION for another)
+maka agents install --all              every preset (what CI does, cached between runs)
+maka agents prune [--keep-pinned]      remove installs (all, or all but the pinned versions)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .cache import AgentCache, InstallError
+
+EXIT_USAGE = 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="maka agents", description="Manage the agent install cache.")
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="cache directory (default: $MAKA_AGENT_CACHE, then "
+        "/var/cache/pytest-maka/agents when writable, else ~/.cache/pytest-maka/agents)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser("list", help="presets, their pinned versions, and the installs in the cache")
+    install = commands.add_parser("install", help="install presets at their pinned (or given) versions")
+    install.add_argument("kinds", nargs="*", metavar="KIND[@VERSION]")
+    install.add_argument("--all", action="store_true", help="every preset at its pinned version")
+    prune = commands.add_parser("prune", help="remove installs from the cache")
+    prune.add_argument("--keep-pinned", action="store_true", help="keep the presets' pinned versions")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..subjects.presets import PRESETS
+
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    cache = AgentCache(Path(args.cache) if args.cache else None)
+    by_kind = {p.kind: p for p in PRESETS}
+    if args.command == "list":
+        for preset in PRESETS:
+            spec = preset.install_spec(None)
+            state = "installed" if cache.installed(spec) else "-"
+            print(f"{preset.kind:16} {preset.package + '@' + preset.version:40} {state:9} {cache.path(spec)}")
+        others = [
+            e
+            for e in cache.entries()
+            if Path(str(e["path"])).name not in {p.install_spec(None).dirname for p in PRESETS}
+        ]
+        for entry in others:
+            what = f"{entry['package']}@{entry['version']}"
+            print(f"{entry['agent']!s:16} {what:40} installed {entry['path']}")
+        return 0
+    if args.command == "prune":
+        keep = {p.install_spec(None).dirname for p in PRESETS} if args.keep_pinned else None
+        for path in cache.prune(keep):
+            print(f"removed {path}")
+        return 0
+    wanted = list(by_kind) if args.all else args.kinds
+    if not wanted:
+        print("maka agents install: name at least one preset, or --all", file=sys.stderr)
+        return EXIT_USAGE
+    failed = 0
+    for item in wanted:
+        kind, _, version = item.partition("@")
+        if kind not in by_kind:
+            print(
+                f"maka agents install: unknown preset {kind!r}; expected one of: {', '.join(by_kind)}", file=sys.stderr
+            )
+            return EXIT_USAGE
+        spec = by_kind[kind].install_spec(version or None)
+        started = time.monotonic()
+        try:
+            path = cache.ensure(spec)
+        except InstallError as e:
+            print(f"{kind}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{kind} {spec.version}: {path} ({time.monotonic() - started:.1f} s)")
+    return 1 if failed else 0

