@@ -28,6 +28,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import PurePosixPath
 from typing import Any
 
 import docker.errors
@@ -85,14 +86,24 @@ class Restorer:
     """One restore of one container against its image (``api``: a docker APIClient)."""
 
     def __init__(
-        self, api: Any, container: str, image: str, *, workdir: str, content: bool = False, engine: str = ""
+        self,
+        api: Any,
+        container: str,
+        image: str,
+        *,
+        workdir: str,
+        content: bool = False,
+        engine: str = "",
+        mount_points: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.content = content
         self.engine = engine
         self.container = container
         self.image = image
-        self.own = [workdir, LOGS_DIR, TESTS_DIR]
+        self.own = [workdir, LOGS_DIR, TESTS_DIR, *mount_points]
+        #: Directories the engine made to hold a mount (e.g. /opt/maka for /opt/maka/agent).
+        self.mount_parents = {p for m in mount_points for p in PurePosixPath(m).parents if str(p) != "/"}
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
@@ -116,6 +127,8 @@ class Restorer:
         for change in found:
             path = change["Path"]
             if path in ENGINE_OWNED or any(under(path, own) for own in self.own):
+                continue
+            if PurePosixPath(path) in self.mount_parents:  # its content is still compared, entry by entry
                 continue
             out.append((path, int(change["Kind"])))
         return out
