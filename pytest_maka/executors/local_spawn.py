@@ -23,7 +23,7 @@ class LocalProcess:
         hold: Callable[[int], None] | None = None,
     ) -> None:
         if hold is not None:  # a host sh waits for one line on stdin until hold(pid) has run (see run_process)
-            argv = ["/bin/sh", "-c", 'read _; exec "$@"', "maka-gate", *argv]
+            argv = ["/bin/sh", "-c", 'read _ && exec "$@"', "maka-gate", *argv]
         self._proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE,

@@ -158,8 +158,8 @@ def run_process(
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     gate: tuple[int, int] | None = os.pipe() if hold is not None else None
-    if gate is not None:  # the gate is the shim's stdin; the command gets /dev/null as before
-        argv = ["/bin/sh", "-c", 'read _; exec "$@" </dev/null', "maka-gate", *argv]
+    if gate is not None:  # the gate is the shim's stdin (EOF: the harness died, never start)
+        argv = ["/bin/sh", "-c", 'read _ && exec "$@" </dev/null', "maka-gate", *argv]
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = subprocess.Popen(
