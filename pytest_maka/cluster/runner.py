@@ -14,7 +14,6 @@ stop a running task; its result is dropped).
 from __future__ import annotations
 
 import asyncio
-import io
 import shutil
 import tarfile
 import time
@@ -28,6 +27,7 @@ from ..core.cell import Cell
 from ..core.records import Record, attempt_record
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
+from . import transfer
 from .remote import cancel_event, run_attempt_remote
 
 
@@ -36,13 +36,21 @@ class ClusterRunner(CellRunner):
 
     client: Any
     spec_path: Path
+    #: Bytes of an attempt's files a worker may send back (spec ``executor.cluster.max_transfer_bytes``).
+    max_transfer_bytes: int
+    #: The controller's invocation directory: a worker that has it configures pytest from there.
+    invocation_dir: Path | None
 
     @classmethod
-    def wrap(cls, runner: CellRunner, client: Any, spec_path: Path) -> ClusterRunner:
+    def wrap(
+        cls, runner: CellRunner, client: Any, spec_path: Path, max_transfer_bytes: int, invocation_dir: Path | None
+    ) -> ClusterRunner:
         made = cls.__new__(cls)
         made.__dict__.update(runner.__dict__)
         made.client = client
         made.spec_path = spec_path
+        made.max_transfer_bytes = max_transfer_bytes
+        made.invocation_dir = invocation_dir
         return made
 
     def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
@@ -56,6 +64,8 @@ class ClusterRunner(CellRunner):
                 cell.key,
                 number,
                 token,
+                self.max_transfer_bytes,
+                str(self.invocation_dir) if self.invocation_dir else None,
                 resources={"cells": 1},
                 pure=False,
                 key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
@@ -71,7 +81,7 @@ class ClusterRunner(CellRunner):
                 raise KeyboardInterrupt from None
             if "record" in outcome:
                 record = outcome["record"]
-                self._unpack(cell, number, outcome["artifacts"])
+                self._unpack(cell, number, outcome["artifacts"], record)
             else:
                 record = self._local(cell, number, started, Status.INFRA_FAILURE, outcome["error"])
                 record["worker"] = outcome.get("worker")
@@ -114,10 +124,16 @@ class ClusterRunner(CellRunner):
             error={"type": status.value, "message": message},
         )
 
-    def _unpack(self, cell: Cell, number: int, data: bytes) -> None:
+    def _unpack(self, cell: Cell, number: int, data: bytes, record: Record) -> None:
         """Place the worker's attempt directory where a local attempt would have written it."""
         target = self.attempt_dir(cell, number)
         shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(target, filter="data")
+        facts = record.setdefault("transfer", {})
+        try:
+            refused = transfer.unpack(data, target)
+        except (tarfile.TarError, OSError, EOFError) as exc:  # the record stands; its files did not arrive
+            facts["error"] = f"the attempt's files could not be unpacked: {type(exc).__name__}: {exc}"
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        if refused:
+            facts["refused"] = refused

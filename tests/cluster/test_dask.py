@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from ..conftest import Cohort, needs_bwrap
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep
+from .conftest import Cluster
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
 
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes]) -> None:
@@ -37,56 +28,12 @@ def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes
         time.sleep(0.05)
 
 
-@dataclass
-class Cluster:
-    address: str
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def workers(self) -> dict[str, str]:
-        """Worker name -> address, as the scheduler sees them."""
-        with distributed.Client(self.address, timeout=30) as client:
-            return {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
-
-
-def _dask(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    dask = Path(sys.executable).with_name("dask")
-    return subprocess.Popen([str(dask), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """``dask scheduler`` and two ``dask worker --resources cells=4`` processes, all on loopback."""
-    port = free_port()
-    c = Cluster(f"tcp://127.0.0.1:{port}")
-    c.procs["scheduler"] = _dask(
-        "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", log=tmp_path / "scheduler.log"
-    )
-    try:
-        for name in ("w1", "w2"):
-            c.procs[name] = _dask(
-                "worker", c.address, "--host", "127.0.0.1", "--name", name, "--nthreads", "4",
-                "--resources", "cells=4", "--no-nanny", "--no-dashboard", log=tmp_path / f"{name}.log",
-            )  # fmt: skip
-        with distributed.Client(c.address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-        yield c
-    finally:
-        for proc in c.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in c.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: Cohort, cluster: Cluster) -> None:
     for i in range(8):
         cohort.task(f"t{i}", solve="sleep 1; echo ok > /app/done.txt\n")
-    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
-    result = cohort.run_subprocess("--maka-cluster", cluster.address, timeout=600)
+    subjects = [{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}]
+    cohort.write(subjects=subjects, executor={"kind": "local", "cluster": cluster.address})  # the spec names it
+    result = cohort.run_subprocess(timeout=600)
     result.assert_outcomes(passed=8, failed=8)
     attempts = cohort.attempts()
     assert len(attempts) == 16, "each cell ran once"

@@ -1,0 +1,117 @@
+"""A real Dask cluster for the tests: ``dask scheduler`` and workers, separate processes on 127.0.0.1.
+
+One worker is started with ``maka worker`` (pytest-maka's command: cells resource, threads,
+preload), the other with the documented ``dask worker`` flags, so both ways in are used by
+every cluster test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+try:
+    import distributed
+except ImportError:  # the tests skip (each module imports it or skips)
+    distributed = None
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    address: str
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def workers(self) -> dict[str, str]:
+        """Worker name -> address, as the scheduler sees them."""
+        with distributed.Client(self.address, timeout=30) as client:
+            return {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _start(argv: Sequence[str], log: Path, cwd: Path | None, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        list(argv), stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd, env=env
+    )
+
+
+def worker_argv(name: str, address: str, cells: int, local_dir: Path | None) -> list[str]:
+    """w1 through ``maka worker``, the others through ``dask worker`` with the documented flags."""
+    if name == "w1":
+        argv = [str(BIN / "maka"), "worker", address, "--cells", str(cells), "--host", "127.0.0.1", "--name", name]
+        return argv + (["--local-directory", str(local_dir)] if local_dir else [])
+    argv = [str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--name", name, "--nthreads", str(cells)]
+    argv += ["--resources", f"cells={cells}", "--no-nanny", "--no-dashboard"]
+    return argv + (["--local-directory", str(local_dir)] if local_dir else [])
+
+
+StartCluster = Callable[..., Cluster]
+
+
+@pytest.fixture
+def start_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:
+    """Start a scheduler and workers; ``wrap`` prefixes each worker's command (e.g. a bwrap
+    that hides the controller's files), ``cwd``/``env``/``local_dir`` place the workers."""
+    if distributed is None:
+        pytest.skip("Dask is not installed: pip install 'pytest-maka[dask]'")
+    made: list[Cluster] = []
+
+    def start(
+        workers: Sequence[str] = ("w1", "w2"),
+        cells: int = 4,
+        wrap: Sequence[str] = (),
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        local_dir: Path | None = None,
+    ) -> Cluster:
+        logs = tmp_path_factory.mktemp("cluster-logs")
+        port = free_port()
+        c = Cluster(f"tcp://127.0.0.1:{port}", logs)
+        made.append(c)
+        scheduler = [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]
+        c.procs["scheduler"] = _start(scheduler, logs / "scheduler.log", None, None)
+        for name in workers:
+            argv = [*wrap, *worker_argv(name, c.address, cells, local_dir)]
+            c.procs[name] = _start(argv, logs / f"{name}.log", cwd, env)
+        with distributed.Client(c.address, timeout=60) as client:
+            client.wait_for_workers(len(workers), timeout=180)
+        return c
+
+    yield start
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(start_cluster: StartCluster) -> Cluster:
+    """``dask scheduler`` and two workers of four cells each, all on loopback."""
+    return start_cluster()
