@@ -14,7 +14,7 @@ from typing import Any
 
 from . import remote
 
-logger = logging.getLogger("pytest_maka.cluster")
+logger = logging.getLogger("distributed.pytest_maka")  # shown in the worker's log, as Dask's own lines are
 
 
 def dask_setup(worker: Any) -> None:
