@@ -22,14 +22,44 @@ import shutil
 import tempfile
 import threading
 from contextlib import suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from ..core import cancel
 from . import transfer
 
+#: The Dask event topic of remote phases (the controller's live view subscribes to it).
+PHASE_TOPIC = "maka-phase"
+
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}
+
+
+#: (the Dask worker, the attempt's token) while this thread runs an attempt the controller sent.
+_relay_to: ContextVar[tuple[Any, str] | None] = ContextVar("maka_relay_to", default=None)
+
+
+class _Relay:
+    """An AttemptObserver around the worker session's own: also sends each phase of the
+    attempt this thread runs to the controller, as a Dask event ``{token, phase, detail}``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def attempt_started(self, cell: Any, attempt: int) -> None:
+        self.inner.attempt_started(cell, attempt)
+
+    def phase(self, cell: Any, attempt: int, phase: str, detail: str | None) -> None:
+        self.inner.phase(cell, attempt, phase, detail)
+        target = _relay_to.get()
+        if target is not None:
+            worker, token = target
+            with suppress(Exception):  # a view's update must never cost the attempt
+                worker.log_event(PHASE_TOPIC, {"token": token, "phase": phase, "detail": detail})
+
+    def attempt_finished(self, cell: Any, record: dict[str, Any]) -> None:
+        self.inner.attempt_finished(cell, record)
 
 
 def _session(spec_path: str, invocation_dir: str | None) -> Any:
@@ -51,6 +81,7 @@ def _session(spec_path: str, invocation_dir: str | None) -> Any:
             config = _prepareconfig([*args, "-p", "no:cacheprovider", "-p", "no:faulthandler"])
             config._do_configure()
             maka = config.stash[MAKA_KEY]
+            maka.runner.observer = _Relay(maka.runner.observer)
             if not _sessions:
                 atexit.register(close_all)
             _sessions[spec_path] = (maka, out)
@@ -116,6 +147,7 @@ def run_attempt_remote(
     scratch = workspace_path(maka, cell)
     scope, done = cancel.Scope(), threading.Event()
     watcher = threading.Thread(target=_watch, args=(token, scope, done), name="maka-cancel-watch", daemon=True)
+    relaying = _relay_to.set((get_worker(), token))
     try:
         with scope:
             watcher.start()
@@ -127,6 +159,7 @@ def run_attempt_remote(
         return {"error": "cancelled by the controller"}
     finally:
         done.set()
+        _relay_to.reset(relaying)
         shutil.rmtree(attempt_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -7,11 +7,13 @@ every cluster test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +49,32 @@ class Cluster:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
     def stop(self) -> None:
+        """SIGTERM every process group, then wait until each group is empty (a wrapper such as
+        bwrap may end before the worker it runs has finished closing); SIGKILL after 60 s."""
         for proc in self.procs.values():
-            if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
         for proc in self.procs.values():
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            while _group_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies do not count: nobody may reap them)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def _start(argv: Sequence[str], log: Path, cwd: Path | None, env: dict[str, str] | None) -> subprocess.Popen[bytes]:

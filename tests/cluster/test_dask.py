@@ -33,8 +33,30 @@ def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: 
         cohort.task(f"t{i}", solve="sleep 1; echo ok > /app/done.txt\n")
     subjects = [{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}]
     cohort.write(subjects=subjects, executor={"kind": "local", "cluster": cluster.address})  # the spec names it
+    phases = cohort.root / "phases.txt"
+    cohort.pytester.makeconftest(
+        f"""
+        import threading
+
+        lock, where = threading.Lock(), {{}}
+
+        def pytest_configure(config):
+            where["side"] = "worker" if config.getoption("maka_cluster") == "off" else "controller"
+
+        def pytest_maka_phase(cell, phase, attempt):
+            with lock, open({str(phases)!r}, "a") as fh:
+                fh.write(f"{{where['side']}}\\t{{cell.id}}\\t{{attempt}}\\t{{phase}}\\n")
+        """
+    )
     result = cohort.run_subprocess(timeout=600)
     result.assert_outcomes(passed=8, failed=8)
+    seen = [tuple(line.split("\t")) for line in phases.read_text().splitlines()]
+    cells = set(cohort.status())
+    for side in ("controller", "worker"):  # the workers load the project's conftest.py too
+        for phase in ("queued on the cluster", "agent", "verify"):
+            if side == "worker" and phase == "queued on the cluster":
+                continue
+            assert {c for s, c, a, p in seen if s == side and p == phase} == cells, (side, phase)
     attempts = cohort.attempts()
     assert len(attempts) == 16, "each cell ran once"
     assert {a["worker"] for a in attempts} == set(cluster.workers().values()), "both workers ran cells"

@@ -1,0 +1,94 @@
+"""Cells on Dask workers with the Docker executor: a worker SIGKILLed mid-cell is recorded, replaced, swept.
+
+The workers run each attempt in a container of this host's engine (its image cache). When
+one is killed, its containers outlive it; the worker that finds the lost attempt removes
+them (they belong to a dead process), and the controller records the attempt as an infra
+failure naming the dead worker, outside the official denominator, then runs it again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Cohort
+from ..plugin.test_concurrency_signals import sleepers, unique_sleep
+from .conftest import StartCluster
+
+distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
+docker = pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'docker>=7.1,<8'")
+
+pytestmark = pytest.mark.docker
+IMAGE = "python:3.11-slim"
+TASK_LABEL = "io.pytest-maka.task"
+
+
+@pytest.fixture
+def docker_api() -> docker.APIClient:
+    try:
+        client = docker.APIClient(version="auto", timeout=30)
+        client.ping()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine answers ({type(exc).__name__}); run ../shared/ci/provision-docker.sh")
+    if not any(IMAGE in (i.get("RepoTags") or []) for i in client.images()):
+        pytest.skip(f"the engine has no {IMAGE} image; run ../shared/ci/provision-docker.sh")
+    yield client
+    client.close()
+
+
+def containers(api: docker.APIClient, task_ids: list[str]) -> list[str]:
+    found = api.containers(all=True, filters={"label": [TASK_LABEL]})
+    return [c["Id"][:12] for c in found if (c.get("Labels") or {}).get(TASK_LABEL) in task_ids]
+
+
+def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
+    cohort: Cohort, start_cluster: StartCluster, docker_api: docker.APIClient, tmp_path: Path
+) -> None:
+    cluster = start_cluster(cells=2)
+    token, run = unique_sleep(), uuid.uuid4().hex[:6]
+    task_ids = [f"dk-{run}-{i}" for i in range(4)]
+    for task_id in task_ids:
+        cohort.task(task_id, agent_timeout=6)
+    executor = {"kind": "docker", "state_dir": str(tmp_path / "state"), "slots_per_engine": 4}
+    cohort.write(
+        subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}],
+        executor={**executor, "cluster": cluster.address},
+        retries={"infra": 1, "backoff_sec": 0},
+    )
+    victim, victim_address = cluster.procs["w1"], cluster.workers()["w1"]
+    proc = cohort.pytester.popen(
+        [sys.executable, "-m", "pytest", *cohort.args("-p", "no:cacheprovider")], stdin=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while len(sleepers(token)) < 4:  # two containers on each worker, their subjects running
+            assert time.monotonic() < deadline and proc.poll() is None, "four subjects never ran at once"
+            time.sleep(0.1)
+        os.killpg(victim.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = out.decode()[-3000:] + err.decode()[-2000:]
+    results = cohort.results()
+    assert Counter(r["status"] for r in results.values()) == {"agent_incomplete": 4}, report
+    assert all(r["official"] for r in results.values()), "the lost attempts do not deflate the denominator"
+    attempts = cohort.attempts()
+    lost = [a for a in attempts if a["status"] == "infra_failure"]
+    assert len(lost) == 2, "the killed worker's two attempts are recorded, none dropped"
+    assert all(victim_address in a["error"]["message"] and a["official"] is False for a in lost)
+    finals = [a for a in attempts if a["status"] != "infra_failure"]
+    assert Counter(a["cell_id"] for a in finals) == Counter(list(results)), "exactly one final attempt per cell"
+    assert all(results[a["cell_id"]]["attempt_count"] == 2 for a in lost)
+    assert {a["worker"] for a in finals} >= {cluster.workers()["w2"]}
+    assert all(a["isolation"]["executor"] == "docker" for a in finals), "ran in containers"
+    assert not sleepers(token), "no subject survives its worker"
+    assert containers(docker_api, task_ids) == [], "the dead worker's containers were removed"
