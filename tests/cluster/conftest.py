@@ -49,20 +49,23 @@ class Cluster:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
     def stop(self) -> None:
-        """SIGTERM every process group, then wait until each group is empty (a wrapper such as
-        bwrap may end before the worker it runs has finished closing); SIGKILL after 60 s."""
-        for proc in self.procs.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(deadline - time.monotonic(), 0.1))
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        """SIGTERM the workers, then the scheduler (a worker closes cleanly while it answers),
+        waiting each time until the process group is empty: a wrapper such as bwrap may end
+        before the worker it runs has finished closing. SIGKILL what is left after 60 s."""
+        workers = [p for name, p in self.procs.items() if name != "scheduler"]
+        for group in (workers, [p for name, p in self.procs.items() if name == "scheduler"]):
+            for proc in group:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            for proc in group:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(deadline - time.monotonic(), 0.1))
+                while _group_alive(proc.pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def _group_alive(pgid: int) -> bool:

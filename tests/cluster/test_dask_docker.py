@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import Cohort
+from ..plugin.test_concurrency_docker import docker_api  # noqa: F401  (the fixture: skips without an engine)
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep
 from .conftest import StartCluster
 
@@ -27,21 +28,7 @@ distributed = pytest.importorskip("distributed", reason="Dask is not installed: 
 docker = pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'docker>=7.1,<8'")
 
 pytestmark = pytest.mark.docker
-IMAGE = "python:3.11-slim"
 TASK_LABEL = "io.pytest-maka.task"
-
-
-@pytest.fixture
-def docker_api() -> docker.APIClient:
-    try:
-        client = docker.APIClient(version="auto", timeout=30)
-        client.ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine answers ({type(exc).__name__}); run ../shared/ci/provision-docker.sh")
-    if not any(IMAGE in (i.get("RepoTags") or []) for i in client.images()):
-        pytest.skip(f"the engine has no {IMAGE} image; run ../shared/ci/provision-docker.sh")
-    yield client
-    client.close()
 
 
 def containers(api: docker.APIClient, task_ids: list[str]) -> list[str]:
@@ -50,8 +37,9 @@ def containers(api: docker.APIClient, task_ids: list[str]) -> list[str]:
 
 
 def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
-    cohort: Cohort, start_cluster: StartCluster, docker_api: docker.APIClient, tmp_path: Path
+    cohort: Cohort, start_cluster: StartCluster, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
+    api: docker.APIClient = request.getfixturevalue("docker_api")  # skips when no engine answers
     cluster = start_cluster(cells=2)
     token, run = unique_sleep(), uuid.uuid4().hex[:6]
     task_ids = [f"dk-{run}-{i}" for i in range(4)]
@@ -91,4 +79,4 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
     assert {a["worker"] for a in finals} >= {cluster.workers()["w2"]}
     assert all(a["isolation"]["executor"] == "docker" for a in finals), "ran in containers"
     assert not sleepers(token), "no subject survives its worker"
-    assert containers(docker_api, task_ids) == [], "the dead worker's containers were removed"
+    assert containers(api, task_ids) == [], "the dead worker's containers were removed"

@@ -67,6 +67,7 @@ def test_attempt_files_travel_back_and_past_the_cap_are_listed(
     left = [p for p in local_dir.rglob("attempt-*")]
     assert not left, f"a worker kept attempt files after sending them: {left}"
     cluster.stop()
-    assert not [p for p in local_dir.rglob("*") if p.is_file() and "maka-" in p.as_posix()], (
-        "the workers' cohort sessions are removed when they stop"
+    kept = [p for p in local_dir.rglob("*") if p.is_file() and "maka-" in p.as_posix()]
+    assert not kept, f"the workers' cohort sessions are removed when they stop: {kept}\n" + "\n".join(
+        cluster.log(name)[-2000:] for name in ("w1", "w2")
     )
