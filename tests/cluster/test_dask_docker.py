@@ -28,12 +28,12 @@ distributed = pytest.importorskip("distributed", reason="Dask is not installed: 
 docker = pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'docker>=7.1,<8'")
 
 pytestmark = pytest.mark.docker
-TASK_LABEL = "io.pytest-maka.task"
+OWNER_PID = "io.pytest-maka.owner-pid"
 
 
-def containers(api: docker.APIClient, task_ids: list[str]) -> list[str]:
-    found = api.containers(all=True, filters={"label": [TASK_LABEL]})
-    return [c["Id"][:12] for c in found if (c.get("Labels") or {}).get(TASK_LABEL) in task_ids]
+def started_on(agents: Path, pid: int) -> int:
+    """How many subjects the worker process ``pid`` has started (its conftest hook says so)."""
+    return agents.read_text().split().count(str(pid)) if agents.exists() else 0
 
 
 def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
@@ -44,7 +44,7 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
     token, run = unique_sleep(), uuid.uuid4().hex[:6]
     task_ids = [f"dk-{run}-{i}" for i in range(4)]
     for task_id in task_ids:
-        cohort.task(task_id, agent_timeout=6)
+        cohort.task(task_id, agent_timeout=20)
     executor = {"kind": "docker", "state_dir": str(tmp_path / "state"), "slots_per_engine": 4}
     cohort.write(
         subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}],
@@ -52,15 +52,42 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
         retries={"infra": 1, "backoff_sec": 0},
     )
     victim, victim_address = cluster.procs["w1"], cluster.workers()["w1"]
+    seen, agents = cohort.root / "victim-containers.txt", cohort.root / "agents.txt"
+    cohort.pytester.makeconftest(  # loaded by the controller and by each worker's session
+        f"""
+        import os
+
+        import docker
+
+        side = {{}}
+
+        def pytest_configure(config):
+            side["controller"] = config.getoption("maka_cluster") != "off"
+
+        def pytest_maka_phase(cell, phase):
+            if not side["controller"] and phase == "agent":  # on a worker: its subject starts
+                with open({str(agents)!r}, "a") as fh:
+                    fh.write(f"{{os.getpid()}}\\n")
+
+        def pytest_maka_attempt_finished(cell, record):
+            if side["controller"] and record["status"] == "infra_failure":  # the loss arrived
+                api = docker.APIClient(version="auto")
+                found = api.containers(all=True, filters={{"label": ["{OWNER_PID}={victim.pid}"]}})
+                with open({str(seen)!r}, "a") as fh:
+                    fh.write(f"{{len(found)}}\\n")
+        """
+    )
     proc = cohort.pytester.popen(
         [sys.executable, "-m", "pytest", *cohort.args("-p", "no:cacheprovider")], stdin=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 600
-        while len(sleepers(token)) < 4:  # two containers on each worker, their subjects running
-            assert time.monotonic() < deadline and proc.poll() is None, "four subjects never ran at once"
+        while started_on(agents, victim.pid) < 2:  # both of the victim's cells are in their agent phase
+            assert time.monotonic() < deadline and proc.poll() is None, "the victim never ran two subjects"
             time.sleep(0.1)
+        assert len(api.containers(filters={"label": [f"{OWNER_PID}={victim.pid}"]})) == 2, "its containers run"
         os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()  # reaped, as a worker's parent would: an unreaped zombie still looks like a live owner
         out, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
@@ -78,5 +105,6 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
     assert all(results[a["cell_id"]]["attempt_count"] == 2 for a in lost)
     assert {a["worker"] for a in finals} >= {cluster.workers()["w2"]}
     assert all(a["isolation"]["executor"] == "docker" for a in finals), "ran in containers"
+    assert seen.read_text().split() == ["0", "0"], "the dead worker's containers were gone when its loss arrived"
     assert not sleepers(token), "no subject survives its worker"
-    assert containers(api, task_ids) == [], "the dead worker's containers were removed"
+    assert api.containers(all=True, filters={"label": [f"{OWNER_PID}={victim.pid}"]}) == [], "none left"
