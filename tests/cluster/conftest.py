@@ -98,6 +98,37 @@ def worker_argv(name: str, address: str, cells: int, local_dir: Path | None) -> 
 
 StartCluster = Callable[..., Cluster]
 
+#: A conftest.py for a cluster cohort: each worker's session appends its pid to AGENTS when a
+#: subject starts (the workers load the project's conftest.py, the controller does too).
+AGENTS_CONFTEST = """
+import os
+
+side = {{}}
+
+def pytest_configure(config):
+    side["controller"] = config.getoption("maka_cluster") != "off"
+
+def pytest_maka_phase(cell, phase):
+    if not side["controller"] and phase == "agent":
+        with open({agents!r}, "a") as fh:
+            fh.write(f"{{os.getpid()}}\\n")
+"""
+
+
+def started_on(agents: Path, pid: int) -> int:
+    """How many subjects the worker process ``pid`` has started (as AGENTS_CONFTEST records)."""
+    return agents.read_text().split().count(str(pid)) if agents.exists() else 0
+
+
+def kill_once_started(proc: subprocess.Popen[bytes], victim: subprocess.Popen[bytes], agents: Path, n: int) -> None:
+    """SIGKILL ``victim`` (and reap it, as its parent would) once it runs ``n`` subjects."""
+    deadline = time.monotonic() + 600
+    while started_on(agents, victim.pid) < n:
+        assert time.monotonic() < deadline and proc.poll() is None, f"the worker never ran {n} subjects"
+        time.sleep(0.1)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()  # an unreaped zombie would still look like a live owner of its containers
+
 
 @pytest.fixture
 def start_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartCluster]:

@@ -13,7 +13,7 @@ import pytest
 
 from ..conftest import Cohort, needs_bwrap
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep
-from .conftest import Cluster
+from .conftest import AGENTS_CONFTEST, Cluster, kill_once_started
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
 
@@ -69,17 +69,18 @@ def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: 
 def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cluster: Cluster) -> None:
     token = unique_sleep()
     for i in range(8):
-        cohort.task(f"t{i}", agent_timeout=4)
+        cohort.task(f"t{i}", agent_timeout=20)
     cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}], retries={"infra": 1})
     victim = cluster.procs["w1"]
     victim_address = cluster.workers()["w1"]
+    agents = cohort.root / "agents.txt"
+    cohort.pytester.makeconftest(AGENTS_CONFTEST.format(agents=str(agents)))
     proc = cohort.pytester.popen(
         [sys.executable, "-m", "pytest", *cohort.args("--maka-cluster", cluster.address, "-p", "no:cacheprovider")],
         stdin=subprocess.DEVNULL,
     )
     try:
-        wait_for_subjects(token, 8, proc)  # four on each worker
-        os.killpg(victim.pid, signal.SIGKILL)
+        kill_once_started(proc, victim, agents, 4)  # the victim runs four cells
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:

@@ -8,11 +8,8 @@ failure naming the dead worker, outside the official denominator, then runs it a
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -22,18 +19,13 @@ import pytest
 from ..conftest import Cohort
 from ..plugin.test_concurrency_docker import docker_api  # noqa: F401  (the fixture: skips without an engine)
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep
-from .conftest import StartCluster
+from .conftest import AGENTS_CONFTEST, StartCluster, kill_once_started
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
 docker = pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'docker>=7.1,<8'")
 
 pytestmark = pytest.mark.docker
 OWNER_PID = "io.pytest-maka.owner-pid"
-
-
-def started_on(agents: Path, pid: int) -> int:
-    """How many subjects the worker process ``pid`` has started (its conftest hook says so)."""
-    return agents.read_text().split().count(str(pid)) if agents.exists() else 0
 
 
 def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
@@ -53,41 +45,24 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
     )
     victim, victim_address = cluster.procs["w1"], cluster.workers()["w1"]
     seen, agents = cohort.root / "victim-containers.txt", cohort.root / "agents.txt"
-    cohort.pytester.makeconftest(  # loaded by the controller and by each worker's session
-        f"""
-        import os
-
+    cohort.pytester.makeconftest(
+        AGENTS_CONFTEST.format(agents=str(agents))
+        + f"""
+def pytest_maka_attempt_finished(cell, record):
+    if side["controller"] and record["status"] == "infra_failure":  # the loss arrived: the victim's containers?
         import docker
 
-        side = {{}}
-
-        def pytest_configure(config):
-            side["controller"] = config.getoption("maka_cluster") != "off"
-
-        def pytest_maka_phase(cell, phase):
-            if not side["controller"] and phase == "agent":  # on a worker: its subject starts
-                with open({str(agents)!r}, "a") as fh:
-                    fh.write(f"{{os.getpid()}}\\n")
-
-        def pytest_maka_attempt_finished(cell, record):
-            if side["controller"] and record["status"] == "infra_failure":  # the loss arrived
-                api = docker.APIClient(version="auto")
-                found = api.containers(all=True, filters={{"label": ["{OWNER_PID}={victim.pid}"]}})
-                with open({str(seen)!r}, "a") as fh:
-                    fh.write(f"{{len(found)}}\\n")
-        """
+        api = docker.APIClient(version="auto")
+        found = api.containers(all=True, filters={{"label": ["{OWNER_PID}={victim.pid}"]}})
+        with open({str(seen)!r}, "a") as fh:
+            fh.write(f"{{len(found)}}\\n")
+"""
     )
     proc = cohort.pytester.popen(
         [sys.executable, "-m", "pytest", *cohort.args("-p", "no:cacheprovider")], stdin=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 600
-        while started_on(agents, victim.pid) < 2:  # both of the victim's cells are in their agent phase
-            assert time.monotonic() < deadline and proc.poll() is None, "the victim never ran two subjects"
-            time.sleep(0.1)
-        assert len(api.containers(filters={"label": [f"{OWNER_PID}={victim.pid}"]})) == 2, "its containers run"
-        os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait()  # reaped, as a worker's parent would: an unreaped zombie still looks like a live owner
+        kill_once_started(proc, victim, agents, 2)  # both of the victim's cells are in their agent phase
         out, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
