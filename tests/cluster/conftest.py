@@ -120,10 +120,29 @@ def started_on(agents: Path, pid: int) -> int:
     return agents.read_text().split().count(str(pid)) if agents.exists() else 0
 
 
-def kill_once_started(proc: subprocess.Popen[bytes], victim: subprocess.Popen[bytes], agents: Path, n: int) -> None:
-    """SIGKILL ``victim`` (and reap it, as its parent would) once it runs ``n`` subjects."""
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
+def kill_once_started(
+    proc: subprocess.Popen[bytes], victim: subprocess.Popen[bytes], agents: Path, n: int, sleeping: str | None = None
+) -> None:
+    """SIGKILL ``victim`` (and reap it, as its parent would) once it runs ``n`` subjects (with
+    ``sleeping``: once ``n`` processes ``sleep SLEEPING`` run below it, i.e. its sandboxes are up)."""
+    from ..plugin.test_concurrency_signals import sleepers
+
+    def below() -> int:
+        return sum(_descends_from(p, victim.pid) for p in sleepers(sleeping)) if sleeping else n
+
     deadline = time.monotonic() + 600
-    while started_on(agents, victim.pid) < n:
+    while started_on(agents, victim.pid) < n or below() < n:
         assert time.monotonic() < deadline and proc.poll() is None, f"the worker never ran {n} subjects"
         time.sleep(0.1)
     os.killpg(victim.pid, signal.SIGKILL)

@@ -80,7 +80,7 @@ def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cl
         stdin=subprocess.DEVNULL,
     )
     try:
-        kill_once_started(proc, victim, agents, 4)  # the victim runs four cells
+        kill_once_started(proc, victim, agents, 4, sleeping=token)  # the victim runs four subjects
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
