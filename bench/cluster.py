@@ -1,6 +1,6 @@
 """The same cohort on a local Dask cluster of two workers, against one process.
 
-Starts ``dask scheduler`` and two ``dask worker --resources cells=C --nthreads C`` on
+Starts ``dask scheduler`` and two ``maka worker --cells C`` (Dask workers) on
 127.0.0.1, runs CELLS cells whose subject sleeps SLEEP seconds with ``--maka-cluster``, then
 the same cohort in one process with ``--maka-concurrency 2C``, and prints wall time, the
 ideal (perfect overlap of 2C cells) and the controller's peak RSS for both. On one machine
@@ -41,9 +41,9 @@ def start_cluster(per_worker: int, logs: Path) -> tuple[str, list[subprocess.Pop
             stdout=(logs / "scheduler.log").open("wb"), stderr=subprocess.STDOUT,
         )
     ]  # fmt: skip
+    maka = str(Path(sys.executable).with_name("maka"))
     for name in ("w1", "w2"):
-        argv = [dask, "worker", address, "--host", "127.0.0.1", "--name", name, "--no-nanny", "--no-dashboard"]
-        argv += ["--nthreads", str(per_worker), "--resources", f"cells={per_worker}"]
+        argv = [maka, "worker", address, "--host", "127.0.0.1", "--name", name, "--cells", str(per_worker)]
         procs.append(subprocess.Popen(argv, stdout=(logs / f"{name}.log").open("wb"), stderr=subprocess.STDOUT))
     with Client(address, timeout=60) as client:
         client.wait_for_workers(2, timeout=120)

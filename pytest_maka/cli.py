@@ -3,6 +3,7 @@
     maka report DIR             rebuild results.jsonl, report.html and summary.md from DIR/attempts.jsonl
     maka compare DIR_A DIR_B    paired changes per subject and task between two runs of one cohort
     maka agents install|list|prune   the agent install cache
+    maka worker SCHEDULER       a Dask worker for --maka-cluster (cells resource, threads, preload)
 
 Each subcommand is one ``_cmd_*`` function registered in :func:`build_parser`.
 """
@@ -103,6 +104,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from .cluster.worker import WorkerUsageError, run
+
+    try:
+        return run(args)
+    except WorkerUsageError as e:
+        raise CliError(f"maka worker: {e}", EXIT_USAGE) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one ``add_parser`` block here."""
     parser = argparse.ArgumentParser(
@@ -134,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--label-b", help="name of run B in the output (default: DIR_B's name)")
     compare.set_defaults(func=_cmd_compare)
 
+    worker = commands.add_parser(
+        "worker",
+        help="start a Dask worker for --maka-cluster (cells resource, threads, pytest-maka's preload)",
+        description="Start `dask worker` joined to SCHEDULER with the settings pytest-maka needs: "
+        "--resources cells=N, at least N threads, pytest-maka's preload, no nanny, no dashboard unless asked. "
+        "Flags after -- go to dask worker unchanged.",
+    )
+    from .cluster.worker import add_arguments as worker_arguments
+
+    worker_arguments(worker)
+    worker.set_defaults(func=_cmd_worker)
+
     cleanup = commands.add_parser(
         "docker-cleanup",
         add_help=False,
@@ -156,7 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .agents.cli import main as agents_main
 
         return agents_main(argv[1:])
+    passed_on: list[str] = []
+    if argv[:1] == ["worker"] and "--" in argv:  # argparse mishandles "--" after a subcommand
+        passed_on, argv = argv[argv.index("--") + 1 :], argv[: argv.index("--")]
     args = build_parser().parse_args(argv)
+    if passed_on:
+        args.dask_args = passed_on
     try:
         return args.func(args)
     except CliError as e:

@@ -89,7 +89,8 @@ def pytest_maka_attempt_started(cell: Cell, attempt: int) -> None:
 def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) -> None:
     """The running attempt entered ``phase``: one of core.progress.PHASES ("setup",
     "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
-    "queued on the cluster" on a --maka-cluster controller); ``detail`` says more where
+    "queued on the cluster" on a --maka-cluster controller, which then also receives the
+    phases the Dask worker reports, on the Dask client's thread); ``detail`` says more where
     known (the current image build step)."""
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..core.spec import ClusterEntry, ExecutorEntry
+from ..core.spec import cluster_address as validate_address
 from ..fixtures import MAKA_KEY
 from ..scale.plugin import CONCURRENCY_KEY, add_option, concurrency
 
@@ -15,34 +18,59 @@ CLIENT_KEY = pytest.StashKey[Any]()
 CLUSTER_IN_FLIGHT = 256
 
 
-HELP = "run every attempt on this Dask scheduler (tcp://HOST:PORT); needs pytest-maka[dask]"
+HELP = (
+    "run every attempt on this Dask scheduler (tcp://HOST:PORT; needs pytest-maka[dask]); "
+    "'off' runs here even when the spec's executor.cluster names one"
+)
+OFF = "off"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_option(parser, "--maka-cluster", metavar="ADDRESS", help=HELP, ini_default="")
 
 
+def cluster_address(config: pytest.Config, spec_path: Path, entry: ExecutorEntry) -> tuple[str | None, str]:
+    """(the scheduler to use or None, where it was named): --maka-cluster, else the spec's
+    executor.cluster, else ini maka_cluster; ``off`` in the option or the ini runs here."""
+    option = config.getoption("maka_cluster", None)
+    if option is None and entry.cluster is not None:
+        return entry.cluster.address, f"{spec_path}: executor.cluster"  # validated with the spec
+    value, where = (option, "--maka-cluster") if option is not None else (config.getini("maka_cluster"), "")
+    where = where or f"{config.inipath or 'ini'}: maka_cluster"
+    if not value.strip() or value.strip() == OFF:
+        return None, where
+    try:
+        return validate_address(value), where
+    except ValueError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+
+
 def pytest_maka_configure(config: pytest.Config) -> None:
-    address = config.getoption("maka_cluster") or config.getini("maka_cluster")
-    if not address or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    maka = config.stash[MAKA_KEY]
+    loaded = maka.cohort.loaded
+    address, where = cluster_address(config, loaded.path, loaded.spec.executor)
+    if address is None:
         return
     if getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None):
-        raise pytest.UsageError("--maka-cluster: drop -n/--tx: the cluster's workers are the parallelism")
+        raise pytest.UsageError(f"{where}: drop -n/--tx: the cluster's workers are the parallelism")
     try:
         from distributed import Client
     except ImportError:
         raise pytest.UsageError(
-            "--maka-cluster needs Dask distributed, which is not installed: pip install 'pytest-maka[dask]'"
+            f"{where}: a cluster needs Dask distributed, which is not installed: pip install 'pytest-maka[dask]'"
         ) from None
     try:
         client = Client(address, timeout=10, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
-        raise pytest.UsageError(f"--maka-cluster: no Dask scheduler answers at {address} ({exc})") from None
+        raise pytest.UsageError(f"{where}: no Dask scheduler answers at {address} ({exc})") from None
     config.stash[CLIENT_KEY] = client
     from .runner import ClusterRunner
 
-    maka = config.stash[MAKA_KEY]
-    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, maka.cohort.loaded.path)
+    cluster = loaded.spec.executor.cluster
+    cap = cluster.max_transfer_bytes if cluster is not None else ClusterEntry.model_fields["max_transfer_bytes"].default
+    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, cap, config.invocation_params.dir)
     if config.getoption("maka_concurrency", None) is None:
         config.stash[CONCURRENCY_KEY] = max(concurrency(config), CLUSTER_IN_FLIGHT)
 

@@ -17,34 +17,86 @@ lost attempt as an infra failure naming the worker, then retries per the spec's 
 
 from __future__ import annotations
 
-import io
+import atexit
 import shutil
-import tarfile
 import tempfile
 import threading
+from contextlib import suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from ..core import cancel
+from . import transfer
+
+#: The Dask event topic of remote phases (the controller's live view subscribes to it).
+PHASE_TOPIC = "maka-phase"
 
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}
 
 
-def _session(spec_path: str) -> Any:
-    """A MakaSession for ``spec_path`` on this worker (made once, through pytest's config)."""
+#: (the Dask worker, the attempt's token) while this thread runs an attempt the controller sent.
+_relay_to: ContextVar[tuple[Any, str] | None] = ContextVar("maka_relay_to", default=None)
+
+
+class _Relay:
+    """An AttemptObserver around the worker session's own: also sends each phase of the
+    attempt this thread runs to the controller, as a Dask event ``{token, phase, detail}``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def attempt_started(self, cell: Any, attempt: int) -> None:
+        self.inner.attempt_started(cell, attempt)
+
+    def phase(self, cell: Any, attempt: int, phase: str, detail: str | None) -> None:
+        self.inner.phase(cell, attempt, phase, detail)
+        target = _relay_to.get()
+        if target is not None:
+            worker, token = target
+            with suppress(Exception):  # a view's update must never cost the attempt
+                worker.log_event(PHASE_TOPIC, {"token": token, "phase": phase, "detail": detail})
+
+    def attempt_finished(self, cell: Any, record: dict[str, Any]) -> None:
+        self.inner.attempt_finished(cell, record)
+
+
+def _session(spec_path: str, invocation_dir: str | None) -> Any:
+    """A MakaSession for ``spec_path`` on this worker (made once, through pytest's config).
+
+    Configured from the controller's invocation directory when this machine has it (so the
+    same ini file and conftest.py plugins apply), else from the spec's directory; its
+    private output directory lives in the Dask worker's local directory."""
     with _lock:
         if spec_path not in _sessions:
             from _pytest.config import _prepareconfig
+            from distributed import get_worker
 
             from ..fixtures import MAKA_KEY
 
-            out = tempfile.mkdtemp(prefix="maka-dask-")
-            args = [f"--maka-spec={spec_path}", f"--maka-out={out}", "-p", "no:cacheprovider", "-p", "no:faulthandler"]
-            config = _prepareconfig(args)
+            out = tempfile.mkdtemp(prefix="maka-", dir=get_worker().local_directory)
+            anchor = invocation_dir if invocation_dir and Path(invocation_dir).is_dir() else str(Path(spec_path).parent)
+            args = [anchor, f"--maka-spec={spec_path}", f"--maka-out={out}", "--maka-cluster=off"]
+            config = _prepareconfig([*args, "-p", "no:cacheprovider", "-p", "no:faulthandler"])
             config._do_configure()
-            _sessions[spec_path] = config.stash[MAKA_KEY]
-        return _sessions[spec_path]
+            maka = config.stash[MAKA_KEY]
+            maka.runner.observer = _Relay(maka.runner.observer)
+            if not _sessions:
+                atexit.register(close_all)
+            _sessions[spec_path] = (maka, out)
+        return _sessions[spec_path][0]
+
+
+def close_all() -> None:
+    """At the worker's exit: close every session (its executor sweeps what dead processes left)."""
+    with _lock:
+        for maka, out in _sessions.values():
+            try:
+                maka.close()
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+        _sessions.clear()
 
 
 def _claim(token: str, address: str) -> str | None:
@@ -62,14 +114,19 @@ def _claim(token: str, address: str) -> str | None:
     return None
 
 
-def _pack(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(directory, arcname=".")
-    return buffer.getvalue()
+def _sweep(maka: Any) -> None:
+    """Remove what the lost worker's leases left on this machine (if it ran here): a fresh
+    executor's prepare and close remove the leftovers of dead processes, on every executor."""
+    fresh = type(maka.executor)(maka.cohort.loaded.executor.options)
+    try:
+        fresh.prepare([])
+    finally:
+        fresh.close()
 
 
-def run_attempt_remote(spec_path: str, cell_key: str, number: int, token: str) -> dict[str, Any]:
+def run_attempt_remote(
+    spec_path: str, cell_key: str, number: int, token: str, cap: int, invocation_dir: str | None = None
+) -> dict[str, Any]:
     """Run attempt ``number`` of the cell ``cell_key`` here; the record and the artifacts."""
     from distributed import get_worker
 
@@ -78,8 +135,10 @@ def run_attempt_remote(spec_path: str, cell_key: str, number: int, token: str) -
     address = get_worker().address
     earlier = _claim(token, address)
     if earlier is not None:
+        with suppress(Exception):  # the loss is what matters: report it whatever the sweep met
+            _sweep(_session(spec_path, invocation_dir))
         return {"lost": earlier}
-    maka = _session(spec_path)
+    maka = _session(spec_path, invocation_dir)
     cell = next((c for c in maka.cohort.cells if c.key == cell_key), None)
     if cell is None:
         return {"error": f"the Dask worker {address} reads a different cohort at {spec_path}: no cell {cell_key}"}
@@ -88,16 +147,19 @@ def run_attempt_remote(spec_path: str, cell_key: str, number: int, token: str) -
     scratch = workspace_path(maka, cell)
     scope, done = cancel.Scope(), threading.Event()
     watcher = threading.Thread(target=_watch, args=(token, scope, done), name="maka-cancel-watch", daemon=True)
+    relaying = _relay_to.set((get_worker(), token))
     try:
         with scope:
             watcher.start()
             record = runner.run_attempt(cell, number, lease_function(maka), scratch)
         record["worker"] = address
-        return {"record": record, "artifacts": _pack(attempt_dir)}
+        data, record["transfer"] = transfer.pack(attempt_dir, cap)
+        return {"record": record, "artifacts": data}
     except KeyboardInterrupt:
         return {"error": "cancelled by the controller"}
     finally:
         done.set()
+        _relay_to.reset(relaying)
         shutil.rmtree(attempt_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 

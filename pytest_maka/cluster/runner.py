@@ -14,9 +14,9 @@ stop a running task; its result is dropped).
 from __future__ import annotations
 
 import asyncio
-import io
 import shutil
 import tarfile
+import threading
 import time
 import uuid
 from contextlib import suppress
@@ -28,7 +28,8 @@ from ..core.cell import Cell
 from ..core.records import Record, attempt_record
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
-from .remote import cancel_event, run_attempt_remote
+from . import transfer
+from .remote import PHASE_TOPIC, cancel_event, run_attempt_remote
 
 
 class ClusterRunner(CellRunner):
@@ -36,26 +37,51 @@ class ClusterRunner(CellRunner):
 
     client: Any
     spec_path: Path
+    #: Bytes of an attempt's files a worker may send back (spec ``executor.cluster.max_transfer_bytes``).
+    max_transfer_bytes: int
+    #: The controller's invocation directory: a worker that has it configures pytest from there.
+    invocation_dir: Path | None
+    #: Attempts waiting on the cluster, by token: where the phases the workers report go.
+    _in_flight: dict[str, tuple[Cell, int]]
+    _relay_lock: threading.Lock
 
     @classmethod
-    def wrap(cls, runner: CellRunner, client: Any, spec_path: Path) -> ClusterRunner:
+    def wrap(
+        cls, runner: CellRunner, client: Any, spec_path: Path, max_transfer_bytes: int, invocation_dir: Path | None
+    ) -> ClusterRunner:
         made = cls.__new__(cls)
         made.__dict__.update(runner.__dict__)
         made.client = client
         made.spec_path = spec_path
+        made.max_transfer_bytes = max_transfer_bytes
+        made.invocation_dir = invocation_dir
+        made._in_flight, made._relay_lock = {}, threading.Lock()
+        client.subscribe_topic(PHASE_TOPIC, made._on_phase)
         return made
+
+    def _on_phase(self, event: tuple[float, dict[str, Any]]) -> None:
+        """A phase a worker reports (on the client's thread): to this process's observer."""
+        _, msg = event
+        with self._relay_lock:
+            running = self._in_flight.get(msg.get("token")) if isinstance(msg, dict) else None
+            if running is not None and self.observer is not None:
+                self.observer.phase(*running, str(msg.get("phase")), msg.get("detail"))
 
     def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
         with progress.attempt_scope(self.observer, cell, number):
             progress.phase("queued on the cluster")
             started = time.time()
             token = uuid.uuid4().hex
+            with self._relay_lock:
+                self._in_flight[token] = (cell, number)
             future = self.client.submit(
                 run_attempt_remote,
                 str(self.spec_path),
                 cell.key,
                 number,
                 token,
+                self.max_transfer_bytes,
+                str(self.invocation_dir) if self.invocation_dir else None,
                 resources={"cells": 1},
                 pure=False,
                 key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
@@ -64,20 +90,27 @@ class ClusterRunner(CellRunner):
                 with cancel.on_cancel(lambda: self._stop(future, token)):
                     outcome = self._outcome(future)
             except (KeyboardInterrupt, asyncio.CancelledError):
+                self._done(token)
                 self._stop(future, token)
                 record = self._local(cell, number, started, Status.AGENT_ABORTED, "cancelled by the user or the system")
                 self.ledger.append(record)
                 progress.attempt_finished(record)
                 raise KeyboardInterrupt from None
+            self._done(token)
             if "record" in outcome:
                 record = outcome["record"]
-                self._unpack(cell, number, outcome["artifacts"])
+                self._unpack(cell, number, outcome["artifacts"], record)
             else:
                 record = self._local(cell, number, started, Status.INFRA_FAILURE, outcome["error"])
                 record["worker"] = outcome.get("worker")
             self.ledger.append(record)
             progress.attempt_finished(record)
             return record
+
+    def _done(self, token: str) -> None:
+        """No more phases of this attempt reach the observer (its record comes next)."""
+        with self._relay_lock:
+            self._in_flight.pop(token, None)
 
     def _stop(self, future: Any, token: str) -> None:
         """Drop the task if it is still queued; stop it where it runs if it has started."""
@@ -114,10 +147,16 @@ class ClusterRunner(CellRunner):
             error={"type": status.value, "message": message},
         )
 
-    def _unpack(self, cell: Cell, number: int, data: bytes) -> None:
+    def _unpack(self, cell: Cell, number: int, data: bytes, record: Record) -> None:
         """Place the worker's attempt directory where a local attempt would have written it."""
         target = self.attempt_dir(cell, number)
         shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(target, filter="data")
+        facts = record.setdefault("transfer", {})
+        try:
+            refused = transfer.unpack(data, target)
+        except (tarfile.TarError, OSError, EOFError) as exc:  # the record stands; its files did not arrive
+            facts["error"] = f"the attempt's files could not be unpacked: {type(exc).__name__}: {exc}"
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        if refused:
+            facts["refused"] = refused

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from .cell import Cell
 
 #: Phase names the kernel reports, in lifecycle order ("building image" comes from the Docker
-#: executor; "queued on the cluster" is all the controller sees of an attempt a Dask worker runs).
+#: executor; "queued on the cluster" is what the controller shows of an attempt no Dask worker has started).
 PHASES = (
     "queued on the cluster",
     "setup",

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -88,12 +89,50 @@ class SubjectEntry(BaseModel):
     egress: list[HostEntry] = Field(default_factory=list)
 
 
+#: Schemes of a Dask scheduler address (``distributed``'s comm backends).
+CLUSTER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+def cluster_address(value: str) -> str:
+    """A Dask scheduler address ``SCHEME://HOST:PORT``, validated (a ValueError says what is wrong)."""
+    expected = f"expected a Dask scheduler address such as tcp://HOST:8786 (schemes: {', '.join(CLUSTER_SCHEMES)})"
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{expected} (got {value!r})") from None
+    if parts.scheme not in CLUSTER_SCHEMES or not parts.hostname or port is None or port == 0:
+        raise ValueError(f"{expected} (got {value!r})")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{expected}, nothing after the port (got {value!r})")
+    return value.strip()
+
+
+class ClusterEntry(StrictModel):
+    """``executor.cluster``: the Dask cluster that runs every attempt (``--maka-cluster`` wins)."""
+
+    address: Annotated[str, AfterValidator(cluster_address)]
+    #: Bytes of an attempt's files a worker sends back to the controller (the rest is dropped, listed).
+    max_transfer_bytes: int = Field(default=1024**3, ge=1024)
+
+
 class ExecutorEntry(BaseModel):
-    """``executor:``; the keys beyond kind are validated by the executor kind."""
+    """``executor:``; the keys beyond kind (and cluster) are validated by the executor kind."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     kind: str = "local"
+    #: ``tcp://HOST:PORT`` or ``{address: ..., max_transfer_bytes: ...}``: run the cells on a Dask cluster.
+    cluster: ClusterEntry | None = None
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _address_alone(cls, v: Any) -> Any:
+        if v is None or isinstance(v, dict):
+            return v
+        if isinstance(v, str):
+            return {"address": cluster_address(v)}
+        raise ValueError("expected a Dask scheduler address (tcp://HOST:PORT) or a mapping with keys address, ...")
 
 
 class Retries(StrictModel):
@@ -286,5 +325,5 @@ def _resolve_executor(entry: ExecutorEntry, kinds: dict[str, type[BaseModel]], f
     try:
         options = model.model_validate(dict(entry.model_extra or {}), context={"base_dir": file.parent})
     except ValidationError as e:
-        raise _first_error(e, file, prefix="executor", model=model) from None
+        raise _first_error(e, file, prefix="executor", model=model, also=("cluster", "kind")) from None
     return ExecutorSpec(kind=entry.kind, options=options)

@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from ..conftest import Cohort, needs_bwrap
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep
+from .conftest import AGENTS_CONFTEST, Cluster, kill_once_started
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'pytest-maka[dask]'")
 
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes]) -> None:
@@ -37,57 +28,35 @@ def wait_for_subjects(token: str, count: int, controller: subprocess.Popen[bytes
         time.sleep(0.05)
 
 
-@dataclass
-class Cluster:
-    address: str
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def workers(self) -> dict[str, str]:
-        """Worker name -> address, as the scheduler sees them."""
-        with distributed.Client(self.address, timeout=30) as client:
-            return {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
-
-
-def _dask(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    dask = Path(sys.executable).with_name("dask")
-    return subprocess.Popen([str(dask), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """``dask scheduler`` and two ``dask worker --resources cells=4`` processes, all on loopback."""
-    port = free_port()
-    c = Cluster(f"tcp://127.0.0.1:{port}")
-    c.procs["scheduler"] = _dask(
-        "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", log=tmp_path / "scheduler.log"
-    )
-    try:
-        for name in ("w1", "w2"):
-            c.procs[name] = _dask(
-                "worker", c.address, "--host", "127.0.0.1", "--name", name, "--nthreads", "4",
-                "--resources", "cells=4", "--no-nanny", "--no-dashboard", log=tmp_path / f"{name}.log",
-            )  # fmt: skip
-        with distributed.Client(c.address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-        yield c
-    finally:
-        for proc in c.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in c.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: Cohort, cluster: Cluster) -> None:
     for i in range(8):
         cohort.task(f"t{i}", solve="sleep 1; echo ok > /app/done.txt\n")
-    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
-    result = cohort.run_subprocess("--maka-cluster", cluster.address, timeout=600)
+    subjects = [{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}]
+    cohort.write(subjects=subjects, executor={"kind": "local", "cluster": cluster.address})  # the spec names it
+    phases = cohort.root / "phases.txt"
+    cohort.pytester.makeconftest(
+        f"""
+        import threading
+
+        lock, where = threading.Lock(), {{}}
+
+        def pytest_configure(config):
+            where["side"] = "worker" if config.getoption("maka_cluster") == "off" else "controller"
+
+        def pytest_maka_phase(cell, phase, attempt):
+            with lock, open({str(phases)!r}, "a") as fh:
+                fh.write(f"{{where['side']}}\\t{{cell.id}}\\t{{attempt}}\\t{{phase}}\\n")
+        """
+    )
+    result = cohort.run_subprocess(timeout=600)
     result.assert_outcomes(passed=8, failed=8)
+    seen = [tuple(line.split("\t")) for line in phases.read_text().splitlines()]
+    cells = set(cohort.status())
+    for side in ("controller", "worker"):  # the workers load the project's conftest.py too
+        for phase in ("queued on the cluster", "agent", "verify"):
+            if side == "worker" and phase == "queued on the cluster":
+                continue
+            assert {c for s, c, a, p in seen if s == side and p == phase} == cells, (side, phase)
     attempts = cohort.attempts()
     assert len(attempts) == 16, "each cell ran once"
     assert {a["worker"] for a in attempts} == set(cluster.workers().values()), "both workers ran cells"
@@ -100,17 +69,18 @@ def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: 
 def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cluster: Cluster) -> None:
     token = unique_sleep()
     for i in range(8):
-        cohort.task(f"t{i}", agent_timeout=4)
+        cohort.task(f"t{i}", agent_timeout=20)
     cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}], retries={"infra": 1})
     victim = cluster.procs["w1"]
     victim_address = cluster.workers()["w1"]
+    agents = cohort.root / "agents.txt"
+    cohort.pytester.makeconftest(AGENTS_CONFTEST.format(agents=str(agents)))
     proc = cohort.pytester.popen(
         [sys.executable, "-m", "pytest", *cohort.args("--maka-cluster", cluster.address, "-p", "no:cacheprovider")],
         stdin=subprocess.DEVNULL,
     )
     try:
-        wait_for_subjects(token, 8, proc)  # four on each worker
-        os.killpg(victim.pid, signal.SIGKILL)
+        kill_once_started(proc, victim, agents, 4, sleeping=token)  # the victim runs four subjects
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
