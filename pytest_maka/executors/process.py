@@ -210,6 +210,7 @@ def _open_gate(proc: subprocess.Popen[bytes], gate: int, hold: Callable[[int], N
     """Run ``hold(pid)`` while the process waits; kill it (never let it go) if that fails."""
     try:
         hold(proc.pid)
+        os.write(gate, b"\n")  # the line opens the gate; EOF alone (the harness died) never does
     except BaseException:
         proc.kill()
         proc.wait()
