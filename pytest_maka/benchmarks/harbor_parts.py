@@ -29,7 +29,8 @@ from .harbor_toml import (
     storage_mb,
 )
 
-COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
+#: Harbor reads only this name (a docker-compose.yml in environment/ is task material, not its definition).
+COMPOSE_NAMES = ("docker-compose.yaml",)
 
 
 def compose_file(directory: Path) -> Path | None:
