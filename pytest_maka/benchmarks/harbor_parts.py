@@ -43,11 +43,10 @@ def healthcheck(section: HealthcheckSection | None) -> Healthcheck | None:
     return Healthcheck(**section.model_dump())
 
 
-def artifacts(entries: list[str | ArtifactSection], workdir: str) -> tuple[Artifact, ...]:
+def artifacts(entries: list[ArtifactSection], workdir: str) -> tuple[Artifact, ...]:
     """Each entry with an absolute source (a relative one lies under the workdir)."""
     out = []
-    for entry in entries:
-        section = ArtifactSection(source=entry) if isinstance(entry, str) else entry
+    for section in entries:
         source = section.source if section.source.startswith("/") else posixpath.join(workdir, section.source)
         out.append(
             Artifact(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import TaskError
 from ..core.task import (
@@ -146,7 +146,12 @@ class ArtifactSection(StrictSection):
         return _service(value)
 
 
-Artifacts = list[Text | ArtifactSection]
+def _artifact_entry(value: Any) -> Any:
+    """A path string is short for ``{source = path}``."""
+    return {"source": value} if isinstance(value, str) else value
+
+
+Artifacts = list[Annotated[ArtifactSection, BeforeValidator(_artifact_entry)]]
 
 
 class EnvironmentSection(StrictSection):
