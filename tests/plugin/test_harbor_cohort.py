@@ -112,3 +112,12 @@ def test_a_verifier_starved_of_the_network_it_declared_is_a_verifier_failure(coh
     assert starved["verifier"]["reward_written"] == 0.0
     declared_offline = cohort.results()["offline[oracle-r0]"]
     assert declared_offline["status"] == "agent_failure", "the task said its verifier needs no network"
+
+
+def test_oracle_gets_the_solution_env(cohort: Cohort) -> None:
+    test = "mkdir -p /logs/verifier\n"
+    test += 'if [ "$(cat /app/done.txt)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    solve = 'echo "$GREETING" > /app/done.txt\n'
+    cohort.task("env", solve=solve, test=test, extra_toml='[solution]\nenv = {GREETING = "hello"}\n')
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(passed=1)
