@@ -96,6 +96,11 @@ def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("exit_code", "timed_out", "duration_s", "output_truncated"):
         if agent.get(key) is not None:
             out[f"subject_{key}"] = agent[key]
+    package = (record.get("task_metadata") or {}).get("task")
+    if isinstance(package, Mapping) and package.get("name"):  # Harbor's [task] section
+        version = f" {package['version']}" if package.get("version") else ""
+        described = f": {package['description']}" if package.get("description") else ""
+        out["task_package"] = cap(f"{package['name']}{version}{described}", 300)
     return out
 
 
