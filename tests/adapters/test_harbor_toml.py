@@ -344,3 +344,29 @@ def test_an_invalid_task_is_one_placeholder_the_rest_load(tmp_path: Path) -> Non
     bad = tasks["typo"]
     assert bad.invalid is not None and bad.invalid.startswith(f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_secs")
     assert bad.unsupported == f"invalid task: {bad.invalid}"
+
+
+@pytest.mark.parametrize("source", ["/tests/test.sh", "/logs/verifier/reward.txt", "/", "/solution"])
+def test_an_artifact_cannot_carry_the_verifiers_own_paths(tmp_path: Path, source: str) -> None:
+    """A separate verifier gets the artifacts at their paths: /tests or a reward file would be planted."""
+    root = task_dir(tmp_path, f'artifacts = ["{source}"]\n')
+    with pytest.raises(TaskError, match=r"artifacts\[0\]\.source: an artifact cannot be /"):
+        harbor.load_task(root)
+
+
+def test_a_step_that_links_out_of_the_task_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "tests").mkdir(parents=True)
+    (outside / "instruction.md").write_text("read me")
+    (outside / "tests" / "secret.txt").write_text("host secret")
+    root = task_dir(tmp_path, '[[steps]]\nname = "one"\n')
+    (root / "steps").mkdir()
+    (root / "steps" / "one").symlink_to(outside)
+    with pytest.raises(TaskError, match="must stay inside the task directory"):
+        harbor.load_task(root)
+    (root / "steps" / "one").unlink()
+    (root / "steps" / "one").mkdir()
+    (root / "steps" / "one" / "instruction.md").write_text("step")
+    (root / "steps" / "one" / "tests").symlink_to(outside / "tests")
+    with pytest.raises(TaskError, match="must stay inside the task directory"):
+        harbor.load_task(root)
