@@ -119,9 +119,15 @@ def test_oracle_gets_the_solution_env(cohort: Cohort) -> None:
     test += 'if [ "$(cat /app/done.txt)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
     solve = 'echo "$GREETING" > /app/done.txt\n'
     package = '[task]\nname = "maka/env"\nversion = "1.2"\ndescription = "greets from the solution env"\n'
-    cohort.task("env", solve=solve, test=test, extra_toml=package + '[solution]\nenv = {GREETING = "hello"}\n')
+    mcp = '[[environment.mcp_servers]]\nname = "files"\ntransport = "stdio"\ncommand = "mcp-files"\n'
+    extra = package + '[solution]\nenv = {GREETING = "hello"}\n' + mcp
+    cohort.task("env", solve=solve, test=test, extra_toml=extra)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     cohort.run().assert_outcomes(passed=1)
     record = cohort.results()["env[oracle-r0]"]
     assert record["task_metadata"]["task"]["name"] == "maka/env"
+    assert record["task_declares"] == {
+        "schema_version": "1.0",
+        "mcp_servers": [{"name": "files", "transport": "stdio"}],
+    }
     assert "1.2: greets from the solution env" in (cohort.out / "report.html").read_text(), "the report shows [task]"
