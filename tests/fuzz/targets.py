@@ -47,6 +47,7 @@ env = { A = "1" }
 workdir = "/app"
 cpus = 1
 memory_mb = 512
+network_mode = "allowlist"
 allowed_hosts = ["example.org"]
 """
 TASK_YAML = b"""instruction: |

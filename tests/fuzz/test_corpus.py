@@ -40,7 +40,9 @@ def test_corpus_case_is_one_line_from_pytest(case: Path, pytester: pytest.Pytest
     if target.spec is not None:
         spec.write_bytes(target.spec)
     assert spec.is_file(), written
-    result = pytester.runpytest(f"--maka-spec={spec}", f"--maka-out={root / 'out'}", "--collect-only", "-q")
+    # --maka-strict: an invalid task dir is a usage error (by default it is skipped with its one line)
+    args = (f"--maka-spec={spec}", f"--maka-out={root / 'out'}", "--collect-only", "-q", "--maka-strict")
+    result = pytester.runpytest(*args)
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
