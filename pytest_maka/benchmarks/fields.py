@@ -24,6 +24,12 @@ def _seconds(value: Any) -> Any:
     return _number(value, 0, MAX_TIMEOUT_SEC, "a number")
 
 
+def _wait(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError("expected a number of at least 0")
+    return _number(value, -1, MAX_TIMEOUT_SEC, "a number")
+
+
 def _cpus(value: Any) -> Any:
     return _number(value, 0, MAX_CPUS, "a number")
 
@@ -40,6 +46,8 @@ def _text(value: Any) -> Any:
 
 #: Seconds: a finite number (the loaders refuse NaN and infinities) above 0, at most 30 days.
 Seconds = Annotated[float, BeforeValidator(_seconds)]
+#: A grace period in seconds: 0 or more, at most 30 days.
+WaitSeconds = Annotated[float, BeforeValidator(_wait)]
 #: CPUs: above 0, at most MAX_CPUS.
 Cpus = Annotated[float, BeforeValidator(_cpus)]
 #: Megabytes: above 0 (a float is rounded down), at most MAX_MEGABYTES.
@@ -56,9 +64,30 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class StrictSection(Section):
+    """A section whose keys are all known: an unknown key is a typo worth an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
 def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") -> Any:
     """``model.model_validate(data)``, a TaskError naming the file and key on failure."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise first_error(e, file, prefix=prefix, model=model, error=TaskError) from None
+
+
+def source_options(model: type[BaseModel], raw: dict[str, Any], spec_path: Path, fmt: str) -> Any:
+    """A ``tasks:`` entry's adapter options validated by ``model``; errors name ``tasks[].KEY``."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        if err["type"] == "extra_forbidden":
+            key = ".".join(str(p) for p in err["loc"])
+            expected = ", ".join(["path", "format", "include", "exclude", "limit", *model.model_fields])
+            raise TaskError(
+                spec_path, f"tasks[].{key}", f"unknown key for the {fmt} format; expected: {expected}"
+            ) from None
+        raise first_error(e, spec_path, prefix="tasks[]", error=TaskError) from None

@@ -19,9 +19,9 @@ def pytest_maka_task_formats() -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
-    if not detect.claims_directory_source(harbor.FORMAT, source, path, spec_path):
+    if not detect.claims_directory_source(harbor.FORMAT, source, path, spec_path, takes_options=True):
         return None
-    return harbor.discover(path)
+    return harbor.discover(path, harbor.parse_options(source.adapter_options, spec_path))
 
 
 def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
