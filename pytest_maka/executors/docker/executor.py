@@ -25,6 +25,7 @@ from .engines import Engine, make_engines
 from .images import ImageStore
 from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
+from .processes import KEEP_ALIVE
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
 
@@ -34,6 +35,8 @@ class DockerExecutor:
 
     kind: ClassVar[str] = "docker"
     Options: ClassVar[type[BaseModel]] = DockerOptions
+    #: Task features (``Task.features``) this executor runs.
+    features: ClassVar[frozenset[str]] = frozenset({"users", "healthcheck"})
 
     def __init__(self, options: DockerOptions | None = None) -> None:
         self.options = options or DockerOptions()
@@ -44,6 +47,7 @@ class DockerExecutor:
         self._swept: set[str] = set()
         self._orphans: list[tuple[Engine, str]] = []  # containers left while their engine was away
         self._ncpu: dict[str, float] = {}
+        self._configs: dict[tuple[str, str], dict[str, Any]] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
 
@@ -150,10 +154,12 @@ class DockerExecutor:
                     info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
                     protected_check=self.options.protected_check,
+                    image_config=self._image_config(engine, image_id),
                 )
                 sandbox.egress = egress
                 if spare is None:
                     sandbox.start()
+                    check_started(sandbox)
                 else:
                     sandbox.adopt(spare.keepers, name=_container_name(request))
                 if self.options.prestart:
@@ -211,13 +217,23 @@ class DockerExecutor:
             kill_grace_sec=0,
             info=info,
             baseline=lambda: None,
+            image_config=self._image_config(engine, key.image_id),
         )
         try:
             sandbox.start()
+            check_started(sandbox)
         except BaseException:
             self._dispose(engine, cid, keep=False)
             raise
         return Spare(cid, info, sandbox.keepers)
+
+    def _image_config(self, engine: Engine, image_id: str) -> dict[str, Any]:
+        """The image's ``Config`` (ENV, ENTRYPOINT, USER), read once per image."""
+        key = (engine.key, image_id)
+        if key not in self._configs:
+            with engine.guard("inspecting the image"):
+                self._configs[key] = engine.api.inspect_image(image_id).get("Config") or {}
+        return self._configs[key]
 
     def _engine(self, engine_key: str) -> Engine:
         return next(e for e in self.engines if e.key == engine_key)
@@ -248,8 +264,7 @@ class DockerExecutor:
             labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
             cid = api.create_container(
                 key.image_id,
-                entrypoint=["sleep"],
-                command=["infinity"],
+                command=KEEP_ALIVE,  # the image's ENTRYPOINT runs it, as in Harbor
                 labels=labels,
                 host_config=host_config,
                 working_dir=key.workdir,
@@ -313,6 +328,22 @@ class DockerExecutor:
         except Exception:
             return False  # engine gone: the next holder of this slot removes it
         return True
+
+
+def check_started(sandbox: DockerSandbox) -> None:
+    """InfraError when the container did not come up: its ENTRYPOINT exited (named, with its output)."""
+    if len(sandbox.keepers.host) >= 2:
+        return
+    api = sandbox.api
+    with sandbox.engine.guard("reading why the container stopped"):
+        state = api.inspect_container(sandbox.id).get("State") or {}
+        logs = api.logs(sandbox.id, tail=5).decode("utf-8", "replace").strip()
+    entry = sandbox.entrypoint() or ["(none)"]
+    last = " | ".join(line for line in logs.splitlines()[-3:] if line.strip()) or "no output"
+    raise InfraError(
+        f"the container did not start: the image's ENTRYPOINT {entry} with the keep-alive {KEEP_ALIVE} "
+        f"exited (code {state.get('ExitCode')}): {last}"
+    )
 
 
 class EnvKey(NamedTuple):

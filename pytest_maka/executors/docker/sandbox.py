@@ -21,6 +21,7 @@ from .archive import Batch, extract_archive
 from .egress import DockerEgress
 from .engines import Engine
 from .execs import Capture
+from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import GO_MODE_DIR, PROTECTED_ROOTS, Restorer, find_rm, stat_path
 from .spawn import DockerProcess, read_via_archive
@@ -35,7 +36,7 @@ def _check_path(path: str) -> str:
     return str(p)
 
 
-class DockerSandbox(ContainerProcesses):
+class DockerSandbox(ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
 
     def __init__(
@@ -49,6 +50,7 @@ class DockerSandbox(ContainerProcesses):
         baseline: Callable[[], Path | None],
         info: dict[str, Any],
         protected_check: str = "changes",
+        image_config: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.id = container_id
@@ -59,6 +61,8 @@ class DockerSandbox(ContainerProcesses):
         self._info = info
         self._content_check = protected_check == "content"
         self._keepers: set[str] = set()
+        self._inner: tuple[str, ...] = ()
+        self._image_config = image_config or {}
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
         self._batch = Batch()  # puts waiting to be sent as one archive
         self._dirty = False  # an exec ran: the subject may have planted links
@@ -125,7 +129,13 @@ class DockerSandbox(ContainerProcesses):
         for attempt in (1, 2):
             try:
                 eid = self.api.exec_create(
-                    self.id, argv, environment=environment, workdir=cwd or self.workdir, stdout=True, stderr=True
+                    self.id,
+                    argv,
+                    environment=environment,
+                    workdir=cwd or self.workdir,
+                    stdout=True,
+                    stderr=True,
+                    user=self._user or "",
                 )["Id"]
                 break
             except docker.errors.APIError as exc:
