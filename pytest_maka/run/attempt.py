@@ -87,6 +87,8 @@ class AttemptWork:
     egress: EgressLog | None = None
     budget_info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: False when an infra error says another attempt would fail the same way.
+    retryable: bool = True
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():

@@ -96,12 +96,17 @@ WORKDIR /app
 
 #: The image's ENV and its ENTRYPOINT's service, seen by both the agent and the verifier.
 FETCH = "FETCH=\"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/index.txt').read().decode())\"\n"
-ENV_SOLVE = FETCH + """\
+ENV_SOLVE = (
+    FETCH
+    + """\
 mytool > /app/out.txt
 echo "$MY_SETTING" >> /app/out.txt
 python3 -c "$FETCH" >> /app/out.txt
 """
-ENV_TEST = FETCH + """\
+)
+ENV_TEST = (
+    FETCH
+    + """\
 expected=$'tool-ok\\nfrom-image\\nserved'
 served=$(python3 -c "$FETCH")
 if [ "$(cat /app/out.txt)" = "$expected" ] && [ "$(mytool)" = tool-ok ] && [ "$served" = served ]; then
@@ -111,6 +116,7 @@ else
   echo 0 > /logs/verifier/reward.txt
 fi
 """
+)
 
 USERS_IMAGE = """\
 FROM python:3.11-slim
@@ -213,3 +219,48 @@ def test_image_env_entrypoint_users_and_healthchecks(cohort: Cohort, docker_api,
     broke = records["entrypoint-exits[oracle-r0]"]["error"]["message"]
     assert "ENTRYPOINT" in broke and "entry-broke" in broke and "code 3" in broke
     assert docker_api.containers(all=True, filters={"label": "io.pytest-maka.task=image-env"}) == []
+
+
+def test_a_deterministic_build_failure_is_not_retried_but_a_transient_one_is(
+    cohort: Cohort, docker_api, tmp_path_factory
+) -> None:
+    tasks = cohort.tasks
+    harbor_task(
+        tasks,
+        "broken-step",
+        dockerfile="FROM debian:bookworm-slim\nRUN echo step-fails && exit 7\n",
+        solve="true\n",
+        test=PASS_TEST,
+    )
+    harbor_task(
+        tasks,
+        "flaky-download",
+        dockerfile=(
+            "FROM debian:bookworm-slim\n"
+            "RUN echo \"E: Failed to fetch http://deb.debian.org/x  Temporary failure resolving 'deb.debian.org'\""
+            " && exit 100\n"
+        ),
+        solve="true\n",
+        test=PASS_TEST,
+    )
+    state = tmp_path_factory.mktemp("state")
+    cohort.write(
+        subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}],
+        executor={"kind": "docker", "state_dir": str(state)},
+        retries={"infra": 2, "backoff_sec": 0.01, "backoff_max_sec": 0.01},
+    )
+    result = cohort.run_subprocess(timeout=600)
+    records = cohort.results()
+    assert {k: r["status"] for k, r in records.items()} == dict.fromkeys(records, "infra_failure"), result.stdout.str()[
+        -2000:
+    ]
+    for cell in ("broken-step[oracle-r0]", "broken-step[nop-r0]"):
+        assert records[cell]["attempt_count"] == 1, records[cell]
+        error = records[cell]["error"]
+        assert error["retryable"] is False and "deterministic: not retried" in error["message"]
+    # the failure is reused by the task's other cell in the run (its log copied, not rebuilt)
+    logs = [p.read_text() for p in cohort.out.glob("cells/broken-step*/attempt-*/build.log")]
+    assert len(logs) == 2 and all("step-fails" in log for log in logs)
+    for cell in ("flaky-download[oracle-r0]", "flaky-download[nop-r0]"):
+        assert records[cell]["attempt_count"] == 3, records[cell]  # transient: retried with backoff
+        assert "retryable" not in records[cell]["error"]
