@@ -48,16 +48,31 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def sidecars(compose_file: Path) -> dict[str, dict[str, Any]]:
+def sidecars(compose_file: Path, main: str = MAIN) -> dict[str, dict[str, Any]]:
     """The services besides ``main`` (an InfraError names the file when it cannot be read)."""
     try:
         data = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise InfraError(f"{compose_file}: not a readable compose file: {exc}") from None
     services = data.get("services") if isinstance(data, dict) else None
-    if not isinstance(services, dict) or MAIN not in services:
-        raise InfraError(f"{compose_file}: services: expected a '{MAIN}' service (the environment of the subject)")
-    return {name: spec or {} for name, spec in services.items() if name != MAIN}
+    if not isinstance(services, dict) or main not in services:
+        raise InfraError(f"{compose_file}: services: expected a '{main}' service (the environment of the subject)")
+    return {name: spec or {} for name, spec in services.items() if name != main}
+
+
+def compose_variables(project: str, main: str, logs: Path) -> dict[str, str]:
+    """Variables the compose files of Terminal-Bench use (Harbor's use none): names made per
+    project, log paths on the host under the attempt (``logs``), paths in the container."""
+    return {
+        "T_BENCH_TASK_DOCKER_NAME_PREFIX": project,
+        "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": f"{project}-{main}",
+        "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": f"{project}-{main}",
+        "T_BENCH_TASK_LOGS_PATH": str(logs),
+        "T_BENCH_TASK_AGENT_LOGS_PATH": str(logs / "agent"),
+        "T_BENCH_TEST_DIR": "/tests",
+        "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+        "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+    }
 
 
 class ComposeProject:
@@ -72,7 +87,8 @@ class ComposeProject:
             raise InfraError("multi-container environment: Docker Compose v2 (the 'docker compose' plugin) is absent")
         self.engine, self.task, self.name, self.work_dir = engine, task, name, work_dir
         self.compose_file = task.compose_file
-        self.services = sidecars(self.compose_file)
+        self.main = task.compose_service
+        self.services = sidecars(self.compose_file, self.main)
         self.labels = {**L.owner_labels(), L.RUN: L.run_id(), **labels}
         self.network = f"{name}_default"
         self.state_dir = state_dir
@@ -102,9 +118,11 @@ class ComposeProject:
         return path
 
     def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "DOCKER_HOST": self.engine.url} if "://" in self.engine.url else dict(os.environ)
+        env = {**os.environ, **compose_variables(self.name, self.main, self.work_dir / "sidecar-logs")}
+        if "://" in self.engine.url:
+            env["DOCKER_HOST"] = self.engine.url
         with self.log.open("a") as log:
-            log.write(f"$ docker compose {' '.join(args)}\n")
+            log.write(f"$ docker compose --project-name {self.name} {' '.join(args)}\n")
             log.flush()
             try:
                 return subprocess.run(

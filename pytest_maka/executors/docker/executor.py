@@ -196,7 +196,7 @@ class DockerExecutor:
     def _project(self, stack: contextlib.ExitStack, engine: Engine, request: LeaseRequest) -> ComposeProject | None:
         """The attempt's sidecars (a compose project, removed when ``stack`` closes), if the task has any."""
         task = request.cell.task
-        if task.compose_file is None or not sidecars(task.compose_file):
+        if task.compose_file is None or not sidecars(task.compose_file, task.compose_service):
             return None
         project = ComposeProject(
             engine,
@@ -278,8 +278,9 @@ class DockerExecutor:
         cell_labels: dict[str, str],
         mounts: Mapping[str, Path] | None = None,
         network: str | None = None,
+        service: str = MAIN,
     ) -> tuple[str, dict[str, Any]]:
-        """``network``: a compose project's (internal) network, joined as ``main`` for good."""
+        """``network``: a compose project's (internal) network, joined for good as ``service``."""
         opts, engine = self.options, self._engine(key.engine)
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
         net = network or ("none" if opts.network == "none" else opts.network)
@@ -309,7 +310,7 @@ class DockerExecutor:
                 working_dir=key.workdir,
                 hostname="sandbox",
                 networking_config=(
-                    api.create_networking_config({network: api.create_endpoint_config(aliases=[MAIN])})
+                    api.create_networking_config({network: api.create_endpoint_config(aliases=[service])})
                     if network
                     else None
                 ),
