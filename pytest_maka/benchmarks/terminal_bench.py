@@ -116,6 +116,7 @@ def _environment(path: Path) -> dict[str, Any]:
         "image": None,
         "workdir": DEFAULT_WORKDIR,
         "unsupported": None,
+        "compose_file": None,
     }
     if compose_path is None:
         return out
@@ -123,11 +124,8 @@ def _environment(path: Path) -> dict[str, Any]:
     services = validate(Compose, raw if isinstance(raw, dict) else {}, compose_path).services
     if "client" not in services:
         raise TaskError(compose_path, "services.client", "missing: the task's environment is the 'client' service")
-    if len(services) > 1:
-        others = ", ".join(sorted(set(services) - {"client"}))
-        out["unsupported"] = (
-            f"multi-container environments (docker-compose services besides client: {others}) are not supported yet"
-        )
+    if len(services) > 1:  # sidecars: the executor runs them with Docker Compose (Task.features)
+        out["compose_file"] = compose_path
     client = validate(ClientService, services["client"] or {}, compose_path, prefix="services.client")
     build = Build(context=client.build) if isinstance(client.build, str) else client.build
     if build is not None:
@@ -205,4 +203,6 @@ def load_task(path: Path) -> Task:
         grading=GRADING,
         grading_options={"parser": parser, "script_path": str(run_tests), "network": "public"},
         unsupported=unsupported,
+        compose_file=env["compose_file"],
+        compose_service="client",
     )

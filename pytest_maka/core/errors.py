@@ -45,7 +45,15 @@ class ExecutorUnavailable(Exception):
 
 
 class InfraError(Exception):
-    """The platform failed during an attempt: classified as infra_failure."""
+    """The platform failed during an attempt: classified as infra_failure.
+
+    ``retryable=False``: another attempt would fail the same way (e.g. a deterministic image
+    build failure), so the cell is not retried.
+    """
+
+    def __init__(self, message: str = "", *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class SubjectFault(Exception):

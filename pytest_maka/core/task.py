@@ -143,6 +143,8 @@ class Task:
     verifier_collect: tuple[CollectHook, ...] = ()
     #: ``environment/docker-compose.yaml`` (a main service plus sidecars), when present.
     compose_file: Path | None = None
+    #: The compose service that is the subject's environment (Terminal-Bench calls it "client").
+    compose_service: str = "main"
     steps: tuple[Step, ...] = ()
     multi_step_reward_strategy: RewardStrategy = "mean"
     mcp_servers: tuple[McpServer, ...] = ()

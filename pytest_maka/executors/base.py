@@ -178,6 +178,28 @@ class ProtectedRestore(Protocol):
     def restore_protected(self, scratch: Path) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class ImageEnvironment(Protocol):
+    """Optional sandbox capability: the environment's own variables (Docker: the image's ENV).
+
+    The kernel lays its variables over these, so tools the image put on its PATH are found.
+    """
+
+    def image_env(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class PhaseUsers(Protocol):
+    """Optional sandbox capability: run a phase as a user the environment defines.
+
+    ``as_user`` and ``give`` raise InfraError naming the user when the environment lacks it.
+    """
+
+    def as_user(self, user: str | int | None, phase: str) -> AbstractContextManager[None]: ...
+
+    def give(self, paths: list[str], user: str | int | None, phase: str) -> None: ...
+
+
 class Executor(Protocol):
     """Session-wide: created once per process from the spec's ``executor:`` entry."""
 

@@ -27,7 +27,18 @@ from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_result
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
-from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
+from .phase import phase_user, wait_healthy
+from .restore import (
+    VERIFIER_HOME,
+    base_env,
+    guarded,
+    image_env_of,
+    layer_env,
+    printable,
+    restore_for_verification,
+    salvage,
+    verifier_env,
+)
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -76,6 +87,8 @@ class AttemptWork:
     egress: EgressLog | None = None
     budget_info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: False when an infra error says another attempt would fail the same way.
+    retryable: bool = True
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -187,6 +200,9 @@ def run_attempt_steps(
             work.isolation = sandbox.isolation(
                 agent_network=work.plan.agent.mode == "all", verifier_network=work.plan.verifier.mode == "all"
             )
+            if task.healthcheck is not None:  # the environment must be up before the agent starts
+                env = base_env(task, image_env_of(sandbox))
+                wait_healthy(sandbox, task.healthcheck, env=env, log_dir=d / "healthcheck")
         agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
         work.budget_info = {
             "agent_timeout_sec": agent_timeout,
@@ -262,10 +278,15 @@ def _within_deadline(timeout: float | None, deadline: tuple[float, str] | None) 
 
 
 def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
-    """Run the subject and take its facts; False when it could not start (the attempt ends)."""
+    """Run the subject (as the task's agent user) and take its facts; False when it could not start."""
+    with phase_user(sandbox, work.cell.task.agent_user, "agent", [AGENT_LOGS_DIR, ARTIFACTS_DIR]):
+        return _subject_phase(work, sandbox, timeout, limit_name)
+
+
+def _subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
     task, d, cell = work.cell.task, work.attempt_dir, work.cell
-    env = {
-        **base_env(task),
+    kernel = {
+        **base_env(task, image_env_of(sandbox)),
         "MAKA_INSTRUCTION": task.instruction,
         "MAKA_INSTRUCTION_FILE": INSTRUCTION_FILE,
         "MAKA_TASK_ID": task.id,
@@ -273,8 +294,8 @@ def _run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, lim
         "MAKA_LOGS_DIR": AGENT_LOGS_DIR,
         "MAKA_SUBJECT": cell.subject.name,
         "MAKA_REPETITION": str(cell.repetition),
-        **work.subject.env(),
     }
+    env = layer_env(kernel, work.subject.env())
     ctx = RunContext(
         env=env,
         timeout_sec=timeout,
@@ -390,7 +411,9 @@ def _verify(
         work.budget_exceeded = work.budget_exceeded or cut_by
         return
     ctx = VerifyContext(
-        env=verifier_env(task, imports_workdir=getattr(verifier, "imports_workdir", False)),
+        env=verifier_env(
+            task, imports_workdir=getattr(verifier, "imports_workdir", False), image=image_env_of(sandbox)
+        ),
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",
@@ -400,7 +423,8 @@ def _verify(
         scratch_dir=scratch,
     )
     assert work.egress is not None
-    with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress):
+    user = phase_user(sandbox, task.verifier_user, "verifier", [VERIFIER_LOGS_DIR, VERIFIER_HOME])
+    with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
     notes: list[str] = []
     with work.timed("collect"):

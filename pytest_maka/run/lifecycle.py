@@ -135,7 +135,7 @@ class CellRunner:
             record = self.run_attempt(cell, number, lease, scratch)
             attempts.append(record)
             status = Status(record["status"])
-            if left.get(status, 0) <= 0 or not self.allowance.take():
+            if not retryable(record) or left.get(status, 0) <= 0 or not self.allowance.take():
                 break
             left[status] -= 1
             if status is Status.INFRA_FAILURE:
@@ -157,6 +157,7 @@ class CellRunner:
         retries = self.settings.retries
         base = min(retries.backoff_max_sec, retries.backoff_sec * 2**pauses)
         return base * random.uniform(0.5, 1.5)
+
     def _note_start(self, subject: str, record: Record) -> None:
         counts = self._starts.setdefault(subject, [0, 0])
         started = (record.get("agent") or {}).get("started", True)
@@ -207,6 +208,7 @@ class CellRunner:
             work.facts_update(aborted=True)
         except (InfraError, ExecutorUnavailable, OSError) as e:
             work.facts_update(infra_error=f"{type(e).__name__}: {e}")
+            work.retryable = getattr(e, "retryable", True)
         except Exception as e:  # a harness bug is infra, never the agent's fault
             _note_traceback(attempt_dir)
             work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
@@ -302,8 +304,17 @@ class CellRunner:
             budget=work.budget_info,
             artifacts=work.artifacts(self.settings.out_dir) if work.attempt_dir.exists() else {},
             timings=work.timings,
-            error=work.error_for(status, facts),
+            error=_with_retry(work.error_for(status, facts), work.retryable),
         )
+
+
+def _with_retry(error: dict[str, Any] | None, retryable: bool) -> dict[str, Any] | None:
+    return {**error, "retryable": False} if error is not None and not retryable else error
+
+
+def retryable(record: Record) -> bool:
+    """False when the attempt's error says another attempt would fail the same way."""
+    return (record.get("error") or {}).get("retryable", True) is not False
 
 
 def _hook_failure(work: AttemptWork, hook: str, exc: Exception) -> Status:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.errors import SubjectFault
 from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
-from ..executors.base import ProtectedRestore, Sandbox
+from ..executors.base import ImageEnvironment, ProtectedRestore, Sandbox
 from ..executors.hostfs import remove_path
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -32,20 +32,48 @@ SUBJECT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK})
 T = TypeVar("T")
 
 
-def base_env(task: Task) -> dict[str, str]:
-    """The variables every command gets; nothing from the host environment."""
-    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+def base_env(task: Task, image: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables every command gets; nothing from the host environment.
+
+    ``image``: the environment's own variables (the image's ENV, see ``image_env_of``): they
+    replace the kernel's defaults (PATH, HOME, LANG, ...); the task's ``env`` comes last.
+    """
+    defaults = {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb"}
+    return {**defaults, **(image or {}), **task.env}
 
 
-def verifier_env(task: Task, *, imports_workdir: bool = False) -> dict[str, str]:
-    """The verifier's environment: fixed PATH, fresh HOME, no way in for the subject's modules.
+def image_env_of(sandbox: Sandbox) -> dict[str, str]:
+    """The environment's own variables (empty where the executor has none, e.g. local)."""
+    return sandbox.image_env() if isinstance(sandbox, ImageEnvironment) else {}
+
+
+def layer_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``extra`` over ``base``; a PATH in both keeps ``extra``'s own directories in front of
+    ``base``'s PATH (a subject's ``.../bin:`` + the standard PATH becomes ``.../bin:`` + the image's)."""
+    out = {**base, **extra}
+    if "PATH" in base and "PATH" in extra:
+        standard = set(BASE_PATH.split(":"))
+        front = [d for d in extra["PATH"].split(":") if d and d not in standard]
+        rest = [d for d in base["PATH"].split(":") if d and d not in front]
+        out["PATH"] = ":".join([*front, *rest])
+    return out
+
+
+def verifier_env(
+    task: Task, *, imports_workdir: bool = False, image: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The verifier's environment: the image's PATH (its directories are restored before it
+    runs) or the standard one, a fresh HOME, no way in for the subject's modules.
 
     ``imports_workdir``: the verifier runs the repository's own tests, which import it from
     the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
     The task's own ``verifier_env`` comes last: it is the task author's, not the subject's.
     """
     python = {k: v for k, v in VERIFIER_PYTHON_ENV.items() if not (imports_workdir and k == "PYTHONSAFEPATH")}
-    return {**base_env(task), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
+    if image and image.get("PYTHONPATH"):  # the image's own: its directories are protected (restored)
+        python["PYTHONPATH"] = image["PYTHONPATH"]
+    env = {**base_env(task, image), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV}
+    return {**env, **task.verifier_env}
 
 
 def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:

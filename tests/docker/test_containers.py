@@ -55,7 +55,11 @@ def test_timeout_kills_a_sigterm_ignoring_process_tree(make_executor, docker_api
         assert time.monotonic() - started < 6
         procs = docker_api.top(sandbox.id, ps_args="-o pid,stat,args")["Processes"]
         commands = [p[2] for p in procs if not p[1].startswith("Z")]
-        assert sorted(commands) == ["/sbin/docker-init -- sleep infinity", "sleep infinity"], commands
+        assert sorted(commands) == [
+            "/sbin/docker-init -- sh -c sleep infinity",
+            "sh -c sleep infinity",
+            "sleep infinity",
+        ], commands
         _, first, _ = run(sandbox, "cat /tmp/beat", tmp_path)
         time.sleep(0.3)
         assert run(sandbox, "cat /tmp/beat", tmp_path)[1] == first

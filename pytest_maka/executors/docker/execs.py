@@ -17,22 +17,26 @@ from typing import Any, BinaryIO
 
 from docker.utils.socket import STDERR, frames_iter
 
-#: ``sh -c SCRIPT sh SIGNAL``: signal every process but pid 1, the keeper and itself.
+#: ``sh -c SCRIPT sh SIGNAL [PID...]``: signal every process but pid 1, the PIDs given (the
+#: processes the image started; without any: the oldest child of pid 1) and itself.
 #: With KILL it stops (SIGSTOP) everything first so nothing can fork away, then kills,
 #: and repeats until a pass finds nothing but zombies. Exit 0 when nothing is left.
 SIGNAL_ALL = r"""
-sig=$1; me=$$; keeper=; best=
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}; [ "$p" = 1 ] && continue; [ "$p" = "$me" ] && continue
-  read -r line < "$d/stat" 2>/dev/null || continue
-  set -- ${line##*) }
-  [ "$2" = 1 ] || continue
-  eval "st=\${20}"
-  if [ -z "$best" ] || [ "$st" -lt "$best" ]; then best=$st; keeper=$p; fi
-done
+sig=$1; shift; me=$$; keep=" $* "
+if [ $# = 0 ]; then
+  best=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}; [ "$p" = 1 ] && continue; [ "$p" = "$me" ] && continue
+    read -r line < "$d/stat" 2>/dev/null || continue
+    set -- ${line##*) }
+    [ "$2" = 1 ] || continue
+    eval "st=\${20}"
+    if [ -z "$best" ] || [ "$st" -lt "$best" ]; then best=$st; keep=" $p "; fi
+  done
+fi
 if [ "$sig" != KILL ]; then
   for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me"|"$keeper") continue;; esac
+    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
     kill -"$sig" "$p" 2>/dev/null
   done
   exit 0
@@ -41,11 +45,11 @@ i=0
 while [ $i -lt 100 ]; do
   i=$((i+1)); live=0
   for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me"|"$keeper") continue;; esac
+    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
     kill -STOP "$p" 2>/dev/null
   done
   for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me"|"$keeper") continue;; esac
+    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
     read -r line < "$d/stat" 2>/dev/null || continue
     set -- ${line##*) }
     [ "$1" = Z ] && continue
@@ -55,6 +59,7 @@ while [ $i -lt 100 ]; do
 done
 exit 1
 """
+
 
 class Capture:
     """Drains an exec's raw multiplexed socket into two files, each capped; the rest is dropped."""

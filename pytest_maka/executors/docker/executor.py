@@ -20,11 +20,13 @@ from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
 from . import labels as L
 from .cleanup import is_local, reap_shims, sweep
+from .compose import MAIN, ComposeProject, compose_command, sidecars
 from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
 from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
+from .processes import KEEP_ALIVE
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
 
@@ -34,6 +36,8 @@ class DockerExecutor:
 
     kind: ClassVar[str] = "docker"
     Options: ClassVar[type[BaseModel]] = DockerOptions
+    #: Task features (``Task.features``) this executor runs ("compose" where Compose v2 is installed).
+    features: frozenset[str]
 
     def __init__(self, options: DockerOptions | None = None) -> None:
         self.options = options or DockerOptions()
@@ -44,8 +48,10 @@ class DockerExecutor:
         self._swept: set[str] = set()
         self._orphans: list[tuple[Engine, str]] = []  # containers left while their engine was away
         self._ncpu: dict[str, float] = {}
+        self._configs: dict[tuple[str, str], dict[str, Any]] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
+        self.features = frozenset({"users", "healthcheck", *(["compose"] if compose_command() else [])})
 
     @property
     def isolated(self) -> bool:
@@ -117,69 +123,103 @@ class DockerExecutor:
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
         try:
-            if slot.stale_container:
-                self._dispose(engine, slot.stale_container, keep=False)
-                slot.clear()
-            task = request.cell.task
-            image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
-            key = self._env_key(engine, image_id, task)
-            spare = self.spares.take(key) if self.options.prestart and not request.mounts else None
-            if spare is None:
-                cid, info = self._create(
-                    key,
-                    {
-                        L.CELL: request.cell.id,
-                        L.CELL_KEY: request.cell.key,
-                        L.ATTEMPT: str(request.attempt),
-                        L.TASK: task.id,
-                    },
-                    mounts=request.mounts,
-                )
-            else:
-                cid, info = spare.container_id, spare.info
-            slot.record(cid)
-            failed = True
-            egress = self._egress(engine, request)
-            try:
-                sandbox = DockerSandbox(
-                    engine,
-                    cid,
-                    workdir=task.workdir,
-                    network=self.options.network,
-                    kill_grace_sec=self.options.kill_grace_sec,
-                    info=info,
-                    baseline=lambda: self.images.baseline(engine, image_id, task),
-                    protected_check=self.options.protected_check,
-                    mount_points=tuple(request.mounts),
-                )
-                sandbox.egress = egress
+            stack = contextlib.ExitStack()
+            with stack:
+                if slot.stale_container:
+                    self._dispose(engine, slot.stale_container, keep=False)
+                    slot.clear()
+                task = request.cell.task
+                image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
+                key = self._env_key(engine, image_id, task)
+                project = self._project(stack, engine, request)
+                plain = project is None and not request.mounts
+                spare = self.spares.take(key) if self.options.prestart and plain else None
                 if spare is None:
-                    sandbox.start()
+                    cid, info = self._create(
+                        key,
+                        {
+                            L.CELL: request.cell.id,
+                            L.CELL_KEY: request.cell.key,
+                            L.ATTEMPT: str(request.attempt),
+                            L.TASK: task.id,
+                        },
+                        mounts=request.mounts,
+                        network=project.network if project else None,
+                    )
                 else:
-                    sandbox.adopt(spare.keepers, name=_container_name(request))
-                if self.options.prestart:
-                    self.spares.refill(key)
-                entries: list[tuple[Path | None, str]] = [
-                    (None, AGENT_LOGS_DIR),
-                    (None, VERIFIER_LOGS_DIR),
-                    (None, ARTIFACTS_DIR),
-                ]
-                if task.workspace_dir is not None:
-                    entries.append((task.workspace_dir, task.workdir))
-                entries += [(Path(src), dest) for dest, src in request.uploads.items()]
-                sandbox.put_many(entries)
-                yield sandbox
-                failed = False
-            finally:
-                with sigint_deferred():
-                    if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
-                        slot.clear()
+                    cid, info = spare.container_id, spare.info
+                slot.record(cid)
+                failed = True
+                egress = self._egress(engine, request)
+                try:
+                    sandbox = DockerSandbox(
+                        engine,
+                        cid,
+                        workdir=task.workdir,
+                        network=self.options.network,
+                        kill_grace_sec=self.options.kill_grace_sec,
+                        info=info,
+                        baseline=lambda: self.images.baseline(engine, image_id, task),
+                        protected_check=self.options.protected_check,
+                        image_config=self._image_config(engine, image_id),
+                        mount_points=tuple(request.mounts),
+                    )
+                    sandbox.egress = egress
+                    if spare is None:
+                        sandbox.start()
+                        check_started(sandbox)
                     else:
-                        self._orphans.append((engine, cid))
-                    with contextlib.suppress(Exception):  # left behind, `maka docker-cleanup` removes it
-                        egress.close()
+                        sandbox.adopt(spare.keepers, name=_container_name(request))
+                    if self.options.prestart and plain:
+                        self.spares.refill(key)
+                    entries: list[tuple[Path | None, str]] = [
+                        (None, AGENT_LOGS_DIR),
+                        (None, VERIFIER_LOGS_DIR),
+                        (None, ARTIFACTS_DIR),
+                    ]
+                    if task.workspace_dir is not None:
+                        entries.append((task.workspace_dir, task.workdir))
+                    entries += [(Path(src), dest) for dest, src in request.uploads.items()]
+                    sandbox.put_many(entries)
+                    yield sandbox
+                    failed = False
+                finally:
+                    with sigint_deferred():
+                        if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
+                            slot.clear()
+                        else:
+                            self._orphans.append((engine, cid))
+                        with contextlib.suppress(Exception):  # left behind, `maka docker-cleanup` removes it
+                            egress.close()
         finally:
             slot.release()
+
+    def _project(self, stack: contextlib.ExitStack, engine: Engine, request: LeaseRequest) -> ComposeProject | None:
+        """The attempt's sidecars (a compose project, removed when ``stack`` closes), if the task has any."""
+        task = request.cell.task
+        if task.compose_file is None or not sidecars(task.compose_file, task.compose_service):
+            return None
+        project = ComposeProject(
+            engine,
+            task,
+            name=f"maka-{uuid.uuid4().hex[:12]}",
+            labels={
+                L.CELL: request.cell.id,
+                L.CELL_KEY: request.cell.key,
+                L.ATTEMPT: str(request.attempt),
+                L.TASK: task.id,
+            },
+            work_dir=request.attempt_dir,
+            state_dir=self.options.resolved_state_dir(),
+        )
+
+        def down() -> None:
+            with sigint_deferred(), contextlib.suppress(Exception):  # left behind: `maka docker-cleanup`
+                project.down()
+
+        stack.callback(down)
+        project.up()
+        return project
 
     def _egress(self, engine: Engine, request: LeaseRequest) -> DockerEgress:
         """The attempt's egress: nothing is created until a phase needs its allowlist."""
@@ -212,23 +252,39 @@ class DockerExecutor:
             kill_grace_sec=0,
             info=info,
             baseline=lambda: None,
+            image_config=self._image_config(engine, key.image_id),
         )
         try:
             sandbox.start()
+            check_started(sandbox)
         except BaseException:
             self._dispose(engine, cid, keep=False)
             raise
         return Spare(cid, info, sandbox.keepers)
 
+    def _image_config(self, engine: Engine, image_id: str) -> dict[str, Any]:
+        """The image's ``Config`` (ENV, ENTRYPOINT, USER), read once per image."""
+        key = (engine.key, image_id)
+        if key not in self._configs:
+            with engine.guard("inspecting the image"):
+                self._configs[key] = engine.api.inspect_image(image_id).get("Config") or {}
+        return self._configs[key]
+
     def _engine(self, engine_key: str) -> Engine:
         return next(e for e in self.engines if e.key == engine_key)
 
     def _create(
-        self, key: EnvKey, cell_labels: dict[str, str], mounts: Mapping[str, Path] | None = None
+        self,
+        key: EnvKey,
+        cell_labels: dict[str, str],
+        mounts: Mapping[str, Path] | None = None,
+        network: str | None = None,
+        service: str = MAIN,
     ) -> tuple[str, dict[str, Any]]:
+        """``network``: a compose project's (internal) network, joined for good as ``service``."""
         opts, engine = self.options, self._engine(key.engine)
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
-        net = "none" if opts.network == "none" else opts.network
+        net = network or ("none" if opts.network == "none" else opts.network)
         api = engine.api
         storage, storage_opt = self._storage(engine, key.storage_mb)
         with engine.guard("creating the container"):
@@ -249,14 +305,18 @@ class DockerExecutor:
             labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
             cid = api.create_container(
                 key.image_id,
-                entrypoint=["sleep"],
-                command=["infinity"],
+                command=KEEP_ALIVE,  # the image's ENTRYPOINT runs it, as in Harbor
                 labels=labels,
                 host_config=host_config,
                 working_dir=key.workdir,
                 hostname="sandbox",
+                networking_config=(
+                    api.create_networking_config({network: api.create_endpoint_config(aliases=[service])})
+                    if network
+                    else None
+                ),
             )["Id"]
-            if net != "none":
+            if net != "none" and network is None:
                 api.disconnect_container_from_network(cid, net, force=True)
         info = {
             "executor": "docker",
@@ -314,6 +374,22 @@ class DockerExecutor:
         except Exception:
             return False  # engine gone: the next holder of this slot removes it
         return True
+
+
+def check_started(sandbox: DockerSandbox) -> None:
+    """InfraError when the container did not come up: its ENTRYPOINT exited (named, with its output)."""
+    if len(sandbox.keepers.host) >= 2:
+        return
+    api = sandbox.api
+    with sandbox.engine.guard("reading why the container stopped"):
+        state = api.inspect_container(sandbox.id).get("State") or {}
+        logs = api.logs(sandbox.id, tail=5).decode("utf-8", "replace").strip()
+    entry = sandbox.entrypoint() or ["(none)"]
+    last = " | ".join(line for line in logs.splitlines()[-3:] if line.strip()) or "no output"
+    raise InfraError(
+        f"the container did not start: the image's ENTRYPOINT {entry} with the keep-alive {KEEP_ALIVE} "
+        f"exited (code {state.get('ExitCode')}): {last}"
+    )
 
 
 class EnvKey(NamedTuple):

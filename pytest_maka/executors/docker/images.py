@@ -21,7 +21,16 @@ from ...core.errors import InfraError
 from ...core.task import Task, digest_tree
 from . import labels as L
 from .archive import extract_archive
+from .build_errors import classify_build_failure
 from .engines import Engine, EngineDown, one_line
+
+
+class BuildFailed(InfraError):
+    """An image build that ended without an image; ``error`` is the engine's own words."""
+
+    def __init__(self, message: str, *, error: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class ImageStore:
@@ -35,6 +44,8 @@ class ImageStore:
         self._lock = threading.Lock()
         #: Counts of builds this process ran (for tests and the benchmark).
         self.builds = 0
+        #: A deterministic build failure is reused by every cell of this run (never rebuilt in it).
+        self.run = L.run_id()
 
     # --- resolution -------------------------------------------------------------------
     def resolve(self, engine: Engine, task: Task, build_log: Path) -> str:
@@ -116,12 +127,15 @@ class ImageStore:
             image_id = self._present(engine, tag, pull=False)
             if image_id:
                 return image_id
-            if failed.exists() and failed.stat().st_mtime >= waiting_since:
+            if failed.exists():
                 info = json.loads(failed.read_text())
-                build_log.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(info["log"], build_log)
-                message = info["message"].replace(info["task"], task.id, 1)
-                raise InfraError(f"{message} (build log: {build_log})")
+                same_run = info.get("deterministic") and info.get("run") == self.run
+                if same_run or failed.stat().st_mtime >= waiting_since:  # failed while we waited, or for good
+                    build_log.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(info["log"], build_log)
+                    message = info["message"].replace(info["task"], task.id, 1)
+                    retryable = not info.get("deterministic")
+                    raise InfraError(f"{message} (build log: {build_log})", retryable=retryable)
             try:
                 return self._build(engine, task, context, dockerfile, digest, tag, build_log)
             except EngineDown:
@@ -129,8 +143,21 @@ class ImageStore:
             except InfraError as exc:
                 keep = base.with_suffix(".log")
                 shutil.copyfile(build_log, keep)
-                failed.write_text(json.dumps({"message": str(exc), "task": task.id, "log": str(keep)}))
-                raise InfraError(f"{exc} (build log: {build_log})") from None
+                kind = classify_build_failure(exc.error, _tail(build_log)) if isinstance(exc, BuildFailed) else None
+                deterministic = kind == "deterministic"
+                message = f"{exc}" + (" (deterministic: not retried)" if deterministic else "")
+                failed.write_text(
+                    json.dumps(
+                        {
+                            "message": message,
+                            "task": task.id,
+                            "log": str(keep),
+                            "deterministic": deterministic,
+                            "run": self.run,
+                        }
+                    )
+                )
+                raise InfraError(f"{message} (build log: {build_log})", retryable=not deterministic) from None
 
     def _build(
         self,
@@ -187,7 +214,7 @@ class ImageStore:
                     return image_id
                 error = "the build ended without an image"
             log.write(f"# pytest-maka: build failed at {step}: {error}\n")
-        raise InfraError(f"task {task.id}: image build failed at {step}: {error}")
+        raise BuildFailed(f"task {task.id}: image build failed at {step}: {error}", error=error)
 
     # --- baselines --------------------------------------------------------------------
     def baseline(self, engine: Engine, image_id: str, task: Task) -> Path:
@@ -220,3 +247,14 @@ class ImageStore:
                 shutil.copytree(task.workspace_dir, dest, symlinks=True, dirs_exist_ok=True)
             done.touch()
         return dest
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    """The output of the failing step: the log's last ``lines``, without the Dockerfile's own
+    lines (``Step n/m : RUN ...``, whose words say nothing about why it failed) or ours."""
+    try:
+        text = path.read_text("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    own = ("Step ", "# pytest-maka", " ---> ", "ERROR: ")
+    return "\n".join(line for line in text if not line.startswith(own))[-lines * 200 :]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import docker.errors
@@ -12,13 +13,33 @@ from ...core.errors import InfraError
 from .engines import Engine
 from .execs import SIGNAL_ALL
 
+#: The keep-alive command given to the image's ENTRYPOINT (Harbor's), and how it shows in ``ps``.
+KEEP_ALIVE = ["sh", "-c", "sleep infinity"]
+KEEP_ALIVE_ARGS = "sleep infinity"
+#: How long a container may take to start its processes, and how long an ENTRYPOINT that never
+#: runs the keep-alive (it runs a service of its own) must leave its processes unchanged.
+START_WAIT_SEC = 30.0
+SETTLE_SEC = 1.0
+#: Lists the container's pids (its own excepted).
+LIST_PIDS = 'for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] || echo "${d#/proc/}"; done'
+
+
+@dataclass(frozen=True)
+class Keepers:
+    """The processes the container started by itself: host pids (for ``top``) and the
+    container's own pids (for the in-container signalling script)."""
+
+    host: frozenset[str] = frozenset()
+    inner: tuple[str, ...] = ()
+
 
 class ContainerProcesses:
-    """Knows the container's own two processes and stops everything else."""
+    """Knows the processes the container's image started and stops everything else."""
 
     engine: Engine
     id: str
     _keepers: set[str]
+    _inner: tuple[str, ...]
     restarts: int
 
     @property
@@ -27,36 +48,62 @@ class ContainerProcesses:
 
     # --- start and stop ---------------------------------------------------------------
     def start(self) -> None:
-        """Start the container and note its two own processes (docker-init and the keeper)."""
+        """Start the container and note the processes its image starts (docker-init, the
+        image's ENTRYPOINT and what it runs, the keep-alive): those are never stopped."""
         with self.engine.guard("starting the container"):
             self.api.start(self.id)
-            deadline = time.monotonic() + 10
+            self._keepers, self._inner = set(), ()
+            deadline = time.monotonic() + START_WAIT_SEC
+            seen: dict[str, str] | None = None
+            stable_since = time.monotonic()
             while True:
                 try:
-                    self._keepers = self._processes()
+                    table = self._table()
                 except docker.errors.APIError as exc:
                     if exc.status_code != 409:
                         raise
-                    self._keepers = set()  # it stopped at once: its keeper does not run
-                    break
-                if len(self._keepers) >= 2 or time.monotonic() > deadline:
+                    return  # it stopped at once: its keeper does not run
+                now = time.monotonic()
+                if seen is None or set(table) != set(seen):
+                    seen, stable_since = table, now
+                elif len(table) >= 2 and (KEEP_ALIVE_ARGS in table.values() or now - stable_since >= SETTLE_SEC):
+                    break  # the keep-alive runs (or the ENTRYPOINT runs its own service) and nothing changes
+                if now > deadline:
                     break
                 time.sleep(0.01)
+            self._keepers = set(table)
+            self._inner = self._inner_pids()
 
     @property
-    def keepers(self) -> set[str]:
-        return set(self._keepers)
+    def keepers(self) -> Keepers:
+        return Keepers(frozenset(self._keepers), self._inner)
 
-    def adopt(self, keepers: set[str], *, name: str) -> None:
+    def adopt(self, keepers: Keepers, *, name: str) -> None:
         """Take over a container started ahead of time (a spare) and name it after its cell."""
-        self._keepers = set(keepers)
+        self._keepers, self._inner = set(keepers.host), keepers.inner
         with self.engine.guard("naming the container"):
             self.api.rename(self.id, name)
 
+    def _table(self) -> dict[str, str]:
+        """Host pid -> command line of the container's live (non-zombie) processes."""
+        top = self.api.top(self.id, ps_args="-o pid,stat,args")
+        return {pid: args for pid, stat, args, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
+
+    def _inner_pids(self) -> tuple[str, ...]:
+        """The keepers' pids as the container sees them (the signalling script spares them)."""
+        try:  # not through _run: a container that stopped is the caller's to handle
+            eid = self.api.exec_create(self.id, ["sh", "-c", LIST_PIDS], stdout=True, stderr=False)["Id"]
+            out = self.api.exec_start(eid)
+            code = self.api.exec_inspect(eid).get("ExitCode")
+        except docker.errors.APIError:
+            return ()
+        if code != 0:
+            return ()
+        return tuple(p for p in out.decode(errors="replace").split() if p.isdigit() and p != "1")
+
     def _processes(self) -> set[str]:
         """Host pids of the container's live (non-zombie) processes."""
-        top = self.api.top(self.id, ps_args="-o pid,stat")
-        return {pid for pid, stat, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
+        return set(self._table())
 
     def _restart(self) -> None:
         """Kill the whole container (every process in it) and start it again.
@@ -85,11 +132,11 @@ class ContainerProcesses:
                 if not (self._processes() - self._keepers):
                     return
                 if grace > 0:
-                    self._run(["sh", "-c", SIGNAL_ALL, "sh", "TERM"])
+                    self._run(["sh", "-c", SIGNAL_ALL, "sh", "TERM", *self._inner])
                     end = time.monotonic() + grace
                     while time.monotonic() < end and self._processes() - self._keepers:
                         time.sleep(0.05)
-                self._run(["sh", "-c", SIGNAL_ALL, "sh", "KILL"])
+                self._run(["sh", "-c", SIGNAL_ALL, "sh", "KILL", *self._inner])
                 if not (self._processes() - self._keepers):
                     return
             except docker.errors.APIError as exc:

@@ -175,9 +175,7 @@ class Restorer:
         image = manifest.image_manifest(self.api, self.engine, self.image, self.pristine, self.roots)
         mine = manifest.manifest(self.api, self.container, self.roots)
         known = {p for p, _ in self.found}
-        self.found += [
-            (p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED
-        ]
+        self.found += [(p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED]
 
     def __exit__(self, *exc: object) -> None:
         self._pristine_cm.__exit__(None, None, None)
@@ -254,9 +252,9 @@ class Restorer:
     def _pristine(self) -> Iterator[str]:
         """A created, never started container of the image: the reference copy."""
         labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
-        cid = self.api.create_container(
-            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True
-        )["Id"]
+        cid = self.api.create_container(self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True)[
+            "Id"
+        ]
         try:
             yield cid
         finally:

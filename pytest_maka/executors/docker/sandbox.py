@@ -21,6 +21,7 @@ from .archive import Batch, extract_archive
 from .egress import DockerEgress
 from .engines import Engine
 from .execs import Capture
+from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import GO_MODE_DIR, PROTECTED_ROOTS, Restorer, find_rm, stat_path
 from .spawn import DockerProcess, read_via_archive
@@ -35,7 +36,7 @@ def _check_path(path: str) -> str:
     return str(p)
 
 
-class DockerSandbox(ContainerProcesses):
+class DockerSandbox(ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
 
     def __init__(
@@ -50,6 +51,7 @@ class DockerSandbox(ContainerProcesses):
         info: dict[str, Any],
         protected_check: str = "changes",
         mount_points: tuple[str, ...] = (),
+        image_config: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.id = container_id
@@ -62,6 +64,8 @@ class DockerSandbox(ContainerProcesses):
         #: Read-only host mounts (an installed agent): the engine keeps them; nothing to restore there.
         self._mount_points = mount_points
         self._keepers: set[str] = set()
+        self._inner: tuple[str, ...] = ()
+        self._image_config = image_config or {}
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
         self._batch = Batch()  # puts waiting to be sent as one archive
         self._dirty = False  # an exec ran: the subject may have planted links
@@ -128,7 +132,13 @@ class DockerSandbox(ContainerProcesses):
         for attempt in (1, 2):
             try:
                 eid = self.api.exec_create(
-                    self.id, argv, environment=environment, workdir=cwd or self.workdir, stdout=True, stderr=True
+                    self.id,
+                    argv,
+                    environment=environment,
+                    workdir=cwd or self.workdir,
+                    stdout=True,
+                    stderr=True,
+                    user=self._user or "",
                 )["Id"]
                 break
             except docker.errors.APIError as exc:

@@ -20,12 +20,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .processes import Keepers
+
 
 @dataclass
 class Spare:
     container_id: str
     info: dict[str, Any]
-    keepers: set[str] = field(default_factory=set)
+    keepers: Keepers = field(default_factory=Keepers)
 
 
 class Spares:

@@ -87,6 +87,7 @@ class DockerProcess:
             stdin=True,
             stdout=True,
             stderr=True,
+            user=getattr(sandbox, "_user", None) or "",
         )["Id"]
         self._conn = api.exec_start(self._eid, socket=True)
         api._disable_socket_timeout(self._conn)
