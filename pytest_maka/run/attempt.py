@@ -28,6 +28,7 @@ from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_resul
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
 from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
+from .separate import verify_separately
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -207,6 +208,9 @@ def run_attempt_steps(
             _freeze(work, sandbox, request.scratch_dir)
         if deadline is not None and deadline[0] <= time.time():  # the whole-cell deadline left no time to verify
             work.budget_exceeded = work.budget_exceeded or deadline[1]
+            return
+        if task.verifier_environment is not None:  # --- separate verifier environment (run/separate.py)
+            verify_separately(work, sandbox, request, deadline, verify=_verify, refuse=_refuse)
             return
         try:
             with work.timed("restore"):

@@ -57,6 +57,12 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
         report = sandbox.restore_protected(scratch)
     else:
         report = {"mechanism": "none: this executor offers no restore of protected paths"}
+    fresh_verifier_dirs(sandbox, tests, scratch)
+    return report
+
+
+def fresh_verifier_dirs(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
+    """``/logs/verifier`` and the verifier's HOME emptied, ``/tests`` copied in fresh (or removed)."""
     empty = scratch / "empty-verifier-dir"
     empty.mkdir(exist_ok=True)
     for path in (VERIFIER_LOGS_DIR, VERIFIER_HOME):
@@ -65,7 +71,6 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
         sandbox.put(tests, TESTS_DIR)
     else:
         sandbox.remove(TESTS_DIR)
-    return report
 
 
 def subject_cause(exc: BaseException) -> str | None:

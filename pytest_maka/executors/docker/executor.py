@@ -27,12 +27,15 @@ from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
+from .verifier_env import SEPARATE_FEATURES, SeparateVerifier
 
 
-class DockerExecutor:
+class DockerExecutor(SeparateVerifier):
     """Runs each attempt in a new container with limits, no network and dropped capabilities."""
 
     kind: ClassVar[str] = "docker"
+    #: Task features beyond one plain container (core.task_parts.FEATURES).
+    features: ClassVar[frozenset[str]] = SEPARATE_FEATURES
     Options: ClassVar[type[BaseModel]] = DockerOptions
 
     def __init__(self, options: DockerOptions | None = None) -> None:
