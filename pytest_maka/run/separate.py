@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InfraError, SubjectFault
-from ..core.task import ARTIFACTS_DIR, Artifact, Task, VerifierEnvironment
+from ..core.task import ARTIFACTS_DIR, Artifact, CollectHook, Task, VerifierEnvironment
 from ..executors.base import LeaseRequest, Sandbox
 from ..executors.hostfs import remove_path
 from ..executors.separate import ArtifactReport, VerifierEnvironments
-from .restore import fresh_verifier_dirs, guarded
+from .restore import base_env, fresh_verifier_dirs, guarded
 
 if TYPE_CHECKING:
     from .attempt import AttemptWork
@@ -116,6 +116,29 @@ def carry_artifacts(
     return out
 
 
+def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[CollectHook]) -> list[dict[str, Any]]:
+    """``[[verifier.collect]]`` of the main service, in the subject's environment before it stops
+    (best effort, as Harbor: a failing hook is recorded, never fatal)."""
+    out: list[dict[str, Any]] = []
+    for index, hook in enumerate(hooks):
+        entry: dict[str, Any] = {"command": hook.command, "service": hook.service}
+        if hook.service != "main":
+            entry["not_run"] = "collect hooks of sidecar services need a compose environment"
+        else:
+            result = sandbox.exec(
+                hook.command,
+                env=base_env(work.cell.task),
+                timeout_sec=hook.timeout_sec,
+                stdout_path=work.attempt_dir / f"collect-{index}.stdout.txt",
+                stderr_path=work.attempt_dir / f"collect-{index}.stderr.txt",
+                cwd=work.cell.task.workdir,
+                max_output_bytes=work.settings.budgets.max_output_bytes,
+            )
+            entry.update(exit_code=result.exit_code, timed_out=result.timed_out)
+        out.append(entry)
+    return out
+
+
 @contextmanager
 def separate_verifier(
     work: AttemptWork,
@@ -125,11 +148,13 @@ def separate_verifier(
     tests: Path | None,
     *,
     extra_artifacts: Sequence[Artifact] = (),
+    collect: Sequence[CollectHook] = (),
     stop: bool = True,
 ) -> Iterator[Sandbox]:
     """Yield the verifier's fresh sandbox, ready to verify; record what verified and what was carried.
 
-    ``stop``: stop the subject's environment first (False for a step after which the subject
+    ``collect``: the ``[[verifier.collect]]`` hooks to run in the subject's environment first.
+    ``stop``: stop the subject's environment then (False for a step after which the subject
     runs again: its processes are already gone, its files stay). Raises SubjectFault when what
     the subject left cannot be carried (the caller refuses the attempt), InfraError when the
     executor has no separate environments.
@@ -138,6 +163,8 @@ def separate_verifier(
     if not isinstance(executor, VerifierEnvironments):
         raise InfraError(f"the {executor.kind} executor offers no separate verifier environment")
     task = work.cell.task
+    if collect:
+        work.verifier_info["collect_hooks"] = run_collect_hooks(work, sandbox, collect)
     if stop:
         executor.stop_environment(sandbox)
     host_root = work.attempt_dir / CARRIED_DIR
@@ -180,12 +207,16 @@ def verify_separately(
             with work.timed("restore"):
                 tests = work.verifier.tests_payload(task, request.scratch_dir)
                 verifier_box = stack.enter_context(
-                    separate_verifier(work, sandbox, request, task.verifier_environment, tests)
+                    separate_verifier(
+                        work, sandbox, request, task.verifier_environment, tests, collect=task.verifier_collect
+                    )
                 )
         except SubjectFault as fault:
             refuse(work, fault)
             return
-        kept = {k: work.verifier_info[k] for k in ("environment", "artifacts")}
+        kept = {
+            k: work.verifier_info[k] for k in ("environment", "artifacts", "collect_hooks") if k in work.verifier_info
+        }
         try:
             verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)
         finally:

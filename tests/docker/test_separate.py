@@ -22,6 +22,7 @@ def harbor_task(
     test_sh: str,
     solve: str,
     tests_dockerfile: str | None = None,
+    collect: str = "",
     environment_dockerfile: str = f"FROM {BASE}\nWORKDIR /app\n",
 ) -> Path:
     """A task as Harbor 0.25's template lays it out (schema 1.4, [task], separate verifier)."""
@@ -44,7 +45,7 @@ def harbor_task(
             [verifier]
             timeout_sec = 120.0
             environment_mode = "separate"
-
+            {collect}
             [agent]
             timeout_sec = 120.0
 
@@ -139,6 +140,7 @@ def test_copy_of_the_task_environment_skips_links_and_excluded_files(docker_coho
             source = "/app/linked/inner.txt"
             """
         ),
+        collect='[[verifier.collect]]\ncommand = "cat /app/results.txt > /logs/artifacts/collected.txt"\n',
         environment_dockerfile=f"FROM {BASE}\nRUN echo from-env > /env-marker\nWORKDIR /app\n",
         solve="""\
             mkdir -p /app/out/sub && echo 42 > /app/out/answer.txt && echo junk > /app/out/sub/x.tmp
@@ -152,6 +154,7 @@ def test_copy_of_the_task_environment_skips_links_and_excluded_files(docker_coho
             [ "$(cat /env-marker)" = from-env ] || ok=0
             [ "$(cat /app/out/answer.txt)" = 42 ] || ok=0
             [ "$(cat /app/results.txt)" = fine ] || ok=0
+            [ "$(cat /logs/artifacts/collected.txt)" = fine ] || ok=0
             [ -e /app/out/passwd ] || [ -L /app/out/passwd ] && ok=0
             [ -e /app/out/alias ] && ok=0
             [ -e /app/out/sub/x.tmp ] && ok=0
@@ -168,6 +171,7 @@ def test_copy_of_the_task_environment_skips_links_and_excluded_files(docker_coho
     assert sorted(carried["/app/out"]["skipped_links"]) == ["out/alias -> answer.txt", "out/passwd -> /etc/passwd"]
     assert carried["/app/out"]["excluded"] == ["sub/x.tmp"]
     assert "not_carried" not in carried["/app/results.txt"], "a relative source lies under the workdir"
+    assert verifier["collect_hooks"][0]["exit_code"] == 0, verifier["collect_hooks"]
     assert carried["/app/linked/inner.txt"]["not_carried"] == "/app/linked on the way is a symbolic link"
     kept = c.out / c.results()["copy-env[oracle-r0]"]["artifacts"]["dir"] / "carried"
     assert (kept / "1" / "answer.txt").read_text() == "42\n", "what was carried is kept with the attempt"
