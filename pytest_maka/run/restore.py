@@ -32,9 +32,10 @@ SUBJECT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK})
 T = TypeVar("T")
 
 
-def base_env(task: Task) -> dict[str, str]:
-    """The variables every command gets; nothing from the host environment."""
-    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **task.env}
+def base_env(task: Task, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables every command gets (``env``: instead of the task's own); nothing from the host."""
+    own = task.env if env is None else env
+    return {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", **own}
 
 
 def verifier_env(task: Task, *, imports_workdir: bool = False) -> dict[str, str]:
@@ -43,9 +44,12 @@ def verifier_env(task: Task, *, imports_workdir: bool = False) -> dict[str, str]
     ``imports_workdir``: the verifier runs the repository's own tests, which import it from
     the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
     The task's own ``verifier_env`` comes last: it is the task author's, not the subject's.
+    A separate verifier environment has its own ``env`` in place of the task's.
     """
     python = {k: v for k, v in VERIFIER_PYTHON_ENV.items() if not (imports_workdir and k == "PYTHONSAFEPATH")}
-    return {**base_env(task), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
+    separate = task.verifier_environment
+    own = base_env(task, None if separate is None else separate.env)
+    return {**own, "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
 
 
 def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ def harbor_task(
     solve: str,
     tests_dockerfile: str | None = None,
     collect: str = "",
+    tail: str = "",
     environment_dockerfile: str = f"FROM {BASE}\nWORKDIR /app\n",
 ) -> Path:
     """A task as Harbor 0.25's template lays it out (schema 1.4, [task], separate verifier)."""
@@ -53,6 +54,7 @@ def harbor_task(
             build_timeout_sec = 600.0
             """
         )
+        + tail
     )
     (task / "instruction.md").write_text("Write the answer to /app/out/answer.txt.\n")
     (task / "environment" / "Dockerfile").write_text(environment_dockerfile)
@@ -176,3 +178,31 @@ def test_copy_of_the_task_environment_skips_links_and_excluded_files(docker_coho
     kept = c.out / c.results()["copy-env[oracle-r0]"]["artifacts"]["dir"] / "carried"
     assert (kept / "1" / "answer.txt").read_text() == "42\n", "what was carried is kept with the attempt"
     _remove_images(docker_api, "copy-env")
+
+
+def test_verifier_environment_table_gives_image_and_env(docker_cohort: Cohort, docker_api) -> None:  # type: ignore[no-untyped-def]
+    c = docker_cohort
+    harbor_task(
+        c.tasks,
+        "own-table",
+        toml_extra='artifacts = ["/app/out/answer.txt"]',
+        collect=f'[verifier.environment]\ndocker_image = "{BASE}"\nenv = {{ MARK = "verifier-env" }}\n',
+        tail='env = { MARK = "agent-env" }\n',
+        environment_dockerfile=f"FROM {BASE}\nRUN echo from-env > /env-marker\nWORKDIR /app\n",
+        solve='mkdir -p /app/out && [ "$MARK" = agent-env ] && echo 42 > /app/out/answer.txt\n',
+        test_sh="""\
+            ok=1
+            [ "$MARK" = verifier-env ] || ok=0
+            [ -e /env-marker ] && ok=0
+            [ "$(cat /app/out/answer.txt)" = 42 ] || ok=0
+            echo $ok > /logs/verifier/reward.txt
+            """,
+    )
+    result = _run(c)
+    assert c.status() == {"own-table[oracle-r0]": "agent_success", "own-table[nop-r0]": "agent_failure"}, (
+        result.stdout.str()[-3000:]
+    )
+    environment = c.results()["own-table[oracle-r0]"]["verifier"]["environment"]
+    assert environment["definition"] == f"image {BASE}"
+    assert environment["image"] == docker_api.inspect_image(BASE)["Id"]
+    _remove_images(docker_api, "own-table")
