@@ -28,7 +28,7 @@ from ..subjects.base import RunContext, Subject, SubjectResult, as_subject_resul
 from ..verifiers.base import Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
 from .restore import base_env, guarded, printable, restore_for_verification, salvage, verifier_env
-from .separate import verify_separately
+from .separate import KEPT_VERIFIER_KEYS, run_collect_hooks, verify_separately
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -212,6 +212,8 @@ def run_attempt_steps(
         if task.verifier_environment is not None:  # --- separate verifier environment (run/separate.py)
             verify_separately(work, sandbox, request, deadline, verify=_verify, refuse=_refuse)
             return
+        if task.verifier_collect:  # [[verifier.collect]] before verification, as in separate mode
+            work.verifier_info["collect_hooks"] = run_collect_hooks(work, sandbox, task.verifier_collect)
         try:
             with work.timed("restore"):
                 tests = work.verifier.tests_payload(task, request.scratch_dir)
@@ -438,4 +440,5 @@ def _verify(
         **({"collect_notes": notes} if notes else {}),
         **verdict.details,
         "tamper": work.verifier_info.get("tamper"),
+        **{k: work.verifier_info[k] for k in KEPT_VERIFIER_KEYS if k in work.verifier_info},
     }

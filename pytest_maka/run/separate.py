@@ -6,8 +6,8 @@ runs in a fresh environment from its own definition, with the artifacts placed a
 original paths, ``/tests`` fresh and an empty ``/logs/verifier``. Nothing else the subject
 did (replaced tools, files outside the artifacts, processes) exists there.
 
-``separate_verifier`` is the reusable part (a multi-step lifecycle calls it per step);
-``verify_separately`` is the single-step hook ``run/attempt.py`` calls.
+``verify_in_separate_environment`` is the reusable part (a multi-step lifecycle calls it per
+step); ``verify_separately`` is the single-step hook ``run/attempt.py`` calls.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ MECHANISM = (
     "separate verifier environment: the subject's environment was stopped and only the declared "
     "artifacts were carried into a fresh one"
 )
+#: Entries of the record's ``verifier`` set before the verify step, which keeps them.
+KEPT_VERIFIER_KEYS = ("environment", "artifacts", "collect_hooks")
 #: Host directory (in the attempt dir) holding what was carried, by artifact index.
 CARRIED_DIR = "carried"
 
@@ -189,6 +191,48 @@ def separate_verifier(
         yield verifier_box
 
 
+def verify_in_separate_environment(
+    work: AttemptWork,
+    sandbox: Sandbox,
+    request: LeaseRequest,
+    environment: VerifierEnvironment,
+    tests: Callable[[], Path | None],
+    deadline: tuple[float, str] | None,
+    *,
+    verify: VerifyFn,
+    refuse: RefuseFn,
+    extra_artifacts: Sequence[Artifact] = (),
+    collect: Sequence[CollectHook] = (),
+    stop: bool = True,
+) -> None:
+    """Verify in ``environment``: what a lifecycle calls once (a task) or per step (``stop=False``
+    for a step after which the subject runs again; a step's own ``artifacts`` as ``extra_artifacts``).
+
+    ``tests`` gives the hidden tests' host directory; ``verify`` is the lifecycle's verify step,
+    run on the verifier's sandbox; ``refuse`` records an attempt whose artifacts cannot be carried.
+    """
+    with ExitStack() as stack:
+        try:
+            with work.timed("restore"):
+                payload = tests()
+                verifier_box = stack.enter_context(
+                    separate_verifier(
+                        work,
+                        sandbox,
+                        request,
+                        environment,
+                        payload,
+                        extra_artifacts=extra_artifacts,
+                        collect=collect,
+                        stop=stop,
+                    )
+                )
+        except SubjectFault as fault:
+            refuse(work, fault)
+            return
+        verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)  # it keeps KEPT_VERIFIER_KEYS
+
+
 def verify_separately(
     work: AttemptWork,
     sandbox: Sandbox,
@@ -198,26 +242,17 @@ def verify_separately(
     verify: VerifyFn,
     refuse: RefuseFn,
 ) -> None:
-    """The single-step hook: verify in the task's separate environment (``verify`` is the
-    lifecycle's own verify step, run on the verifier's sandbox)."""
+    """The single-step hook of ``run/attempt.py``: verify in the task's separate environment."""
     task = work.cell.task
     assert task.verifier_environment is not None
-    with ExitStack() as stack:
-        try:
-            with work.timed("restore"):
-                tests = work.verifier.tests_payload(task, request.scratch_dir)
-                verifier_box = stack.enter_context(
-                    separate_verifier(
-                        work, sandbox, request, task.verifier_environment, tests, collect=task.verifier_collect
-                    )
-                )
-        except SubjectFault as fault:
-            refuse(work, fault)
-            return
-        kept = {
-            k: work.verifier_info[k] for k in ("environment", "artifacts", "collect_hooks") if k in work.verifier_info
-        }
-        try:
-            verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)
-        finally:
-            work.verifier_info.update(kept)  # the verify step writes the verifier entry anew
+    verify_in_separate_environment(
+        work,
+        sandbox,
+        request,
+        task.verifier_environment,
+        lambda: work.verifier.tests_payload(task, request.scratch_dir),
+        deadline,
+        verify=verify,
+        refuse=refuse,
+        collect=task.verifier_collect,
+    )
