@@ -39,6 +39,7 @@ from .restore import (
     salvage,
     verifier_env,
 )
+from .separate import KEPT_VERIFIER_KEYS, run_collect_hooks, verify_separately
 
 if TYPE_CHECKING:
     from .lifecycle import RunSettings
@@ -224,6 +225,11 @@ def run_attempt_steps(
         if deadline is not None and deadline[0] <= time.time():  # the whole-cell deadline left no time to verify
             work.budget_exceeded = work.budget_exceeded or deadline[1]
             return
+        if task.verifier_environment is not None:  # --- separate verifier environment (run/separate.py)
+            verify_separately(work, sandbox, request, deadline, verify=_verify, refuse=_refuse)
+            return
+        if task.verifier_collect:  # [[verifier.collect]] before verification, as in separate mode
+            work.verifier_info["collect_hooks"] = run_collect_hooks(work, sandbox, task.verifier_collect)
         try:
             with work.timed("restore"):
                 tests = work.verifier.tests_payload(task, request.scratch_dir)
@@ -458,4 +464,5 @@ def _verify(
         **({"collect_notes": notes} if notes else {}),
         **verdict.details,
         "tamper": work.verifier_info.get("tamper"),
+        **{k: work.verifier_info[k] for k in KEPT_VERIFIER_KEYS if k in work.verifier_info},
     }

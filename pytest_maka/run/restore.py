@@ -32,14 +32,17 @@ SUBJECT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK})
 T = TypeVar("T")
 
 
-def base_env(task: Task, image: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(
+    task: Task, image: Mapping[str, str] | None = None, *, own: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The variables every command gets; nothing from the host environment.
 
     ``image``: the environment's own variables (the image's ENV, see ``image_env_of``): they
-    replace the kernel's defaults (PATH, HOME, LANG, ...); the task's ``env`` comes last.
+    replace the kernel's defaults (PATH, HOME, LANG, ...); the task's ``env`` (or ``own``,
+    e.g. a separate verifier environment's) comes last.
     """
     defaults = {"PATH": BASE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb"}
-    return {**defaults, **(image or {}), **task.env}
+    return {**defaults, **(image or {}), **(task.env if own is None else own)}
 
 
 def image_env_of(sandbox: Sandbox) -> dict[str, str]:
@@ -68,12 +71,14 @@ def verifier_env(
     ``imports_workdir``: the verifier runs the repository's own tests, which import it from
     the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
     The task's own ``verifier_env`` comes last: it is the task author's, not the subject's.
+    A separate verifier environment has its own ``env`` in place of the task's.
     """
     python = {k: v for k, v in VERIFIER_PYTHON_ENV.items() if not (imports_workdir and k == "PYTHONSAFEPATH")}
     if image and image.get("PYTHONPATH"):  # the image's own: its directories are protected (restored)
         python["PYTHONPATH"] = image["PYTHONPATH"]
-    env = {**base_env(task, image), "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV}
-    return {**env, **task.verifier_env}
+    separate = task.verifier_environment
+    own = base_env(task, image, own=None if separate is None else separate.env)
+    return {**own, "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
 
 
 def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:
@@ -85,6 +90,12 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
         report = sandbox.restore_protected(scratch)
     else:
         report = {"mechanism": "none: this executor offers no restore of protected paths"}
+    fresh_verifier_dirs(sandbox, tests, scratch)
+    return report
+
+
+def fresh_verifier_dirs(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
+    """``/logs/verifier`` and the verifier's HOME emptied, ``/tests`` copied in fresh (or removed)."""
     empty = scratch / "empty-verifier-dir"
     empty.mkdir(exist_ok=True)
     for path in (VERIFIER_LOGS_DIR, VERIFIER_HOME):
@@ -93,7 +104,6 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
         sandbox.put(tests, TESTS_DIR)
     else:
         sandbox.remove(TESTS_DIR)
-    return report
 
 
 def subject_cause(exc: BaseException) -> str | None:

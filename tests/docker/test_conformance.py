@@ -10,6 +10,7 @@ import pytest
 
 from pytest_maka.executors.docker import DockerExecutor
 from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, EgressTarget, ExecutorConformance, make_task
+from pytest_maka.testing.conformance.separate import SeparateVerifierTests
 from pytest_maka.testing.conformance.tamper import TamperTests
 
 pytestmark = pytest.mark.docker
@@ -90,3 +91,13 @@ def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: protected files compared with the image's by content")
     assert any("/python3." in path for path in tamper["restored"]), tamper
+
+
+class TestDockerSeparateVerifier(SeparateVerifierTests):
+    """Separate verifier environments (Harbor ``environment_mode = "separate"``) on the real engine."""
+
+    @pytest.fixture
+    def executor(self, make_executor: Callable[..., DockerExecutor]) -> DockerExecutor:
+        executor = make_executor(kill_grace_sec=0.5)
+        executor.check()
+        return executor

@@ -29,12 +29,15 @@ from .options import DEFAULT_CAPABILITIES, DockerOptions
 from .processes import KEEP_ALIVE
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
+from .verifier_env import SEPARATE_FEATURES, SeparateVerifier
 
 
-class DockerExecutor:
+class DockerExecutor(SeparateVerifier):
     """Runs each attempt in a new container with limits, no network and dropped capabilities."""
 
     kind: ClassVar[str] = "docker"
+    #: Task features beyond one plain container (core.task_parts.FEATURES).
+    features: ClassVar[frozenset[str]] = SEPARATE_FEATURES
     Options: ClassVar[type[BaseModel]] = DockerOptions
     #: Task features (``Task.features``) this executor runs ("compose" where Compose v2 is installed).
     features: frozenset[str]
