@@ -52,6 +52,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="exit-code policy: 'harness' (default) exits 7 when a cell has no official result "
         "(infra, verifier or policy failure); 'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
     )
+    group.addoption(
+        "--maka-strict",
+        action="store_true",
+        default=False,
+        help="an invalid task in a task source is a usage error (default: it is reported and its cells skipped)",
+    )
     parser.addini("maka_exit", "default for --maka-exit", default="harness")
 
 
@@ -86,6 +92,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"maka: cohort {cohort.name}: {len(cohort.cells)} cells = {len(cohort.tasks)} tasks x "
         f"{len(loaded.subjects)} subjects x {loaded.spec.repetitions} repetitions",
         f"maka: executor {loaded.executor.kind} ({sandbox}), output {maka.out_dir_display}",
+        *(f"maka: invalid task skipped: {task.invalid}" for task in cohort.tasks if task.invalid),
     ]
 
 

@@ -14,6 +14,7 @@ from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
 from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
 from .core.spec import LoadedSpec, load_spec
+from .core.task import FEATURES
 from .executors.base import Executor
 from .live.observer import HookObserver
 from .run.lifecycle import CellRunner, RunSettings
@@ -110,6 +111,9 @@ class MakaSession:
             subjects = _make_subjects(cohort.loaded, subject_kinds)
             verifier_classes = _kinds(config.hook.pytest_maka_verifiers())
             _check_verifiers(cohort, verifier_classes)
+            invalid = next((task.invalid for task in cohort.tasks if task.invalid), None)
+            if invalid and config.getoption("maka_strict", False):
+                raise pytest.UsageError(f"{invalid} (--maka-strict)")
         except MakaUserError as e:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded
@@ -182,9 +186,14 @@ class MakaSession:
         return Path(tempfile.mkdtemp(prefix="maka-"))
 
     def skip_reason(self, cell: Cell) -> str | None:
-        if cell.task.unsupported:
-            return f"{cell.task.id}: {cell.task.unsupported}"
-        return self.subjects[cell.subject.name].unsupported(cell.task)
+        task = cell.task
+        if task.unsupported:
+            return f"{task.id}: {task.unsupported}"
+        missing = sorted(task.features - getattr(self.executor, "features", frozenset()))
+        if missing:
+            kind = self.cohort.loaded.executor.kind
+            return f"{task.id}: {FEATURES[missing[0]]} not supported on the {kind} executor yet"
+        return self.subjects[cell.subject.name].unsupported(task)
 
     def close(self) -> None:
         import shutil

@@ -24,6 +24,12 @@ def _seconds(value: Any) -> Any:
     return _number(value, 0, MAX_TIMEOUT_SEC, "a number")
 
 
+def _wait(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError("expected a number of at least 0")
+    return _number(value, -1, MAX_TIMEOUT_SEC, "a number")
+
+
 def _cpus(value: Any) -> Any:
     return _number(value, 0, MAX_CPUS, "a number")
 
@@ -40,6 +46,8 @@ def _text(value: Any) -> Any:
 
 #: Seconds: a finite number (the loaders refuse NaN and infinities) above 0, at most 30 days.
 Seconds = Annotated[float, BeforeValidator(_seconds)]
+#: A grace period in seconds: 0 or more, at most 30 days.
+WaitSeconds = Annotated[float, BeforeValidator(_wait)]
 #: CPUs: above 0, at most MAX_CPUS.
 Cpus = Annotated[float, BeforeValidator(_cpus)]
 #: Megabytes: above 0 (a float is rounded down), at most MAX_MEGABYTES.
@@ -54,6 +62,12 @@ class Section(BaseModel):
     """A section of a task file: known keys strictly typed, other keys kept for their owners."""
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class StrictSection(Section):
+    """A section whose keys are all known: an unknown key is a typo worth an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") -> Any:

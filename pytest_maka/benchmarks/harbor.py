@@ -1,19 +1,21 @@
 """Harbor task layout (also Terminal-Bench 2): our native task format.
 
-task.toml  instruction.md  environment/{Dockerfile, workspace/}  tests/test.sh  solution/solve.sh
+task.toml  instruction.md  environment/{Dockerfile | docker-compose.yaml, workspace/}  tests/test.sh
+solution/solve.sh  [steps/<name>/{instruction.md, tests/, solution/, workdir/[setup.sh]}]
 [.harborignore]: files it names are left out of every upload (and of the task's digest).
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 from pathlib import Path
 
 from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import Task, digest_tree
-from . import detect, harbor_toml, ignore
+from ..core.task import CollectHook, Task, TaskPackage, Tpu, digest_tree
+from . import detect, harbor_parts, harbor_toml, ignore
 from .cache import materialize
-from .harbor_toml import AgentSection, EnvironmentSection, VerifierSection
 
 FORMAT = "harbor"
 
@@ -23,29 +25,49 @@ def is_task_dir(path: Path) -> bool:
 
 
 def discover(path: Path) -> list[Task]:
-    """One task dir, or a directory whose non-hidden subdirectories are all task dirs."""
+    """One task dir, or a directory whose non-hidden subdirectories are all task dirs.
+
+    A task dir whose files are invalid becomes a Task marked ``invalid`` (its cells are
+    skipped with that one line, or the run stops under ``--maka-strict``); the others load.
+    """
     tasks = []
     for child in detect.task_dirs(path):
         if not is_task_dir(child):
             raise detect.wrong_dir(child, FORMAT)
-        tasks.append(load_task(child))
+        try:
+            tasks.append(load_task(child))
+        except TaskError as e:
+            tasks.append(invalid_task(child, str(e)))
     return tasks
 
 
-def _unsupported(path: Path, verifier: VerifierSection, env: EnvironmentSection, agent: AgentSection) -> str | None:
-    if (path / "steps").is_dir():
-        return "multi-step tasks (steps/) are not supported yet"
-    if (path / "environment" / "docker-compose.yaml").is_file() or (
-        path / "environment" / "docker-compose.yml"
-    ).is_file():
-        return "multi-container (docker-compose) environments are not supported yet"
-    if verifier.environment_mode == "separate":
-        return "a separate verifier environment is not supported yet"
-    if env.gpus:
-        return "GPU environments (environment.gpus) are not supported yet"
-    for section, table in (("agent", agent), ("verifier", verifier)):
-        if table.user not in (None, "root", 0):
-            return f"running the {section} as another user ({section}.user) is not supported yet"
+def invalid_task(path: Path, error: str) -> Task:
+    """A placeholder for a task dir that does not load: it carries the error, nothing runs."""
+    path = path.resolve()
+    return Task(
+        id=path.name,
+        path=path,
+        instruction="",
+        digest=hashlib.sha256(f"invalid/1\0{error}".encode()).hexdigest(),
+        format=FORMAT,
+        invalid=error,
+        unsupported=f"invalid task: {error}",
+    )
+
+
+def _host_gpus() -> int:
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _unsupported(spec: harbor_toml.TaskToml) -> str | None:
+    """What no executor here can give the task (executor-specific features are Task.features)."""
+    env = spec.environment
+    if env.os != "linux":
+        return f"{env.os} environments (environment.os = {env.os!r}) are not supported"
+    if env.tpu is not None:
+        return "TPU environments (environment.tpu) are not supported"
+    if env.gpus and _host_gpus() < env.gpus:
+        return f"the task needs {env.gpus} GPU(s) (environment.gpus) and this machine has {_host_gpus()}"
     return None
 
 
@@ -69,18 +91,34 @@ def load_task(path: Path) -> Task:
     agent, verifier, env = spec.agent, spec.verifier, spec.environment
 
     root = _filtered_root(path)
+    steps = harbor_parts.steps(spec, root, toml_path, env.workdir)
+    verifier_env = harbor_parts.verifier_environment(spec, root, toml_path)
     instruction_path = path / "instruction.md"
-    if not instruction_path.is_file():
+    if steps:
+        instruction = steps[0].instruction
+    elif not instruction_path.is_file():
         raise TaskError(path, "instruction.md", "missing: every task needs an instruction")
-    instruction = inputs.read_text(instruction_path, what="instruction", error=TaskError)
+    else:
+        instruction = inputs.read_text(instruction_path, what="instruction", error=TaskError)
     tests_dir = root / "tests"
-    if not (tests_dir / "test.sh").is_file():
+    bundled = verifier_env is not None and verifier_env.bundled_tests
+    if not steps and not bundled and not (tests_dir / "test.sh").is_file():
         raise TaskError(
             path, "tests/test.sh", "missing: the hidden verifier is required (a task with no verifier cannot pass)"
         )
     solution_dir = root / "solution"
     environment_dir = root / "environment"
-    env_network = harbor_toml.network(env.network_mode, env.allow_internet) or "public"
+    env_network = harbor_parts.env_network(env)
+    agent_network = harbor_toml.network(agent.network_mode, agent.allow_internet) or env_network
+    verifier_network = harbor_toml.network(verifier.network_mode, None) or env_network
+    agent_hosts = agent.allowed_hosts if agent.network_mode is not None else env.allowed_hosts
+    verifier_hosts = verifier.allowed_hosts if verifier.network_mode is not None else env.allowed_hosts
+    metadata = dict(spec.metadata)
+    if spec.task is not None:
+        metadata["task"] = spec.task.model_dump()
+    if spec.source is not None:
+        metadata["source"] = spec.source
+    package = spec.task
     return Task(
         id=path.name,
         path=path,
@@ -93,21 +131,55 @@ def load_task(path: Path) -> Task:
         build_timeout_sec=env.build_timeout_sec,
         cpus=env.cpus,
         memory_mb=harbor_toml.memory_mb(env, toml_path),
-        storage_mb=env.storage_mb,
+        storage_mb=harbor_toml.storage_mb(env, toml_path),
         environment_dir=environment_dir if environment_dir.is_dir() else None,
         workspace_dir=(environment_dir / "workspace") if (environment_dir / "workspace").is_dir() else None,
         dockerfile=(environment_dir / "Dockerfile") if (environment_dir / "Dockerfile").is_file() else None,
         docker_image=env.docker_image,
-        tests_dir=tests_dir,
+        tests_dir=tests_dir if tests_dir.is_dir() else None,
         solution_dir=solution_dir if (solution_dir / "solve.sh").is_file() else None,
         verifier_env=dict(verifier.env),
         env=dict(env.env),
-        network=harbor_toml.network(agent.network_mode, agent.allow_internet) or env_network,
-        metadata=dict(spec.metadata),
+        network=agent_network,
+        metadata=metadata,
         grading_options={
-            # What the verifier phase declares (it shares the environment); granted only by policy.
-            "network": env_network,
-            "allowed_hosts": list(agent.allowed_hosts if agent.allowed_hosts is not None else env.allowed_hosts or []),
+            # What the verifier phase declares; granted only by policy.
+            "network": verifier_network,
+            "allowed_hosts": list(agent_hosts or []),
         },
-        unsupported=_unsupported(path, verifier, env, agent),
+        unsupported=_unsupported(spec),
+        schema_version=spec.schema_version or spec.version,
+        package=TaskPackage(
+            name=package.name,
+            version=package.version,
+            description=package.description,
+            authors=tuple((a.name, a.email) for a in package.authors),
+            keywords=tuple(package.keywords),
+        )
+        if package is not None
+        else None,
+        source=spec.source,
+        os=env.os,
+        gpus=env.gpus or 0,
+        gpu_types=tuple(env.gpu_types or ()),
+        tpu=Tpu(type=env.tpu.type, topology=env.tpu.topology) if env.tpu else None,
+        healthcheck=harbor_parts.healthcheck(env.healthcheck),
+        agent_user=agent.user,
+        verifier_user=verifier.user,
+        agent_env=dict(agent.env),
+        solution_env=dict(spec.solution.env),
+        verifier_network=verifier_network,
+        verifier_allowed_hosts=tuple(verifier_hosts or ()),
+        agent_allowed_hosts=tuple(agent_hosts or ()),
+        artifacts=harbor_parts.artifacts(spec.artifacts, env.workdir),
+        verifier_environment=verifier_env,
+        verifier_collect=tuple(
+            CollectHook(command=c.command, service=c.service, timeout_sec=c.timeout_sec, user=c.user)
+            for c in verifier.collect
+        ),
+        compose_file=harbor_parts.compose_file(environment_dir),
+        steps=steps,
+        multi_step_reward_strategy=spec.multi_step_reward_strategy or "mean",
+        mcp_servers=harbor_parts.mcp_servers(env.mcp_servers),
+        skills_dir=env.skills_dir,
     )

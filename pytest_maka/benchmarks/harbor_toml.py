@@ -1,16 +1,18 @@
-"""``task.toml`` of a Harbor task: the validation boundary (typed sections, Harbor 0.25 keys).
+"""``task.toml`` of a Harbor task: the validation boundary (every Harbor 0.25 key, strictly typed).
 
-Known keys are strictly typed; keys Harbor accepts that we do not use yet are kept, so a
-Harbor 0.25 task loads. Values that load but cannot run (a zero or NaN timeout, a workdir
-of ``/`` or ``/logs``) are refused here with the key that holds them.
+Each section knows all of its keys (Harbor 0.25, task schema 1.4, and the legacy ones it
+still reads): an unknown key is an error naming its key path and the keys expected, never
+a silent fallback to a default. Values that load but cannot run (a zero or NaN timeout, a
+workdir of ``/`` or ``/logs``) are refused here with the key that holds them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import TaskError
 from ..core.task import (
@@ -19,9 +21,10 @@ from ..core.task import (
     DEFAULT_VERIFIER_TIMEOUT_SEC,
     MAX_MEGABYTES,
 )
-from .fields import Cpus, Megabytes, Seconds, Section, Text, Workdir, validate
+from .fields import Cpus, Megabytes, Seconds, StrictSection, Text, WaitSeconds, Workdir, validate
 
 NetworkMode = Literal["public", "no-network", "allowlist"]
+User = str | int
 #: Top-level keys of a Harbor 0.25 task.toml.
 TOP_LEVEL = (
     "version",
@@ -37,39 +40,217 @@ TOP_LEVEL = (
     "environment",
     "solution",
 )
+_PACKAGE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+_SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+_STEP_NAME_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
+_TOPOLOGY = re.compile(r"^[1-9]\d*(x[1-9]\d*)+$")
 
 
-class AgentSection(Section):
-    timeout_sec: Seconds | None = DEFAULT_AGENT_TIMEOUT_SEC
-    user: str | int | None = None
-    network_mode: NetworkMode | None = None
-    allow_internet: bool | None = None
-    allowed_hosts: list[str] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+def _allowlist_consistent(mode: str | None, hosts: list[str] | None) -> None:
+    if hosts is not None and mode != "allowlist":
+        raise ValueError('allowed_hosts is only valid with network_mode = "allowlist"')
 
 
-class VerifierSection(Section):
-    timeout_sec: Seconds = DEFAULT_VERIFIER_TIMEOUT_SEC
-    user: str | int | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    environment_mode: Literal["shared", "separate"] | None = None
-    network_mode: NetworkMode | None = None
-    allowed_hosts: list[str] | None = None
+def _service(value: str | None) -> str | None:
+    if value is not None and not _SERVICE_NAME.match(value):
+        raise ValueError(f"expected a compose service name (letters, digits, '_', '.', '-'), got {value!r}")
+    return value
 
 
-class EnvironmentSection(Section):
+class Author(StrictSection):
+    name: Text
+    email: str | None = None
+
+
+class PackageSection(StrictSection):
+    """``[task]``: the package identity (``org/name``) and its description."""
+
+    name: str
+    version: Text | None = None
+    description: str = ""
+    authors: list[Author] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _org_name(cls, value: str) -> str:
+        if not _PACKAGE_NAME.match(value) or ".." in value:
+            raise ValueError(f"expected a package name 'org/name' (got {value!r})")
+        return value
+
+
+class HealthcheckSection(StrictSection):
+    command: Text
+    interval_sec: Seconds = 5.0
+    timeout_sec: Seconds = 30.0
+    start_period_sec: WaitSeconds = 0.0
+    start_interval_sec: Seconds = 5.0
+    retries: int = Field(default=3, ge=1, le=10_000)
+
+
+class TpuSection(StrictSection):
+    type: Text
+    topology: str
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str) -> str:
+        if not _TOPOLOGY.match(value.strip()):
+            raise ValueError(f"expected a TPU topology such as '2x4' (got {value!r})")
+        return value.strip()
+
+
+class McpServerSection(StrictSection):
+    name: Text
+    transport: Literal["stdio", "sse", "streamable-http", "http"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSection:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport 'stdio' needs 'command'")
+        if self.transport != "stdio" and not self.url:
+            raise ValueError(f"transport {self.transport!r} needs 'url'")
+        return self
+
+
+class ArtifactSection(StrictSection):
+    source: Text
+    destination: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    service: str | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if ".." in PurePosixPath(value).parts or "\0" in value:
+            raise ValueError(f"expected a path without '..' (got {value!r})")
+        return value
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        path = PurePosixPath(value)
+        if "\\" in value or path.is_absolute() or ".." in path.parts or value.rstrip("/") == "manifest.json":
+            raise ValueError(f"expected a relative path without '..' other than manifest.json (got {value!r})")
+        return value
+
+    @field_validator("service")
+    @classmethod
+    def _service_name(cls, value: str | None) -> str | None:
+        return _service(value)
+
+
+Artifacts = list[Text | ArtifactSection]
+
+
+class EnvironmentSection(StrictSection):
     build_timeout_sec: Seconds = DEFAULT_BUILD_TIMEOUT_SEC
     docker_image: Text | None = None
+    os: Literal["linux", "windows"] = "linux"
     cpus: Cpus | None = None
     memory_mb: Megabytes | None = None
     memory: str | int | None = None  # legacy "1G"
     storage_mb: Megabytes | None = None
-    gpus: int | None = Field(default=None, ge=0)
-    workdir: Workdir = "/app"
+    storage: str | int | None = None  # legacy "10G"
+    gpus: int | None = Field(default=None, ge=0, le=1024)
+    gpu_types: list[Text] | None = None
+    tpu: TpuSection | None = None
+    mcp_servers: list[McpServerSection] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    skills_dir: Workdir | None = None
+    healthcheck: HealthcheckSection | None = None
+    workdir: Workdir = "/app"
     network_mode: NetworkMode | None = None
-    allow_internet: bool | None = None
-    allowed_hosts: list[str] | None = None
+    allow_internet: bool | None = None  # legacy
+    allowed_hosts: list[Text] | None = None
+
+    @field_validator("os", mode="before")
+    @classmethod
+    def _os_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _network(self) -> EnvironmentSection:
+        _allowlist_consistent(self.network_mode, self.allowed_hosts)
+        return self
+
+
+class AgentSection(StrictSection):
+    timeout_sec: Seconds | None = DEFAULT_AGENT_TIMEOUT_SEC
+    user: User | None = None
+    network_mode: NetworkMode | None = None
+    allow_internet: bool | None = None  # legacy
+    allowed_hosts: list[Text] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _network(self) -> AgentSection:
+        _allowlist_consistent(self.network_mode, self.allowed_hosts)
+        return self
+
+
+class CollectSection(StrictSection):
+    command: Text
+    service: str = "main"
+    timeout_sec: Seconds = 60.0
+    user: User | None = None
+
+    @field_validator("service")
+    @classmethod
+    def _service_name(cls, value: str) -> str:
+        return _service(value) or value
+
+
+class VerifierSection(StrictSection):
+    timeout_sec: Seconds = DEFAULT_VERIFIER_TIMEOUT_SEC
+    user: User | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentSection | None = None
+    collect: list[CollectSection] = Field(default_factory=list)
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[Text] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VerifierSection:
+        _allowlist_consistent(self.network_mode, self.allowed_hosts)
+        if self.environment_mode == "shared" and self.environment is not None:
+            raise ValueError('environment_mode = "shared" cannot have a [verifier.environment]')
+        return self
+
+    @property
+    def mode(self) -> Literal["shared", "separate"] | None:
+        """The declared mode; a ``[verifier.environment]`` alone means separate."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        return "separate" if self.environment is not None else None
+
+
+class SolutionSection(StrictSection):
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class StepSection(StrictSection):
+    name: str
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: HealthcheckSection | None = None
+    artifacts: Artifacts = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _portable(cls, value: str) -> str:
+        bad = not value.strip() or value in (".", "..") or value.endswith((".", " ")) or _STEP_NAME_BAD.search(value)
+        if bad or len(value.encode()) > 255:
+            raise ValueError(f"expected a portable directory name under steps/ (got {value!r})")
+        return value
 
 
 class TaskToml(BaseModel):
@@ -77,18 +258,28 @@ class TaskToml(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    version: str | None = None
+    version: str | None = None  # legacy name of schema_version
     schema_version: str | None = None
-    task: dict[str, Any] = Field(default_factory=dict)
+    task: PackageSection | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    source: Any = None
-    artifacts: Any = None
-    multi_step_reward_strategy: str | None = None
-    steps: list[dict[str, Any]] | None = None
+    source: str | None = None
+    artifacts: Artifacts = Field(default_factory=list)
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
+    steps: list[StepSection] | None = None
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
-    solution: dict[str, Any] = Field(default_factory=dict)
+    solution: SolutionSection = Field(default_factory=SolutionSection)
+
+    @field_validator("steps")
+    @classmethod
+    def _unique_steps(cls, steps: list[StepSection] | None) -> list[StepSection] | None:
+        seen: set[str] = set()
+        for step in steps or []:
+            if step.name.casefold() in seen:
+                raise ValueError(f"step names must be unique (ignoring case): {step.name!r}")
+            seen.add(step.name.casefold())
+        return steps
 
 
 def parse(data: dict[str, Any], file: Path) -> TaskToml:
@@ -98,20 +289,28 @@ def parse(data: dict[str, Any], file: Path) -> TaskToml:
     return validate(TaskToml, data, file)
 
 
-def memory_mb(env: EnvironmentSection, file: Path) -> int | None:
-    """``memory_mb``, else the legacy ``memory = "1G"`` in megabytes."""
-    if env.memory_mb is not None or env.memory is None:
-        return env.memory_mb
-    text = str(env.memory).strip().upper()
+def megabytes(value: str | int | None, current: int | None, file: Path, key: str) -> int | None:
+    """``memory_mb``/``storage_mb``, else the legacy ``memory = "1G"`` / ``storage`` in megabytes."""
+    if current is not None or value is None:
+        return current
+    text = str(value).strip().upper()
     units = {"G": 1024, "M": 1, "K": 1 / 1024}
     try:
         number = float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
-        value = int(number)
+        result = int(number)
     except (ValueError, OverflowError):
-        value = 0
-    if not 1 <= value <= MAX_MEGABYTES:
-        raise TaskError(file, "environment.memory", f"expected a size such as '1G' (got {env.memory!r})")
-    return value
+        result = 0
+    if not 1 <= result <= MAX_MEGABYTES:
+        raise TaskError(file, key, f"expected a size such as '1G' (got {value!r})")
+    return result
+
+
+def memory_mb(env: EnvironmentSection, file: Path, prefix: str = "environment") -> int | None:
+    return megabytes(env.memory, env.memory_mb, file, f"{prefix}.memory")
+
+
+def storage_mb(env: EnvironmentSection, file: Path, prefix: str = "environment") -> int | None:
+    return megabytes(env.storage, env.storage_mb, file, f"{prefix}.storage")
 
 
 def network(mode: str | None, allow_internet: bool | None) -> str | None:

@@ -11,6 +11,31 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TaskError
+from .task_parts import (
+    FEATURES,
+    Artifact,
+    CollectHook,
+    Healthcheck,
+    McpServer,
+    RewardStrategy,
+    Step,
+    TaskPackage,
+    Tpu,
+    VerifierEnvironment,
+)
+
+__all__ = [
+    "FEATURES",
+    "Artifact",
+    "CollectHook",
+    "Healthcheck",
+    "McpServer",
+    "Step",
+    "Task",
+    "TaskPackage",
+    "Tpu",
+    "VerifierEnvironment",
+]
 
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_SEC = 600.0
@@ -88,6 +113,60 @@ class Task:
     grading_options: dict[str, Any] = field(default_factory=dict)
     #: Set by adapters for tasks that need a feature not supported yet: the cell is skipped.
     unsupported: str | None = None
+    #: Set by adapters for a task whose files are invalid (one line: file, key, expectation):
+    #: its cells are skipped with it, or the run is a usage error under ``--maka-strict``.
+    invalid: str | None = None
+
+    # -- Harbor 0.25 (task.toml schema 1.x); defaults mean "not declared" ----------------
+    schema_version: str | None = None
+    package: TaskPackage | None = None
+    #: Harbor's top-level ``source`` (where the task comes from, e.g. a dataset name).
+    source: str | None = None
+    os: str = "linux"
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()
+    tpu: Tpu | None = None
+    healthcheck: Healthcheck | None = None
+    #: ``[agent] user`` / ``[verifier] user``: None (or root / 0) is the image's default user.
+    agent_user: str | int | None = None
+    verifier_user: str | int | None = None
+    agent_env: dict[str, str] = field(default_factory=dict)
+    solution_env: dict[str, str] = field(default_factory=dict)
+    #: The verifier phase's declared network ("none", "allowlist", "public") and hosts.
+    verifier_network: str = "none"
+    verifier_allowed_hosts: tuple[str, ...] = ()
+    agent_allowed_hosts: tuple[str, ...] = ()
+    #: Task-level artifacts (each step's own are on the Step).
+    artifacts: tuple[Artifact, ...] = ()
+    #: None: the verifier shares the subject's environment.
+    verifier_environment: VerifierEnvironment | None = None
+    verifier_collect: tuple[CollectHook, ...] = ()
+    #: ``environment/docker-compose.yaml`` (a main service plus sidecars), when present.
+    compose_file: Path | None = None
+    steps: tuple[Step, ...] = ()
+    multi_step_reward_strategy: RewardStrategy = "mean"
+    mcp_servers: tuple[McpServer, ...] = ()
+    #: A directory in the environment whose contents go to the subject's skills config.
+    skills_dir: str | None = None
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The FEATURES keys this task needs from its executor (beyond one plain container)."""
+        needed = set()
+        if self.steps:
+            needed.add("multi-step")
+        if self.verifier_environment is not None or any(s.verifier_environment for s in self.steps):
+            needed.add("separate-verifier")
+        if self.compose_file is not None:
+            needed.add("compose")
+        users = [self.agent_user, self.verifier_user, *(u for s in self.steps for u in (s.agent_user, s.verifier_user))]
+        if any(u not in (None, "root", 0) for u in users):
+            needed.add("users")
+        if self.healthcheck is not None or any(s.healthcheck for s in self.steps):
+            needed.add("healthcheck")
+        if self.gpus:
+            needed.add("gpus")
+        return frozenset(needed)
 
     def __post_init__(self) -> None:
         """The last guard for every adapter: a Task that cannot run is never built."""

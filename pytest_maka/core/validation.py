@@ -97,18 +97,23 @@ def _expectation(same_key: list[Any]) -> tuple[str, int]:
     return texts[0], 1
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through ``X | None``, ``list[X]``, ``dict[str, X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in _models_in(arg)]
+
+
 def _allowed_keys_at(model: type, loc: tuple[Any, ...] | list[Any]) -> list[str]:
     """The field names of the model found at ``loc`` (best effort)."""
     current: Any = model
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or _is_branch_label(str(part)):
             continue
         fields = getattr(current, "model_fields", {})
         if part not in fields:
             return []
-        ann = fields[part].annotation
-        args = getattr(ann, "__args__", ())
-        candidates = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
+        candidates = _models_in(fields[part].annotation)
         current = candidates[0] if candidates else None
         if current is None:
             return []

@@ -103,7 +103,7 @@ def test_invalid_task_directory_is_named(cohort: Cohort) -> None:
     (bad / "tests").mkdir()
     (bad / "tests" / "test.sh").write_text("true")
     cohort.write()
-    result = cohort.run()
+    result = cohort.run("--maka-strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "bad/task.toml: agent.timeout_sec: expected a number greater than 0 (got 'soon')" in result.stderr.str()
 
@@ -112,7 +112,7 @@ def test_task_without_verifier_is_rejected(cohort: Cohort) -> None:
     task = cohort.task("noverifier")
     (task / "tests" / "test.sh").unlink()
     cohort.write()
-    result = cohort.run()
+    result = cohort.run("--maka-strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "noverifier: tests/test.sh: missing: the hidden verifier is required" in result.stderr.str()
 
@@ -146,7 +146,7 @@ def test_bad_spec_loses_nothing_already_recorded(cohort: Cohort) -> None:
 
 
 def _one_error_line(cohort: Cohort) -> str:
-    result = cohort.run("--collect-only")
+    result = cohort.run("--collect-only", "--maka-strict")  # an invalid task is a usage error only then
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
