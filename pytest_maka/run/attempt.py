@@ -76,6 +76,8 @@ class AttemptWork:
     egress: EgressLog | None = None
     budget_info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
+    steps: list[dict[str, Any]] | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -187,6 +189,11 @@ def run_attempt_steps(
             work.isolation = sandbox.isolation(
                 agent_network=work.plan.agent.mode == "all", verifier_network=work.plan.verifier.mode == "all"
             )
+        if task.steps:  # --- multi-step tasks: the loop per step (run/steps.py) replaces the phases below
+            from .steps import run_steps
+
+            run_steps(work, sandbox, request.scratch_dir, deadline)
+            return
         agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
         work.budget_info = {
             "agent_timeout_sec": agent_timeout,

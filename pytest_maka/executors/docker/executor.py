@@ -34,6 +34,8 @@ class DockerExecutor:
 
     kind: ClassVar[str] = "docker"
     Options: ClassVar[type[BaseModel]] = DockerOptions
+    #: Task features (core.task.FEATURES) this executor runs.
+    features: ClassVar[frozenset[str]] = frozenset({"multi-step"})
 
     def __init__(self, options: DockerOptions | None = None) -> None:
         self.options = options or DockerOptions()
