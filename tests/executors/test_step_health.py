@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -40,13 +41,21 @@ class Clock:
         self.now += seconds
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
+def lease(tmp_path: Path, uploads: dict[str, Path] | None = None) -> AbstractContextManager[LocalSandbox]:
     task = make_task(tmp_path / "task")
     request = LeaseRequest(
-        cell=make_cell(task, tmp_path), attempt=1, attempt_dir=tmp_path / "attempt", scratch_dir=tmp_path / "scratch"
+        cell=make_cell(task, tmp_path),
+        attempt=1,
+        attempt_dir=tmp_path / "attempt",
+        scratch_dir=tmp_path / "scratch",
+        uploads=uploads or {},
     )
-    with LocalExecutor(LocalOptions(kill_grace_sec=0.5)).lease(request) as box:
+    return LocalExecutor(LocalOptions(kill_grace_sec=0.5)).lease(request)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
+    with lease(tmp_path) as box:
         yield box
 
 
@@ -104,19 +113,11 @@ def test_a_removed_upload_dir_does_not_break_the_next_command(sandbox: LocalSand
 
 
 def test_an_upload_the_harness_replaces_is_not_reported_as_changed(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "task")
     first, second = tmp_path / "s1", tmp_path / "s2"
     for d, text in ((first, "one"), (second, "two")):
         d.mkdir()
         (d / "solve.sh").write_text(text)
-    request = LeaseRequest(
-        cell=make_cell(task, tmp_path),
-        attempt=1,
-        attempt_dir=tmp_path / "attempt",
-        scratch_dir=tmp_path / "scratch",
-        uploads={"/solution": first},
-    )
-    with LocalExecutor(LocalOptions(kill_grace_sec=0.5)).lease(request) as box:
+    with lease(tmp_path, {"/solution": first}) as box:
         box.exec("true", env=ENV, timeout_sec=30, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
         box.put(second, "/solution")  # the next step's solution
         assert box.restore_protected(tmp_path / "r")["changed"] == []
