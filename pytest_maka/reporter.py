@@ -34,6 +34,7 @@ class MakaReporter:
         self.expected: set[str] | None = None  # cell node ids collected by xdist workers
         self.other_failures = 0
         self.not_run: dict[str, str] = {}  # cells of this run that never started, and why
+        self.skipped: dict[str, str] = {}  # cells skipped at collection (unsupported, invalid), and why
         self.cells_by_id = maka.cohort.cell_by_id()
         self.run_started = time.time()
         self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
@@ -54,6 +55,9 @@ class MakaReporter:
         if cell is None:
             if report.failed:
                 self.other_failures += 1
+            return
+        if report.skipped:  # a skip is a skip on every -n: never reconciled as a lost worker
+            self.skipped[report.nodeid] = _skip_reason(report)
             return
         if report.failed and report.when == "???" and report.nodeid not in self.records:
             self._reconcile(report.nodeid, cell, interrupted=False)  # xdist: the worker died
@@ -118,7 +122,7 @@ class MakaReporter:
             return
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
         if self.expected and _xdist_active(self.config):
-            for nodeid in sorted(self.expected - set(self.records) - set(self.not_run)):
+            for nodeid in sorted(self.expected - set(self.records) - set(self.not_run) - set(self.skipped)):
                 cell = self._cell(nodeid)
                 if cell is not None:
                     self._reconcile(nodeid, cell, interrupted=interrupted)
@@ -184,6 +188,7 @@ class MakaReporter:
             "tasks": len(self.maka.cohort.tasks),
             "subjects": [s.name for s in loaded.subjects],
             "repetitions": loaded.spec.repetitions,
+            "skipped": {nodeid.rpartition("::")[2]: why for nodeid, why in sorted(self.skipped.items())},
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -223,6 +228,12 @@ class _XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.reporter.set_expected(ids)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return str(reason).removeprefix("Skipped: ")
 
 
 def _made_since(path: Path, since: float) -> bool:

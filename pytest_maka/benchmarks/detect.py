@@ -55,14 +55,17 @@ def wrong_dir(child: Path, expected: str) -> TaskError:
     return TaskError(child, None, f"not a task directory: expected {marker} ({expected} layout){hint}")
 
 
-def claims_directory_source(fmt: str, source: TaskSource, path: Path, spec_path: Path) -> bool:
+def claims_directory_source(
+    fmt: str, source: TaskSource, path: Path, spec_path: Path, *, takes_options: bool = False
+) -> bool:
     """True when ``source`` is a directory source of format ``fmt``.
 
-    Raises TaskError for options such a source does not take, or for a file in its place.
+    Raises TaskError for options such a source does not take (any, unless ``takes_options``:
+    then the adapter validates them), or for a file in its place.
     """
     if (source.format or detect_format(path)) != fmt:
         return False
-    if source.adapter_options:
+    if source.adapter_options and not takes_options:
         key = next(iter(source.adapter_options))
         raise TaskError(
             spec_path,

@@ -76,3 +76,18 @@ def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") ->
         return model.model_validate(data)
     except ValidationError as e:
         raise first_error(e, file, prefix=prefix, model=model, error=TaskError) from None
+
+
+def source_options(model: type[BaseModel], raw: dict[str, Any], spec_path: Path, fmt: str) -> Any:
+    """A ``tasks:`` entry's adapter options validated by ``model``; errors name ``tasks[].KEY``."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        if err["type"] == "extra_forbidden":
+            key = ".".join(str(p) for p in err["loc"])
+            expected = ", ".join(["path", "format", "include", "exclude", "limit", *model.model_fields])
+            raise TaskError(
+                spec_path, f"tasks[].{key}", f"unknown key for the {fmt} format; expected: {expected}"
+            ) from None
+        raise first_error(e, spec_path, prefix="tasks[]", error=TaskError) from None

@@ -10,12 +10,16 @@ from __future__ import annotations
 import glob
 import hashlib
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..core import inputs
 from ..core.errors import TaskError
 from ..core.task import CollectHook, Task, TaskPackage, Tpu, digest_tree
 from . import detect, harbor_parts, harbor_toml, ignore
 from .cache import materialize
+from .fields import Text, source_options
 
 FORMAT = "harbor"
 
@@ -24,7 +28,31 @@ def is_task_dir(path: Path) -> bool:
     return (path / "task.toml").is_file()
 
 
-def discover(path: Path) -> list[Task]:
+class HarborOptions(BaseModel):
+    """The adapter options of a harbor source (keys beside path/include/...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    #: How a reward.json with several keys and no ``reward`` key passes (verifiers/reward.py).
+    reward_rule: Literal["all", "mean", "key"] = "all"
+    reward_threshold: float = Field(default=1.0, allow_inf_nan=False)
+    reward_key: Text | None = None
+
+    @model_validator(mode="after")
+    def _key_given(self) -> HarborOptions:
+        if (self.reward_rule == "key") != (self.reward_key is not None):
+            raise ValueError("reward_key is required with reward_rule: key, and only then")
+        return self
+
+    def grading(self) -> dict[str, Any]:
+        return {"rule": self.reward_rule, "threshold": self.reward_threshold, "key": self.reward_key}
+
+
+def parse_options(raw: dict[str, Any], spec_path: Path) -> HarborOptions:
+    return source_options(HarborOptions, raw, spec_path, FORMAT)  # type: ignore[no-any-return]
+
+
+def discover(path: Path, options: HarborOptions | None = None) -> list[Task]:
     """One task dir, or a directory whose non-hidden subdirectories are all task dirs.
 
     A task dir whose files are invalid becomes a Task marked ``invalid`` (its cells are
@@ -35,7 +63,7 @@ def discover(path: Path) -> list[Task]:
         if not is_task_dir(child):
             raise detect.wrong_dir(child, FORMAT)
         try:
-            tasks.append(load_task(child))
+            tasks.append(load_task(child, options))
         except TaskError as e:
             tasks.append(invalid_task(child, str(e)))
     return tasks
@@ -83,16 +111,17 @@ def _filtered_root(path: Path) -> Path:
     )
 
 
-def load_task(path: Path) -> Task:
+def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     """Parse and validate one Harbor task directory."""
     path = path.resolve()
+    options = options or HarborOptions()
     toml_path = path / "task.toml"
     spec = harbor_toml.parse(inputs.read_toml(toml_path, what="task.toml", error=TaskError), toml_path)
     agent, verifier, env = spec.agent, spec.verifier, spec.environment
 
     root = _filtered_root(path)
     steps = harbor_parts.steps(spec, root, toml_path, env.workdir)
-    verifier_env = harbor_parts.verifier_environment(spec, root, toml_path)
+    verifier_env = None if steps else harbor_parts.verifier_environment(spec, root, toml_path)  # per step then
     instruction_path = path / "instruction.md"
     if steps:
         instruction = steps[0].instruction
@@ -146,6 +175,7 @@ def load_task(path: Path) -> Task:
             # What the verifier phase declares; granted only by policy.
             "network": verifier_network,
             "allowed_hosts": list(agent_hosts or []),
+            "multi_reward": options.grading(),
         },
         unsupported=_unsupported(spec),
         schema_version=spec.schema_version or spec.version,

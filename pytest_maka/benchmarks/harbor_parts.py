@@ -8,6 +8,7 @@ docker_image``, a ``Dockerfile`` in ``tests/``, else the task's own environment.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shutil
 from pathlib import Path
@@ -29,7 +30,8 @@ from .harbor_toml import (
     storage_mb,
 )
 
-COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
+#: Harbor reads only this name (a docker-compose.yml in environment/ is task material, not its definition).
+COMPOSE_NAMES = ("docker-compose.yaml",)
 
 
 def compose_file(directory: Path) -> Path | None:
@@ -42,11 +44,10 @@ def healthcheck(section: HealthcheckSection | None) -> Healthcheck | None:
     return Healthcheck(**section.model_dump())
 
 
-def artifacts(entries: list[str | ArtifactSection], workdir: str) -> tuple[Artifact, ...]:
+def artifacts(entries: list[ArtifactSection], workdir: str) -> tuple[Artifact, ...]:
     """Each entry with an absolute source (a relative one lies under the workdir)."""
     out = []
-    for entry in entries:
-        section = ArtifactSection(source=entry) if isinstance(entry, str) else entry
+    for section in entries:
         source = section.source if section.source.startswith("/") else posixpath.join(workdir, section.source)
         out.append(
             Artifact(
@@ -139,6 +140,14 @@ def _merged_tests(top: Path, own: Path | None) -> Path:
     return materialize("harbor-step-tests", key, build)
 
 
+def _inside(root: Path, step_dir: Path, names: tuple[str, ...]) -> None:
+    """A step's inputs are the task's own files: none of them may be a link out of the task."""
+    base = root.resolve()
+    for path in (step_dir, *(step_dir / n for n in names)):
+        if os.path.lexists(path) and not path.resolve().is_relative_to(base):
+            raise TaskError(path, None, "a step's inputs must stay inside the task directory (a symlink leads out)")
+
+
 def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, ...]:
     """Every ``[[steps]]`` entry with its directory ``steps/<name>/`` read and checked."""
     out = []
@@ -147,6 +156,7 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
         step_dir = root / "steps" / section.name
         if not step_dir.is_dir():
             raise TaskError(file, f"{where}.name", f"no directory steps/{section.name}/ for this step")
+        _inside(root, step_dir, ("instruction.md", "tests", "solution", "workdir"))
         instruction_path = step_dir / "instruction.md"
         if not instruction_path.is_file():
             raise TaskError(step_dir, "instruction.md", "missing: every step needs an instruction")

@@ -8,11 +8,12 @@ workdir of ``/`` or ``/logs``) are refused here with the key that holds them.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import TaskError
 from ..core.task import (
@@ -20,6 +21,9 @@ from ..core.task import (
     DEFAULT_BUILD_TIMEOUT_SEC,
     DEFAULT_VERIFIER_TIMEOUT_SEC,
     MAX_MEGABYTES,
+    SOLUTION_DIR,
+    TESTS_DIR,
+    VERIFIER_LOGS_DIR,
 )
 from .fields import Cpus, Megabytes, Seconds, StrictSection, Text, WaitSeconds, Workdir, validate
 
@@ -40,6 +44,8 @@ TOP_LEVEL = (
     "environment",
     "solution",
 )
+#: What an artifact may not carry into a verifier environment: what the harness writes there.
+ARTIFACT_FORBIDDEN = (TESTS_DIR, VERIFIER_LOGS_DIR, SOLUTION_DIR, "/maka", "/proc", "/sys", "/dev")
 _PACKAGE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 _SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _STEP_NAME_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
@@ -128,6 +134,11 @@ class ArtifactSection(StrictSection):
     def _source(cls, value: str) -> str:
         if ".." in PurePosixPath(value).parts or "\0" in value:
             raise ValueError(f"expected a path without '..' (got {value!r})")
+        path = posixpath.normpath(value)
+        for reserved in ARTIFACT_FORBIDDEN:
+            if path == "/" or path == reserved or path.startswith(reserved + "/"):
+                where = "/" if path == "/" else reserved
+                raise ValueError(f"an artifact cannot be {where} or lie under it (the verifier's own paths)")
         return value
 
     @field_validator("destination")
@@ -146,7 +157,12 @@ class ArtifactSection(StrictSection):
         return _service(value)
 
 
-Artifacts = list[Text | ArtifactSection]
+def _artifact_entry(value: Any) -> Any:
+    """A path string is short for ``{source = path}``."""
+    return {"source": value} if isinstance(value, str) else value
+
+
+Artifacts = list[Annotated[ArtifactSection, BeforeValidator(_artifact_entry)]]
 
 
 class EnvironmentSection(StrictSection):

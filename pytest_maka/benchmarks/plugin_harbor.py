@@ -19,9 +19,9 @@ def pytest_maka_task_formats() -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> list[Task] | None:
-    if not detect.claims_directory_source(harbor.FORMAT, source, path, spec_path):
+    if not detect.claims_directory_source(harbor.FORMAT, source, path, spec_path, takes_options=True):
         return None
-    return harbor.discover(path)
+    return harbor.discover(path, harbor.parse_options(source.adapter_options, spec_path))
 
 
 def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
@@ -36,3 +36,22 @@ def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
     hosts = task.grading_options.get("allowed_hosts")
     if hosts:
         record["network"]["agent"]["allowed_hosts"] = list(hosts)
+    declared = _declared(task)
+    if declared:
+        record["task_declares"] = declared
+
+
+def _declared(task: Task) -> dict[str, Any]:
+    """What a Harbor task offers or asks beyond one container, recorded beside what it got."""
+    out: dict[str, Any] = {}
+    if task.schema_version:
+        out["schema_version"] = task.schema_version
+    if task.mcp_servers:
+        out["mcp_servers"] = [{"name": m.name, "transport": m.transport} for m in task.mcp_servers]
+    if task.skills_dir:
+        out["skills_dir"] = task.skills_dir
+    if task.artifacts:
+        out["artifacts"] = [a.source for a in task.artifacts]
+    if task.features:
+        out["features"] = sorted(task.features)
+    return out

@@ -15,17 +15,16 @@ import string
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import inputs
 from ..core.errors import TaskError
 from ..core.spec import PathText
 from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, Task, digest_tree
-from ..core.validation import first_error
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
-from .fields import Section, Text, validate
+from .fields import Section, Text, source_options, validate
 
 FORMAT = detect.SWE_BENCH
 GRADING = "swe-bench"
@@ -108,16 +107,7 @@ class Instance(Section):
 
 
 def parse_options(raw: dict[str, Any], spec_path: Path) -> SweBenchOptions:
-    try:
-        return SweBenchOptions.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        if err["type"] == "extra_forbidden":
-            key = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key for the swe-bench format"
-            msg += f"; expected: path, format, include, exclude, limit, {', '.join(SweBenchOptions.model_fields)}"
-            raise TaskError(spec_path, f"tasks[].{key}", msg) from None
-        raise first_error(e, spec_path, prefix="tasks[]", error=TaskError) from None
+    return source_options(SweBenchOptions, raw, spec_path, FORMAT)  # type: ignore[no-any-return]
 
 
 def read_instances(path: Path) -> list[dict[str, Any]]:

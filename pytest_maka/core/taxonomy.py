@@ -81,6 +81,9 @@ class VerifierOutcome:
     ran: bool = True
     timed_out: bool = False
     passed: bool | None = None
+    #: Evidence (one output line) that the verifier failed to reach a network its phase did not
+    #: have, while the task declared it needs one: no verdict on the subject then.
+    network_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ def classify(facts: AttemptFacts) -> Status:
         return Status.BUDGET_EXHAUSTED  # the deadline left the verifier no (or too little) time
     if verifier is None or not verifier.ran or verifier.timed_out or verifier.passed is None:
         return Status.VERIFIER_FAILURE
+    if verifier.network_failure and not verifier.passed:
+        return Status.VERIFIER_FAILURE  # its reward 0 says "my download failed", not "the subject failed"
     if verifier.passed:
         return Status.AGENT_SUCCESS
     if facts.budget_exceeded:

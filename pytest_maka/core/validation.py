@@ -61,7 +61,8 @@ def first_error(
     errors = exc.errors(include_url=False)
     # For union entries (subjects) pydantic reports one error per branch; prefer the
     # branch that is a mapping, since that is what a user who wrote a mapping meant.
-    errors.sort(key=lambda e: any(str(p) == "str" for p in e["loc"]))
+    # A typo of a required key is reported as the unknown key it is, not as the missing one.
+    errors.sort(key=lambda e: (any(str(p) == "str" for p in e["loc"]), e["type"] == "missing"))
     err = errors[0]
     key = key_path(err["loc"], prefix)
     etype = err["type"]

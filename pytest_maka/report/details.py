@@ -99,6 +99,11 @@ def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             out[f"subject_{key}"] = agent[key]
     if agent.get("claim_agrees_with_verdict") is False:
         out["claim_disagrees_with_verdict"] = True
+    package = (record.get("task_metadata") or {}).get("task")
+    if isinstance(package, Mapping) and package.get("name"):  # Harbor's [task] section
+        version = f" {package['version']}" if package.get("version") else ""
+        described = f": {package['description']}" if package.get("description") else ""
+        out["task_package"] = cap(f"{package['name']}{version}{described}", 300)
     return out
 
 

@@ -19,7 +19,7 @@ class NoOptions(BaseModel):
 
 
 class Oracle(SubjectBase):
-    """Runs ``solution/solve.sh``, uploaded to /solution for this subject only."""
+    """Runs ``solution/solve.sh`` (uploaded to /solution for this subject only) with ``[solution] env``."""
 
     kind = "oracle"
     reference = True
@@ -35,7 +35,9 @@ class Oracle(SubjectBase):
         return {SOLUTION_DIR: task.solution_dir}
 
     def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
-        return SubjectResult.from_exec(self._exec(sandbox, f"bash {SOLUTION_DIR}/solve.sh", task, ctx))
+        """``solve.sh`` with the task's ``[solution] env`` on top of the phase's environment."""
+        env = {**ctx.env, **task.solution_env}
+        return SubjectResult.from_exec(ctx.run(sandbox, f"bash {SOLUTION_DIR}/solve.sh", cwd=task.workdir, env=env))
 
 
 class Nop(SubjectBase):

@@ -8,10 +8,11 @@ gone, ``/logs/verifier`` is emptied and ``/tests`` is replaced by a fresh copy o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from ..core.network_evidence import TAIL_CHARS, network_failure
 from ..core.task import Task
 from ..executors.base import ExecResult, ExecSettings, Sandbox
 
@@ -58,3 +59,33 @@ class Verifier(Protocol):
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         """Read the verdict from what ``run()`` left (files under ``ctx``)."""
         ...
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - TAIL_CHARS))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def network_starved(verdict: Verdict, task: Task, ctx: VerifyContext) -> Verdict:
+    """``verdict``, or no verdict when a non-pass comes with evidence of a network it lacked.
+
+    Applies only when the verifier phase had no network while the task declares that its
+    verifier has one (Harbor's default is public); a pass always stands.
+    """
+    declared = task.grading_options.get("network", task.verifier_network)
+    if verdict.passed or ctx.network or declared == "none":
+        return verdict
+    evidence = network_failure(_tail(ctx.stdout_path) + "\n" + _tail(ctx.stderr_path))
+    if evidence is None:
+        return verdict
+    return replace(
+        verdict,
+        passed=None,
+        score=None,
+        error=f"the verifier needed a network it was not given (declared {declared}, granted none): {evidence}",
+        details={**verdict.details, "network_failure": evidence, "reward_written": verdict.score},
+    )

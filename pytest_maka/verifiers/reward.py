@@ -7,6 +7,10 @@ without duplicate keys. Python's ``float()`` is not the grammar: it accepts ``1_
 non-ASCII digits, ``+1``, ``inf`` and ``nan``, none of which a verifier writes on purpose.
 A pass is a reward whose decimal value is exactly 1: ``1.0000000000000001`` is not 1 even
 though it rounds to the float 1.0.
+
+reward.json with several keys and no ``reward`` key (Harbor's multi-reward recipe) is judged
+by the task source's MultiReward rule: by default it passes iff every key is exactly 1, and
+its score is the mean of the keys.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import math
 import os
 import re
 import stat
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ..core.task import Task
 from ..executors.base import ExecResult, Sandbox
-from .base import Verdict, VerifyContext
+from .base import Verdict, VerifyContext, network_starved
 
 PASS_REWARD = 1.0
 #: Larger reward files are not a verdict (a reward is a few bytes).
@@ -31,6 +36,37 @@ MAX_REWARD_BYTES = 64 * 1024
 NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
 #: What may surround the number in reward.txt (``echo 1 > reward.txt`` adds a newline).
 SPACE = " \t\r\n"
+
+
+@dataclass(frozen=True)
+class MultiReward:
+    """How a reward.json with several keys and no ``reward`` key decides (a task source option).
+
+    ``all``: pass iff every key is exactly 1. ``mean``: pass iff the mean reaches ``threshold``.
+    ``key``: the key named ``key`` decides, as ``reward`` would. The score is the mean, or
+    that key's value for ``key``.
+    """
+
+    rule: Literal["all", "mean", "key"] = "all"
+    threshold: float = 1.0
+    key: str | None = None
+
+    @classmethod
+    def of(cls, task: Task) -> MultiReward:
+        options = task.grading_options.get("multi_reward") or {}
+        return cls(**options)
+
+    def decide(self, values: dict[str, Decimal]) -> tuple[float | None, bool | None, str | None]:
+        """(score, passed, error) for several keys without ``reward``."""
+        if self.rule == "key":
+            if self.key not in values:
+                return None, None, f"reward.json has no key {self.key!r} (the source's reward_key)"
+            score, exact = _score(values[self.key])
+            return score, exact, None
+        mean = sum(values.values(), Decimal(0)) / len(values)
+        if self.rule == "all":
+            return float(mean), all(v == 1 for v in values.values()), None
+        return float(mean), mean >= Decimal(str(self.threshold)), None
 
 
 class RewardError(ValueError):
@@ -93,7 +129,7 @@ def _reject_constant(name: str) -> Any:
     raise RewardError(f"{name} is not a number")
 
 
-def _reward_json(text: str) -> Verdict:
+def _reward_json(text: str, multi: MultiReward) -> Verdict:
     try:
         data = json.loads(
             text,
@@ -117,30 +153,27 @@ def _reward_json(text: str) -> Verdict:
             return Verdict(passed=None, error=f"reward.json: {key!r} is not a number", source="reward.json")
         values[key] = value
     rewards = {key: float(value) for key, value in values.items()}
-    if "reward" in values:
-        chosen = values["reward"]
-    elif len(values) == 1:
-        chosen = next(iter(values.values()))
-    else:
-        return Verdict(
-            passed=None, error="reward.json has several keys but no 'reward' key", rewards=rewards, source="reward.json"
-        )
-    score, exact = _score(chosen)
-    return Verdict(passed=exact, score=score, rewards=rewards, source="reward.json")
+    if "reward" in values or len(values) == 1:
+        score, exact = _score(values["reward"] if "reward" in values else next(iter(values.values())))
+        return Verdict(passed=exact, score=score, rewards=rewards, source="reward.json")
+    score, passed, error = multi.decide(values)
+    details = {"multi_reward": multi.rule}
+    return Verdict(passed=passed, score=score, rewards=rewards, error=error, source="reward.json", details=details)
 
 
-def read_reward(verifier_dir: Path) -> Verdict:
+def read_reward(verifier_dir: Path, multi: MultiReward | None = None) -> Verdict:
     """Harbor's rule: reward.json (flat ``{name: number}``) wins over reward.txt (one number).
 
     A reward of exactly 1 is a pass. Missing, empty, oversized or malformed rewards give no verdict.
     """
-    for name, parse in (("reward.json", _reward_json), ("reward.txt", _reward_txt)):
+    multi = multi or MultiReward()
+    for name in ("reward.json", "reward.txt"):
         try:
             text = _read_regular(verifier_dir / name)
         except RewardError as e:
             return Verdict(passed=None, error=str(e), source=name)
         if text is not None:
-            return parse(text)
+            return _reward_json(text, multi) if name == "reward.json" else _reward_txt(text)
     return Verdict(passed=None, error="the verifier wrote no reward (reward.txt or reward.json)")
 
 
@@ -156,4 +189,4 @@ class RewardVerifier:
         return ctx.run(sandbox, task.verifier_command, cwd=task.workdir)
 
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
-        return read_reward(ctx.verifier_dir)
+        return network_starved(read_reward(ctx.verifier_dir, MultiReward.of(task)), task, ctx)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from ..core.task import TESTS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
 from . import parsers
-from .base import Verdict, VerifyContext
+from .base import Verdict, VerifyContext, network_starved
 
 RUN_TESTS = "run-tests.sh"
 
@@ -62,6 +62,9 @@ class TestLogVerifier:
         return ctx.run(sandbox, f"bash {TESTS_DIR}/{RUN_TESTS}", cwd=task.workdir, env=env)
 
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
+        return network_starved(self._grade(task, result, ctx), task, ctx)
+
+    def _grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         name = task.grading_options.get("parser", "pytest")
         parse = parsers.get(name)
         if parse is None:

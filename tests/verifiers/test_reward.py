@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from pytest_maka.verifiers.reward import MAX_REWARD_BYTES, read_reward
+from pytest_maka.verifiers.reward import MAX_REWARD_BYTES, MultiReward, read_reward
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -100,7 +101,7 @@ def test_reward_json_numbers(tmp_path: Path, text: str, score: float, passed: bo
         ("{}", "non-empty flat object"),
         ("1", "non-empty flat object"),
         ('{"reward": 1', "not valid JSON"),
-        ('{"a": 1, "b": 1}', "no 'reward' key"),
+        ('{"a": 1, "b": "1"}', "'b' is not a number"),  # several keys: each must be a number
         ("[" * 60_000, "not valid JSON"),
         ('{"reward": 1' + "0" * 5000 + "}", "out of range"),
     ],
@@ -127,3 +128,27 @@ def test_non_utf8_oversized_and_links_are_not_rewards(tmp_path: Path) -> None:
     assert read_reward(tmp_path / "c").passed is None, "a symlinked reward is never read"
     (tmp_path / "d" / "reward.txt").mkdir(parents=True)
     assert read_reward(tmp_path / "d").error == "the verifier wrote no reward (reward.txt or reward.json)"
+
+
+@pytest.mark.parametrize(
+    ("text", "multi", "passed", "score"),
+    [
+        ('{"tests": 1, "style": 1}', MultiReward(), True, 1.0),  # default: every key is 1 (was no verdict)
+        ('{"tests": 1, "style": 0.5}', MultiReward(), False, 0.75),
+        ('{"tests": 1, "style": 1.0000000000000001}', MultiReward(), False, 1.0),  # not exactly 1
+        ('{"tests": 1, "style": 0.5}', MultiReward(rule="mean", threshold=0.75), True, 0.75),
+        ('{"tests": 1, "style": 0.4}', MultiReward(rule="mean", threshold=0.75), False, 0.7),
+        ('{"tests": 1, "style": 0}', MultiReward(rule="key", key="tests"), True, 1.0),
+        ('{"reward": 0.5, "style": 1}', MultiReward(), False, 0.5),  # a reward key still decides alone
+    ],
+)
+def test_several_keys_without_reward(tmp_path: Path, text: str, multi: MultiReward, passed: bool, score: float) -> None:
+    verdict = read_reward(write(tmp_path, "reward.json", text), multi)
+    assert (verdict.passed, verdict.score, verdict.error) == (passed, score, None)
+    assert set(verdict.rewards) == set(json.loads(text)), "every key is kept"
+
+
+def test_reward_key_that_is_missing_gives_no_verdict(tmp_path: Path) -> None:
+    verdict = read_reward(write(tmp_path, "reward.json", '{"a": 1, "b": 1}'), MultiReward(rule="key", key="tests"))
+    assert verdict.passed is None and "no key 'tests'" in (verdict.error or "")
+    assert verdict.rewards == {"a": 1.0, "b": 1.0}

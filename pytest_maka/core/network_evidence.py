@@ -1,0 +1,63 @@
+"""Evidence in a verifier's output that it needed a network it was not given (pure).
+
+Most published ``test.sh`` scripts download their tools (apt, curl | sh for uv, pip, npm)
+and write reward 0 when that fails, which would blame the subject for the harness's
+network plan. Only failures to resolve or reach a remote host count: a refused connection
+to localhost is the task's own service (the subject's business), never evidence.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Each pattern is the way one real tool says it could not resolve or reach a host.
+_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"Could not resolve host: (?P<host>[^\s'\"]+)",  # curl (6), git
+        r"Temporary failure resolving '(?P<host>[^']+)'",  # apt
+        r"unable to resolve host address \W?(?P<host>[\w.-]+)",  # wget (quotes the host in curly quotes)
+        r"Resolving (?P<host>\S+) \([^)]*\)\.\.\. failed",  # wget
+        r"getaddrinfo (?:EAI_AGAIN|ENOTFOUND) (?P<host>\S+)",  # npm, node
+        r"Temporary failure in name resolution",  # glibc: pip, python, wget
+        r"Name or service not known",  # glibc
+        r"No address associated with hostname",  # glibc
+        r"failed to lookup address information",  # uv, cargo (rust)
+        r"Could not resolve proxy: (?P<host>\S+)",  # curl through a proxy
+        r"Network is unreachable",  # any tool, no route out
+        r"CONNECT tunnel failed, response 40[37]",  # curl: the egress proxy refused the host
+        r"Failed to connect to (?P<host>[^\s:]+) port \d+",  # curl (7)
+    )
+)
+_LOCAL = re.compile(r"^(localhost|127(\.\d+){3}|::1|\[::1\]|0\.0\.0\.0)$", re.IGNORECASE)
+#: How much of an output is searched (its end: a long test log ends with the failure).
+TAIL_CHARS = 1 << 20
+MAX_EVIDENCE_CHARS = 200
+
+
+def network_failure(output: str) -> str | None:
+    """The first output line showing a failed name resolution or an unreachable remote host.
+
+    None when there is none. A line naming a local host (localhost, 127.x, ::1) is skipped.
+    """
+    for line in output[-TAIL_CHARS:].splitlines():
+        for pattern in _PATTERNS:
+            match = pattern.search(line)
+            if match is None:
+                continue
+            host = match.groupdict().get("host")
+            if host and _LOCAL.match(host.strip("[]'\"\u2018\u2019").rstrip(".")):
+                continue
+            return _around(line.strip(), match.group(0))
+    return None
+
+
+def _around(line: str, matched: str) -> str:
+    """The line, or the part of it around the match when it is longer than MAX_EVIDENCE_CHARS."""
+    if len(line) <= MAX_EVIDENCE_CHARS:
+        return line
+    at = line.find(matched)
+    room = max(0, MAX_EVIDENCE_CHARS - 6 - len(matched))
+    start = max(0, at - room // 2)
+    part = line[start : start + MAX_EVIDENCE_CHARS - 6]
+    return ("..." if start else "") + part + "..."

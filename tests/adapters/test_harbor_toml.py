@@ -1,0 +1,372 @@
+"""Harbor 0.25 task.toml: every key accepted, strictly, into typed task fields (no engine needed).
+
+Fixtures in tests/fixtures/harbor (origin in ORIGIN.md): tasks written by Harbor 0.25's own
+`harbor tasks init`, and task.toml files of public Harbor-format repositories.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_maka.benchmarks import harbor
+from pytest_maka.core.errors import TaskError
+from pytest_maka.core.task import Artifact, Healthcheck, McpServer
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "harbor"
+
+
+def task_dir(tmp_path: Path, toml: str, *, name: str = "t", tests: bool = True) -> Path:
+    root = tmp_path / name
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (root / "instruction.md").write_text("Do it.")
+    if tests:
+        (root / "tests").mkdir()
+        (root / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (root / "task.toml").write_text(textwrap.dedent(toml))
+    return root
+
+
+def test_tasks_written_by_harbor_tasks_init_load(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "init", tmp_path / "init")
+    tasks = {t.id: t for t in harbor.discover(tmp_path / "init")}
+    assert all(t.invalid is None for t in tasks.values()), [t.invalid for t in tasks.values()]
+    separate = tasks["init-separate"]
+    assert separate.schema_version == "1.4"
+    assert separate.package is not None and separate.package.name == "maka/init-separate"
+    assert separate.package.authors == (("Maka Test", "maka@example.invalid"),)
+    assert separate.metadata["task"]["description"] == "made by harbor tasks init"  # in every record's task_metadata
+    env = separate.verifier_environment
+    assert env is not None and env.bundled_tests and env.dockerfile == separate.path / "tests" / "Dockerfile"
+    assert separate.features == {"separate-verifier"}
+    shared = tasks["init-shared"]
+    assert shared.verifier_environment is None and shared.features == frozenset()
+    steps = tasks["init-steps"]
+    assert [s.name for s in steps.steps] == ["step-1", "step-2"] and steps.features == {
+        "multi-step",
+        "separate-verifier",
+    }
+    assert steps.instruction == steps.steps[0].instruction
+    for step in steps.steps:
+        assert step.verifier_environment is not None and step.verifier_environment.build_context == step.tests_dir
+
+
+def test_public_task_tomls_load(tmp_path: Path) -> None:
+    relay = task_dir(tmp_path, (FIXTURES / "public" / "durable-relay-integrity.task.toml").read_text(), name="relay")
+    task = harbor.load_task(relay)
+    assert task.schema_version == "1.0" and task.package is not None
+    assert task.package.keywords[:2] == ("go", "durability") and task.network == "public"
+    compose = task_dir(
+        tmp_path, (FIXTURES / "public" / "docker-compose-env-file-substitution-hard.task.toml").read_text()
+    )
+    (compose / "environment" / "docker-compose.yml").write_text("services: {web: {image: nginx}}\n")
+    task = harbor.load_task(compose)
+    assert task.compose_file is None and task.features == frozenset(), "Harbor reads only docker-compose.yaml"
+    (compose / "environment" / "docker-compose.yaml").write_text("services: {main: {build: .}}\n")
+    assert harbor.load_task(compose).features == {"compose"}
+
+
+def test_public_multi_step_task(tmp_path: Path) -> None:
+    root = task_dir(tmp_path, (FIXTURES / "public" / "rego-active-learning-gates.task.toml").read_text())
+    (root / "tests" / "helpers.py").write_text("shared = 1\n")
+    for i in (1, 2, 3):
+        step = root / "steps" / f"milestone_{i}"
+        (step / "tests").mkdir(parents=True)
+        (step / "instruction.md").write_text(f"milestone {i}")
+        (step / "tests" / "test.sh").write_text(f"echo step {i}\n")
+        (step / "tests" / "helpers.py").write_text(f"shared = {i * 10}\n")
+    (root / "steps" / "milestone_1" / "solution").mkdir()
+    (root / "steps" / "milestone_1" / "solution" / "solve.sh").write_text("true\n")
+    (root / "steps" / "milestone_2" / "workdir").mkdir()
+    (root / "steps" / "milestone_2" / "workdir" / "setup.sh").write_text("echo setup\n")
+    task = harbor.load_task(root)
+    assert [s.name for s in task.steps] == ["milestone_1", "milestone_2", "milestone_3"]
+    first, second, _ = task.steps
+    assert (first.agent_timeout_sec, first.verifier_timeout_sec) == (900.0, 450.0)
+    assert first.solution_dir is not None and second.solution_dir is None
+    assert second.setup_script == root / "steps" / "milestone_2" / "workdir" / "setup.sh"
+    merged = second.tests_dir
+    assert (merged / "test.sh").read_text() == "echo step 2\n", "the step's files win"
+    assert (merged / "helpers.py").read_text() == "shared = 20\n"
+    (root / "steps" / "milestone_3" / "tests" / "helpers.py").unlink()
+    third = harbor.load_task(root).steps[2]
+    assert (third.tests_dir / "helpers.py").read_text() == "shared = 1\n", "top-level tests/ merged under the step's"
+    assert task.multi_step_reward_strategy == "mean" and task.network == "none"
+
+
+FULL = """\
+schema_version = "1.4"
+source = "maka-fixtures"
+artifacts = ["/app/out.json", {source = "results", destination = "r", exclude = ["*.tmp"]}]
+multi_step_reward_strategy = "final"
+
+[task]
+name = "maka/full"
+version = "2.0.0"
+description = "every key"
+authors = [{name = "A", email = "a@example.invalid"}]
+keywords = ["k"]
+
+[metadata]
+anything = {goes = true}
+
+[agent]
+timeout_sec = 30
+user = "agent"
+network_mode = "allowlist"
+allowed_hosts = ["api.example.com"]
+
+[verifier]
+timeout_sec = 40
+user = 1000
+env = {A = "1"}
+environment_mode = "separate"
+network_mode = "no-network"
+
+[[verifier.collect]]
+command = "dump-state > /app/state.json"
+timeout_sec = 5
+
+[verifier.environment]
+docker_image = "python:3.11-slim"
+workdir = "/srv"
+memory = "1G"
+
+[environment]
+build_timeout_sec = 100
+os = "Linux"
+cpus = 2
+memory_mb = 512
+storage = "2G"
+gpus = 0
+gpu_types = ["H100"]
+env = {B = "2"}
+skills_dir = "/skills"
+workdir = "/app"
+network_mode = "public"
+
+[environment.healthcheck]
+command = "curl -f localhost:8000"
+interval_sec = 1
+start_period_sec = 0
+retries = 5
+
+[[environment.mcp_servers]]
+name = "files"
+transport = "stdio"
+command = "mcp-files"
+args = ["--root", "/app"]
+
+[[environment.mcp_servers]]
+name = "web"
+transport = "http"
+url = "http://localhost:9000/mcp"
+
+[solution]
+env = {C = "3"}
+"""
+
+
+def test_every_harbor_key_lands_in_a_typed_field(tmp_path: Path) -> None:
+    task = harbor.load_task(task_dir(tmp_path, FULL))
+    assert (task.schema_version, task.source, task.os) == ("1.4", "maka-fixtures", "linux")
+    assert task.artifacts == (
+        Artifact(source="/app/out.json"),
+        Artifact(source="/app/results", destination="r", exclude=("*.tmp",)),
+    )
+    assert task.multi_step_reward_strategy == "final" and task.metadata["anything"] == {"goes": True}
+    assert (task.agent_user, task.verifier_user, task.agent_timeout_sec, task.verifier_timeout_sec) == (
+        "agent",
+        1000,
+        30,
+        40,
+    )
+    assert (task.network, task.agent_allowed_hosts) == ("allowlist", ("api.example.com",))
+    assert task.verifier_network == "none" and task.grading_options["network"] == "none"
+    assert (
+        task.verifier_collect[0].command == "dump-state > /app/state.json"
+        and task.verifier_collect[0].service == "main"
+    )
+    env = task.verifier_environment
+    assert env is not None and (env.docker_image, env.workdir, env.memory_mb, env.bundled_tests) == (
+        "python:3.11-slim",
+        "/srv",
+        1024,
+        True,
+    )
+    assert (task.cpus, task.memory_mb, task.storage_mb, task.gpus, task.gpu_types) == (2, 512, 2048, 0, ("H100",))
+    assert task.healthcheck == Healthcheck(command="curl -f localhost:8000", interval_sec=1, retries=5)
+    assert task.mcp_servers == (
+        McpServer(name="files", transport="stdio", command="mcp-files", args=("--root", "/app")),
+        McpServer(name="web", transport="streamable-http", url="http://localhost:9000/mcp"),
+    )
+    assert (task.skills_dir, task.env, task.solution_env, task.verifier_env) == (
+        "/skills",
+        {"B": "2"},
+        {"C": "3"},
+        {"A": "1"},
+    )
+    assert task.features == {"separate-verifier", "users", "healthcheck"}
+    assert task.unsupported is None
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ("timeout_sec = 30", "timeout_secs = 30"),
+            "agent.timeout_secs: unknown key; expected one of: allow_internet, ",
+        ),
+        (
+            ("memory_mb = 512", "memroy_mb = 512"),
+            "environment.memroy_mb: unknown key; expected one of: allow_internet,",
+        ),
+        (
+            ("retries = 5", "retry = 5"),
+            "environment.healthcheck.retry: unknown key; expected one of: command, interval_sec",
+        ),
+        (
+            ('keywords = ["k"]', 'tags = ["k"]'),
+            "task.tags: unknown key; expected one of: authors, description, keywords",
+        ),
+        (
+            ('args = ["--root", "/app"]', "argv = []"),
+            "environment.mcp_servers[0].argv: unknown key; expected one of: args",
+        ),
+        (("timeout_sec = 5", "timeout = 5"), "verifier.collect[0].timeout: unknown key; expected one of: command,"),
+        (('workdir = "/srv"', 'wrkdir = "/srv"'), "verifier.environment.wrkdir: unknown key; expected one of:"),
+        (('env = {C = "3"}', 'envs = {C = "3"}'), "solution.envs: unknown key; expected one of: env"),
+        (
+            ('exclude = ["*.tmp"]', 'excludes = ["*.tmp"]'),
+            "artifacts[1].excludes: unknown key; expected one of: destination,",
+        ),
+        (("timeout_sec = 40", "timeout_sec = 0"), "verifier.timeout_sec: expected a number greater than 0 (got 0)"),
+        (("timeout_sec = 30", "timeout_sec = -5"), "agent.timeout_sec: expected a number greater than 0 (got -5)"),
+        (
+            ("interval_sec = 1", "interval_sec = 0"),
+            "environment.healthcheck.interval_sec: expected a number greater than 0",
+        ),
+        (
+            ("start_period_sec = 0", "start_period_sec = -1"),
+            "environment.healthcheck.start_period_sec: expected a number of at least 0",
+        ),
+        (
+            ("build_timeout_sec = 100", "build_timeout_sec = -1"),
+            "environment.build_timeout_sec: expected a number greater than 0",
+        ),
+        (('name = "maka/full"', 'name = "full"'), "task.name: expected a package name 'org/name'"),
+        (
+            ('multi_step_reward_strategy = "final"', 'multi_step_reward_strategy = "max"'),
+            "multi_step_reward_strategy: Input should be 'mean' or 'final'",
+        ),
+        (
+            ('network_mode = "public"', 'network_mode = "public"\nallowed_hosts = ["x.org"]'),
+            'allowed_hosts is only valid with network_mode = "allowlist"',
+        ),
+        (
+            ('environment_mode = "separate"', 'environment_mode = "shared"'),
+            'environment_mode = "shared" cannot have a [verifier.environment]',
+        ),
+        (('transport = "stdio"', 'transport = "sse"'), "environment.mcp_servers[0]: transport 'sse' needs 'url'"),
+        (('"/app/out.json"', '"../etc/passwd"'), "artifacts[0].source: expected a path without '..'"),
+    ],
+)
+def test_strict_at_every_level(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    assert change[0] in FULL
+    root = task_dir(tmp_path, FULL.replace(*change, 1))
+    with pytest.raises(TaskError) as info:
+        harbor.load_task(root)
+    assert str(info.value).startswith(str(root / "task.toml") + ": "), str(info.value)
+    assert expected in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "reason"),
+    [
+        ('[environment]\nos = "windows"\n', "windows environments (environment.os = 'windows') are not supported"),
+        ('[environment.tpu]\ntype = "v6e"\ntopology = "2x4"\n', "TPU environments (environment.tpu) are not supported"),
+        ("[environment]\ngpus = 2\n", "the task needs 2 GPU(s) (environment.gpus) and this machine has 0"),
+    ],
+)
+def test_accepted_but_unsupported_skips_with_the_feature(tmp_path: Path, toml: str, reason: str) -> None:
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this machine has a GPU")
+    assert harbor.load_task(task_dir(tmp_path, toml)).unsupported == reason
+
+
+def test_separate_verifier_resolution_follows_harbor(tmp_path: Path) -> None:
+    root = task_dir(tmp_path, '[verifier]\nenvironment_mode = "separate"\n')
+    env = harbor.load_task(root).verifier_environment
+    assert (
+        env is not None and not env.bundled_tests and env.build_context == root / "environment"
+    )  # a copy of the task's
+    (root / "tests" / "Dockerfile").write_text("FROM python:3.11-slim\nCOPY . /tests/\n")
+    env = harbor.load_task(root).verifier_environment
+    assert env is not None and env.bundled_tests and env.build_context == root / "tests"
+    (root / "task.toml").write_text('[verifier.environment]\ndocker_image = "verifier:1"\n')  # implies separate
+    env = harbor.load_task(root).verifier_environment
+    assert env is not None and env.docker_image == "verifier:1" and env.build_context is None
+
+
+def test_bundled_tests_need_no_host_test_sh_but_a_shared_verifier_does(tmp_path: Path) -> None:
+    root = task_dir(tmp_path, '[verifier.environment]\ndocker_image = "verifier:1"\n', tests=False)
+    assert harbor.load_task(root).verifier_environment is not None
+    (root / "task.toml").write_text("")
+    with pytest.raises(TaskError, match=r"tests/test\.sh: missing"):
+        harbor.load_task(root)
+
+
+def test_step_errors_name_the_step(tmp_path: Path) -> None:
+    root = task_dir(tmp_path, '[[steps]]\nname = "one"\n')
+    with pytest.raises(TaskError, match=r"steps\[0\].name: no directory steps/one/"):
+        harbor.load_task(root)
+    (root / "steps" / "one").mkdir(parents=True)
+    with pytest.raises(TaskError, match=r"steps/one: instruction\.md: missing"):
+        harbor.load_task(root)
+    (root / "task.toml").write_text('[[steps]]\nname = "a/b"\n')
+    with pytest.raises(TaskError, match=r"steps\[0\].name: expected a portable directory name"):
+        harbor.load_task(root)
+    (root / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "ONE"\n')
+    with pytest.raises(TaskError, match="step names must be unique"):
+        harbor.load_task(root)
+
+
+def test_an_invalid_task_is_one_placeholder_the_rest_load(tmp_path: Path) -> None:
+    task_dir(tmp_path, "[agent]\ntimeout_sec = 10\n", name="good")
+    task_dir(tmp_path, "[agent]\ntimeout_secs = 10\n", name="typo")
+    tasks = {t.id: t for t in harbor.discover(tmp_path)}
+    assert tasks["good"].invalid is None
+    bad = tasks["typo"]
+    assert bad.invalid is not None and bad.invalid.startswith(f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_secs")
+    assert bad.unsupported == f"invalid task: {bad.invalid}"
+
+
+@pytest.mark.parametrize("source", ["/tests/test.sh", "/logs/verifier/reward.txt", "/", "/solution"])
+def test_an_artifact_cannot_carry_the_verifiers_own_paths(tmp_path: Path, source: str) -> None:
+    """A separate verifier gets the artifacts at their paths: /tests or a reward file would be planted."""
+    root = task_dir(tmp_path, f'artifacts = ["{source}"]\n')
+    with pytest.raises(TaskError, match=r"artifacts\[0\]\.source: an artifact cannot be /"):
+        harbor.load_task(root)
+
+
+def test_a_step_that_links_out_of_the_task_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "tests").mkdir(parents=True)
+    (outside / "instruction.md").write_text("read me")
+    (outside / "tests" / "secret.txt").write_text("host secret")
+    root = task_dir(tmp_path, '[[steps]]\nname = "one"\n')
+    (root / "steps").mkdir()
+    (root / "steps" / "one").symlink_to(outside)
+    with pytest.raises(TaskError, match="must stay inside the task directory"):
+        harbor.load_task(root)
+    (root / "steps" / "one").unlink()
+    (root / "steps" / "one").mkdir()
+    (root / "steps" / "one" / "instruction.md").write_text("step")
+    (root / "steps" / "one" / "tests").symlink_to(outside / "tests")
+    with pytest.raises(TaskError, match="must stay inside the task directory"):
+        harbor.load_task(root)

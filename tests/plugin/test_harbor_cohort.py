@@ -1,0 +1,133 @@
+"""Harbor 0.25 tasks in a cohort: invalid tasks skipped (or a usage error under --maka-strict),
+skips recorded as skips on every -n, multi-key rewards, and a verifier starved of network."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..conftest import Cohort, needs_bwrap
+
+pytestmark = [pytest.mark.sandbox, needs_bwrap]
+
+
+def _skips(cohort: Cohort) -> dict[str, str]:
+    return json.loads((cohort.out / "lock.json").read_text())["runs"][-1]["skipped"]
+
+
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_one_invalid_task_is_skipped_and_the_rest_runs(cohort: Cohort, workers: str | None) -> None:
+    cohort.task("good")
+    typo = cohort.task("typo")
+    toml = typo / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec", "[verifier]\ntimeout_secs"))
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    args = ("-rs", "-n", workers) if workers else ("-rs",)
+    result = cohort.run_subprocess(*args)
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == 0, "a skip is no harness failure (exit 7 was the xdist bug)"
+    line = f"{toml}: verifier.timeout_secs: unknown key; expected one of: "
+    assert any(f"maka: invalid task skipped: {line}" in out for out in result.outlines), result.stdout.str()
+    assert any("SKIPPED" in out and "typo: invalid task: " in out for out in result.outlines)
+    assert cohort.status() == {"good[oracle-r0]": "agent_success"}, "nothing recorded as infra_failure"
+    assert list(_skips(cohort)) == ["typo[oracle-r0]"]
+    assert "not run" not in result.stdout.str()
+
+
+def test_maka_strict_turns_an_invalid_task_into_a_usage_error(cohort: Cohort) -> None:
+    cohort.task("good")
+    typo = cohort.task("typo")
+    (typo / "task.toml").write_text((typo / "task.toml").read_text() + "[environment.healthcheck]\ncomand = 'x'\n")
+    cohort.write()
+    result = cohort.run("--maka-strict")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "typo/task.toml: environment.healthcheck.comand: unknown key" in errors[0], errors
+    assert not (cohort.out / "attempts.jsonl").exists()
+
+
+def test_features_the_executor_lacks_skip_with_the_feature_named_under_xdist(cohort: Cohort) -> None:
+    cohort.task("plain")
+    steps = cohort.task("steps", extra_toml='[[steps]]\nname = "one"\n')
+    (steps / "steps" / "one" / "tests").mkdir(parents=True)
+    (steps / "steps" / "one" / "instruction.md").write_text("step one")
+    cohort.task("as-user")
+    user_toml = cohort.tasks / "as-user" / "task.toml"
+    user_toml.write_text(user_toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "tester"\n'))
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run_subprocess("-rs", "-n", "2")
+    result.assert_outcomes(passed=1, skipped=2)
+    assert result.ret == 0
+    skips = _skips(cohort)
+    assert skips["steps[oracle-r0]"] == "steps: multi-step tasks (steps/) not supported on the local executor yet"
+    assert "running a phase as another user" in skips["as-user[oracle-r0]"]
+
+
+def test_multi_key_reward_passes_by_the_source_rule(cohort: Cohort) -> None:
+    test = 'mkdir -p /logs/verifier; echo \'{"tests": 1, "style": 0.5}\' > /logs/verifier/reward.json\n'
+    cohort.task("multi", test=test)
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["multi[oracle-r0]"]
+    assert (record["status"], record["score"]) == ("agent_failure", 0.75), "default: every key must be 1"
+    assert record["verifier"]["rewards"] == {"tests": 1.0, "style": 0.5}
+    (cohort.out).rename(cohort.root / "out-default")
+    cohort.write(
+        tasks=[{"path": "tasks", "reward_rule": "mean", "reward_threshold": 0.7}],
+        subjects=[{"name": "oracle", "kind": "oracle"}],
+    )
+    cohort.run().assert_outcomes(passed=1)
+    assert cohort.results()["multi[oracle-r0]"]["score"] == 0.75
+
+
+def test_unknown_harbor_source_option_names_the_key(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(tasks=[{"path": "tasks", "reward_rul": "mean"}])
+    result = cohort.run("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*tasks[[]0[]].reward_rul: unknown key for the harbor format*reward_rule*"])
+
+
+def test_a_verifier_starved_of_the_network_it_declared_is_a_verifier_failure(cohort: Cohort) -> None:
+    """Harbor's own shared-mode template test.sh, offline: the reward 0 it writes is not the agent's."""
+    test = (
+        "curl -LsSf https://astral.sh/uv/0.9.7/install.sh | sh\n"
+        "if command -v uvx >/dev/null; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    )
+    cohort.task("downloads", test="mkdir -p /logs/verifier\n" + test)
+    offline = cohort.task("offline", test="mkdir -p /logs/verifier\n" + test)
+    toml = offline / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nnetwork_mode = "no-network"\n'))
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run()
+    result.assert_outcomes(failed=1, errors=1)
+    assert result.ret == 7
+    starved = cohort.results()["downloads[oracle-r0]"]
+    assert starved["status"] == "verifier_failure" and starved["official"] is False
+    assert (
+        "the verifier needed a network it was not given (declared public, granted none)" in starved["error"]["message"]
+    )
+    assert "Could not resolve host: astral.sh" in starved["verifier"]["network_failure"]
+    assert starved["verifier"]["reward_written"] == 0.0
+    declared_offline = cohort.results()["offline[oracle-r0]"]
+    assert declared_offline["status"] == "agent_failure", "the task said its verifier needs no network"
+
+
+def test_oracle_gets_the_solution_env(cohort: Cohort) -> None:
+    test = "mkdir -p /logs/verifier\n"
+    test += 'if [ "$(cat /app/done.txt)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    solve = 'echo "$GREETING" > /app/done.txt\n'
+    package = '[task]\nname = "maka/env"\nversion = "1.2"\ndescription = "greets from the solution env"\n'
+    mcp = '[[environment.mcp_servers]]\nname = "files"\ntransport = "stdio"\ncommand = "mcp-files"\n'
+    extra = package + '[solution]\nenv = {GREETING = "hello"}\n' + mcp
+    cohort.task("env", solve=solve, test=test, extra_toml=extra)
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["env[oracle-r0]"]
+    assert record["task_metadata"]["task"]["name"] == "maka/env"
+    assert record["task_declares"] == {
+        "schema_version": "1.0",
+        "mcp_servers": [{"name": "files", "transport": "stdio"}],
+    }
+    assert "1.2: greets from the solution env" in (cohort.out / "report.html").read_text(), "the report shows [task]"
