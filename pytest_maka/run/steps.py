@@ -19,6 +19,7 @@ from ..core.errors import SubjectFault
 from ..core.steps import CellVerdict, StepOutcome, cell_verdict, step_task, stop_reason
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Step
 from ..core.taxonomy import OFFICIAL, SubjectOutcome, VerifierOutcome, classify
+from ..core.usage import tokens
 from ..executors.base import Sandbox
 from ..verifiers.base import Verdict
 from . import attempt as phases
@@ -52,10 +53,27 @@ def run_steps(work: AttemptWork, sandbox: Sandbox, scratch: Path, deadline: Dead
             raise
         outcome = _outcome(step, step_work)
         done.append((step_work, outcome))
-        stopped = stop_reason(outcome, step.min_reward)
+        spent = _spent(work, done)
+        if spent:  # the cell's token or cost budget covers all its steps together
+            work.budget_exceeded = spent
+            stopped = f"the cell's {spent} budget was spent by step {step.name!r}"
+        else:
+            stopped = stop_reason(outcome, step.min_reward)
         if stopped:
             break
     _fold(work, done, stopped if len(done) < len(task.steps) else None)
+
+
+def _spent(work: AttemptWork, done: Done) -> str | None:
+    """The budget (``max_tokens`` / ``max_cost_usd``) the steps so far used up together, or None."""
+    budgets, usage = work.settings.budgets, _summed_usage([w.usage for w, _ in done])
+    used = tokens(usage)
+    if budgets.max_tokens is not None and used is not None and used > budgets.max_tokens:
+        return "max_tokens"
+    cost = usage.get("cost_usd")
+    if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:
+        return "max_cost_usd"
+    return None
 
 
 def _step_work(work: AttemptWork, step: Step) -> AttemptWork:
@@ -197,7 +215,7 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
         work.verifier_outcome = VerifierOutcome(ran=True, passed=verdict.passed)
     work.subject_outcome = decisive.subject_outcome
     work.subject_fault = None if verdict is not None and verdict.passed else decisive.subject_fault
-    work.budget_exceeded = decisive.budget_exceeded
+    work.budget_exceeded = decisive.budget_exceeded or work.budget_exceeded  # (or the cell's, spent by the steps)
     work.agent_info = {**decisive.agent_info, "decisive_step": decisive.attempt_dir.name}
     work.verifier_info = _cell_verifier(work, done, verdict, stopped)
     work.budget_info = {**work.budget_info, **_budgets(work), "steps": [w.budget_info for w, _ in done]}

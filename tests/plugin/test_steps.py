@@ -183,3 +183,21 @@ def test_steps_under_xdist_keep_every_step(cohort: Cohort) -> None:
         assert len(record["steps"]) == 2, cell_id
         ran = [s["run"] for s in record["steps"]]
         assert ran == ([True, True] if "oracle" in cell_id else [True, False]), cell_id
+
+
+def test_token_budget_covers_all_steps_together(cohort: Cohort) -> None:
+    write_steps_task(cohort.tasks, "thrifty", [{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    # Each step solves its part and reports 60 tokens: under the cell's 100 alone, over it by step 2.
+    solve = (
+        'n=$(echo "$MAKA_INSTRUCTION" | sed -n "s/^Write \\([a-z]*\\) to.*/\\1/p"); echo $n > /app/$n.txt; '
+        'echo \'{"input_tokens": 50, "output_tokens": 10}\' > /logs/agent/usage.json'
+    )
+    cohort.write(subjects=[command("spender", solve)], budgets={"max_tokens": 100})
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["thrifty[spender-r0]"]
+    assert record["status"] == "budget_exhausted" and record["official"] is False
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (100, 20)
+    ran = [(s["run"], s.get("verdict")) for s in record["steps"]]
+    assert ran == [(True, "passed"), (True, "passed"), (False, None)]
+    assert record["steps"][2]["not_run"] == "the cell's max_tokens budget was spent by step 'b'"
+    assert record["steps"][0]["subject"]["usage"]["input_tokens"] == 50
