@@ -14,6 +14,7 @@ from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
 from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
 from .core.spec import LoadedSpec, load_spec
+from .core.steps import step_views
 from .core.task import FEATURES
 from .executors.base import Executor
 from .live.observer import HookObserver
@@ -193,7 +194,8 @@ class MakaSession:
         if missing:
             kind = self.cohort.loaded.executor.kind
             return f"{task.id}: {FEATURES[missing[0]]} not supported on the {kind} executor yet"
-        return self.subjects[cell.subject.name].unsupported(task)
+        subject = self.subjects[cell.subject.name]  # a multi-step task: every step's view must be supported
+        return next((r for r in map(subject.unsupported, step_views(task)) if r), None)
 
     def close(self) -> None:
         import shutil

@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+#: Task fixtures carry their own test files (a Harbor task's tests/test_outputs.py): data, not our tests.
+collect_ignore = ["fixtures"]
+
 HAS_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
     not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"

@@ -40,6 +40,7 @@ def attempt_record(
     artifacts: Mapping[str, Any] | None = None,
     timings: Mapping[str, float] | None = None,
     error: Mapping[str, str] | None = None,
+    steps: list[dict[str, Any]] | None = None,
 ) -> Record:
     """One attempt, in the shape every reader of the ledger expects."""
     return {
@@ -72,6 +73,7 @@ def attempt_record(
         "task_digest": cell.task.digest,
         "subject_digest": cell.subject.digest,
         "task_metadata": dict(cell.task.metadata),
+        **({"steps": steps} if steps is not None else {}),
     }
 
 

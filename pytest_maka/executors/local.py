@@ -78,6 +78,8 @@ class LocalExecutor:
 
     kind: ClassVar[str] = "local"
     Options: ClassVar[type[BaseModel]] = LocalOptions
+    #: Task features (core.task.FEATURES) this executor runs.
+    features: ClassVar[frozenset[str]] = frozenset({"multi-step"})
 
     def __init__(self, options: LocalOptions | None = None) -> None:
         self.options = options or LocalOptions()
@@ -361,6 +363,9 @@ class LocalSandbox:
             self._mount_tops.append(parts[0])
         if base == self._mounts and self._upload_prints is None:
             self._uploads[sandbox_path] = host_path
+        elif self._upload_prints is not None and sandbox_path in self._uploads:  # the harness replaced it
+            self._uploads[sandbox_path] = host_path  # (a later step's upload): compare against this copy
+            self._upload_prints[sandbox_path] = tree_print(self._host_path(sandbox_path))
 
     def _host_path(self, sandbox_path: str) -> Path:
         base, parts = self._locate(sandbox_path)
@@ -427,6 +432,8 @@ class LocalSandbox:
         parent = descend(base, parts[:-1], make=False, unlink_blockers=True)
         if parent is not None and os.path.lexists(parent / parts[-1]):
             remove_path(parent / parts[-1])
+        if base == self._mounts and len(parts) == 1 and parts[0] in self._mount_tops:
+            self._mount_tops.remove(parts[0])  # nothing left to bind there (a later put binds it again)
 
     def _locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
         """The host directory holding ``sandbox_path`` and the path's parts below it."""

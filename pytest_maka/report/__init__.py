@@ -85,7 +85,7 @@ def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict |
     summary = summarize(records)
     refused = refused_rows(records)
     html = render_html(summary, records, cohort=cohort, out_dir=out_dir, meta=info, refused=refused)
-    markdown = render_markdown(summary, cohort=cohort, meta=info, refused=refused)
+    markdown = render_markdown(summary, cohort=cohort, meta=info, refused=refused, records=records)
     return {
         "html": write_atomic(out_dir / HTML_FILE, html),
         "markdown": write_atomic(out_dir / MARKDOWN_FILE, markdown),

@@ -16,6 +16,7 @@ from typing import Any
 from ..core.stats import CohortSummary, status_of
 from ..core.taxonomy import Status
 from .artifacts import TAIL_BYTES, cap, read_head, read_tail, read_trajectory, safe_rel_path
+from .steps import step_rows
 
 #: Characters of artifact-derived text inlined in the whole page.
 TEXT_BUDGET = 8 * 1024 * 1024
@@ -122,6 +123,9 @@ def _drill(record: Mapping[str, Any], out_dir: Path | None, budget: list[int]) -
     if record.get("subject_claim") is not None:
         claim = json.dumps(record["subject_claim"], ensure_ascii=False, default=str, indent=1)
         detail["claim"] = cap(claim, TAIL_BYTES)
+    steps = step_rows(record)
+    if steps:
+        detail["steps"] = steps
     history = record.get("attempts") or []
     if isinstance(history, list) and history:
         detail["attempts"] = [

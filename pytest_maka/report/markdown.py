@@ -11,6 +11,7 @@ from ..core.taxonomy import MEANING, OFFICIAL, Status
 from .egress import RefusedRow
 from .egress import markdown_lines as egress_lines
 from .formatting import DASH, estimate, money, p_text, pp
+from .steps import markdown_lines as step_lines
 from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 #: At most this many flagged tasks are listed in full.
@@ -90,8 +91,9 @@ def render_markdown(
     cohort: str,
     meta: Mapping[str, Any] | None = None,
     refused: list[RefusedRow] | None = None,
+    records: list[Mapping[str, Any]] | None = None,
 ) -> str:
-    """The whole ``summary.md`` text."""
+    """The whole ``summary.md`` text (``records``: the cells, for the steps of multi-step ones)."""
     present = [s for s in Status if summary.counts[s]]
     out: list[str] = [f"## pytest-maka: {md(cohort)}", ""]
     facts = [
@@ -151,6 +153,7 @@ def render_markdown(
             out.append(f"\n… and {more} more flagged tasks (see report.html).")
         out.append("")
 
+    out += step_lines(records or [], md)
     if present:
         out += ["<details><summary>Classes</summary>", ""]
         out += [f"- `{s}` ({summary.counts[s]}): {md(MEANING[s])}" for s in present]

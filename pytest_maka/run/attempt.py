@@ -90,6 +90,8 @@ class AttemptWork:
     timings: dict[str, float] = field(default_factory=dict)
     #: False when an infra error says another attempt would fail the same way.
     retryable: bool = True
+    #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
+    steps: list[dict[str, Any]] | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -203,7 +205,13 @@ def run_attempt_steps(
             )
             if task.healthcheck is not None:  # the environment must be up before the agent starts
                 env = base_env(task, image_env_of(sandbox))
-                wait_healthy(sandbox, task.healthcheck, env=env, log_dir=d / "healthcheck")
+                until = deadline[0] if deadline else None
+                wait_healthy(sandbox, task.healthcheck, env=env, log_dir=d / "healthcheck", deadline=until)
+        if task.steps:  # --- multi-step tasks: the loop per step (run/steps.py) replaces the phases below
+            from .steps import run_steps
+
+            run_steps(work, sandbox, request.scratch_dir, deadline)
+            return
         agent_timeout, limit_name = _agent_timeout(task, budgets, deadline)
         work.budget_info = {
             "agent_timeout_sec": agent_timeout,

@@ -23,6 +23,7 @@ from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.interrupts import sigint_deferred
 from ..core.records import Record, attempt_record, cell_record, is_final
 from ..core.spec import Budgets, Policy, Retries
+from ..core.steps import step_views
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
 from ..executors.hostfs import remove_path
@@ -238,7 +239,7 @@ class CellRunner:
                 attempt=number,
                 attempt_dir=work.attempt_dir,
                 scratch_dir=scratch_dir,
-                uploads=subject.uploads(cell.task),
+                uploads=subject.uploads(step_views(cell.task)[0]),  # a multi-step task's first step
                 mounts=subject_mounts(subject, cell.task),
                 deadline=deadline[0] if deadline else None,
             )
@@ -305,6 +306,7 @@ class CellRunner:
             artifacts=work.artifacts(self.settings.out_dir) if work.attempt_dir.exists() else {},
             timings=work.timings,
             error=_with_retry(work.error_for(status, facts), work.retryable),
+            steps=work.steps,
         )
 
 

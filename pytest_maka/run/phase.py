@@ -7,14 +7,14 @@ InfraError naming the user or the command: the platform could not give a fair st
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.errors import InfraError
 from ..core.task import Healthcheck
 from ..executors.base import PhaseUsers, Sandbox
+from .health import wait_healthy as poll_health
 
 
 def is_default_user(user: str | int | None) -> bool:
@@ -41,37 +41,15 @@ def wait_healthy(
     env: Mapping[str, str],
     log_dir: Path,
     name: str = "environment",
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> int:
-    """Poll ``check`` until it passes, as Docker does; returns the number of probes run.
-
-    Probes run every ``start_interval_sec`` during ``start_period_sec`` (their failures do not
-    count), then every ``interval_sec``; each probe is cut at ``timeout_sec``; ``retries``
-    consecutive counted failures make it unhealthy: InfraError naming the command.
-    """
+    deadline: float | None = None,
+) -> None:
+    """Poll ``check`` until it passes, as Docker does (``run.health``); unhealthy: InfraError
+    naming the command, with the last probe's output."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    started = clock()
-    failures, probes = 0, 0
-    last = ""
-    while True:
-        probes += 1
-        out, err = log_dir / f"healthcheck-{probes}.stdout.txt", log_dir / f"healthcheck-{probes}.stderr.txt"
-        result = sandbox.exec(check.command, env=env, timeout_sec=check.timeout_sec, stdout_path=out, stderr_path=err)
-        if result.exit_code == 0 and not result.timed_out:
-            return probes
-        last = f"timed out after {check.timeout_sec:g} s" if result.timed_out else f"exit {result.exit_code}"
-        tail = _tail(err) or _tail(out)
-        if tail:
-            last += f": {tail}"
-        in_start = clock() - started < check.start_period_sec
-        if not in_start:
-            failures += 1
-            if failures >= max(1, check.retries):
-                raise InfraError(
-                    f"{name} healthcheck {check.command!r} failed {failures} times in a row (last: {last})"
-                )
-        sleep(check.start_interval_sec if in_start else check.interval_sec)
+    failed = poll_health(sandbox, check, env=env, out_dir=log_dir, deadline=deadline)
+    if failed:
+        tail = _tail(log_dir / "healthcheck.stderr.txt") or _tail(log_dir / "healthcheck.stdout.txt")
+        raise InfraError(f"{name}: {failed}" + (f": {tail}" if tail else ""))
 
 
 def _tail(path: Path) -> str:

@@ -49,9 +49,8 @@ def test_maka_strict_turns_an_invalid_task_into_a_usage_error(cohort: Cohort) ->
 
 def test_features_the_executor_lacks_skip_with_the_feature_named_under_xdist(cohort: Cohort) -> None:
     cohort.task("plain")
-    steps = cohort.task("steps", extra_toml='[[steps]]\nname = "one"\n')
-    (steps / "steps" / "one" / "tests").mkdir(parents=True)
-    (steps / "steps" / "one" / "instruction.md").write_text("step one")
+    compose = cohort.task("compose")  # (multi-step tasks, first used here, now run on both executors)
+    (compose / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
     cohort.task("as-user")
     user_toml = cohort.tasks / "as-user" / "task.toml"
     user_toml.write_text(user_toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "tester"\n'))
@@ -60,7 +59,10 @@ def test_features_the_executor_lacks_skip_with_the_feature_named_under_xdist(coh
     result.assert_outcomes(passed=1, skipped=2)
     assert result.ret == 0
     skips = _skips(cohort)
-    assert skips["steps[oracle-r0]"] == "steps: multi-step tasks (steps/) not supported on the local executor yet"
+    assert skips["compose[oracle-r0]"] == (
+        "compose: multi-container environments (environment/docker-compose.yaml) "
+        "not supported on the local executor yet"
+    )
     assert "running a phase as another user" in skips["as-user[oracle-r0]"]
 
 

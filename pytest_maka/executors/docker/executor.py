@@ -36,8 +36,6 @@ class DockerExecutor(SeparateVerifier):
     """Runs each attempt in a new container with limits, no network and dropped capabilities."""
 
     kind: ClassVar[str] = "docker"
-    #: Task features beyond one plain container (core.task_parts.FEATURES).
-    features: ClassVar[frozenset[str]] = SEPARATE_FEATURES
     Options: ClassVar[type[BaseModel]] = DockerOptions
     #: Task features (``Task.features``) this executor runs ("compose" where Compose v2 is installed).
     features: frozenset[str]
@@ -54,7 +52,9 @@ class DockerExecutor(SeparateVerifier):
         self._configs: dict[tuple[str, str], dict[str, Any]] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
-        self.features = frozenset({"users", "healthcheck", *(["compose"] if compose_command() else [])})
+        self.features = frozenset(
+            {"users", "healthcheck", "multi-step", *SEPARATE_FEATURES, *(["compose"] if compose_command() else [])}
+        )
 
     @property
     def isolated(self) -> bool:

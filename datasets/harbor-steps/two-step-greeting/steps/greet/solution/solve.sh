@@ -1,0 +1,2 @@
+#!/bin/bash
+sed "s/NAME/$(cat /app/name.txt)/" /app/template.txt > /app/greeting.txt

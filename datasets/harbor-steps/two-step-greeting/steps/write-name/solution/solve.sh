@@ -1,0 +1,2 @@
+#!/bin/bash
+echo Harbor > /app/name.txt
