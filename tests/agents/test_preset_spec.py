@@ -76,10 +76,10 @@ def test_presets_name_their_provider_hosts_for_the_egress_allowlist(monkeypatch:
     kinds = preset_kinds()
     options = kinds["codex"].Options.model_validate({"env": ["OPENAI_API_KEY"]})
     codex = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
-    assert codex.egress_hosts() == ["api.openai.com"]
+    assert codex.egress() == ["api.openai.com"]
     options = kinds["codex"].Options.model_validate(
         {"env": ["OPENAI_API_KEY"], "base_url": "https://gw.example:8443/x"}
     )
     gateway = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
-    assert gateway.egress_hosts() == ["gw.example:8443"]
+    assert gateway.egress() == ["gw.example:8443"]
     assert "model_providers.maka" in gateway.command(type("T", (), {"workdir": "/app"})())  # type: ignore[arg-type]

@@ -150,6 +150,7 @@ class DockerExecutor:
                     info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
                     protected_check=self.options.protected_check,
+                    mounts=tuple(request.mounts or {}),
                 )
                 sandbox.egress = egress
                 if spare is None:

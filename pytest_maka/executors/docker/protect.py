@@ -85,7 +85,15 @@ class Restorer:
     """One restore of one container against its image (``api``: a docker APIClient)."""
 
     def __init__(
-        self, api: Any, container: str, image: str, *, workdir: str, content: bool = False, engine: str = ""
+        self,
+        api: Any,
+        container: str,
+        image: str,
+        *,
+        workdir: str,
+        content: bool = False,
+        engine: str = "",
+        mounts: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.content = content
@@ -93,6 +101,8 @@ class Restorer:
         self.container = container
         self.image = image
         self.own = [workdir, LOGS_DIR, TESTS_DIR]
+        #: Read-only mount targets (an installed agent): not the subject's changes, and not restorable.
+        self.mounts = mounts
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
@@ -115,10 +125,14 @@ class Restorer:
         out = []
         for change in found:
             path = change["Path"]
-            if path in ENGINE_OWNED or any(under(path, own) for own in self.own):
+            if path in ENGINE_OWNED or any(under(path, own) for own in self.own) or self._mount_point(path):
                 continue
             out.append((path, int(change["Kind"])))
         return out
+
+    def _mount_point(self, path: str) -> bool:
+        """``path`` is a read-only mount, inside one, or a directory the engine made to hold one."""
+        return any(under(path, m) or under(m, path) for m in self.mounts)
 
     def is_protected(self, path: str, kind: int, stat: Callable[[str], dict[str, Any] | None]) -> bool:
         if any(under(path, root) for root in self.roots):
@@ -163,7 +177,9 @@ class Restorer:
         mine = manifest.manifest(self.api, self.container, self.roots)
         known = {p for p, _ in self.found}
         self.found += [
-            (p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED
+            (p, k)
+            for p, k in manifest.differences(image, mine)
+            if p not in known and p not in ENGINE_OWNED and not self._mount_point(p)
         ]
 
     def __exit__(self, *exc: object) -> None:
@@ -241,9 +257,9 @@ class Restorer:
     def _pristine(self) -> Iterator[str]:
         """A created, never started container of the image: the reference copy."""
         labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
-        cid = self.api.create_container(
-            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True
-        )["Id"]
+        cid = self.api.create_container(self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True)[
+            "Id"
+        ]
         try:
             yield cid
         finally:

@@ -49,6 +49,7 @@ class DockerSandbox(ContainerProcesses):
         baseline: Callable[[], Path | None],
         info: dict[str, Any],
         protected_check: str = "changes",
+        mounts: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.id = container_id
@@ -58,6 +59,7 @@ class DockerSandbox(ContainerProcesses):
         self._baseline = baseline
         self._info = info
         self._content_check = protected_check == "content"
+        self._mounts = mounts
         self._keepers: set[str] = set()
         self._fresh: set[str] = set()  # paths cleared since the last exec: put needs no clearing
         self._batch = Batch()  # puts waiting to be sent as one archive
@@ -334,6 +336,7 @@ class DockerSandbox(ContainerProcesses):
             workdir=self.workdir,
             content=self._content_check,
             engine=self.engine.key,
+            mounts=self._mounts,
         )
 
     def _repair(self) -> None:
