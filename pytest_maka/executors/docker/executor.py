@@ -23,6 +23,7 @@ from .cleanup import is_local, reap_shims, sweep
 from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
+from .layers import layered_image
 from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
 from .sandbox import DockerSandbox
@@ -122,8 +123,12 @@ class DockerExecutor:
                 slot.clear()
             task = request.cell.task
             image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
+            mounts, layers = dict(request.mounts or {}), {}
+            if mounts and self.options.agent_install == "layer":
+                image_id = layered_image(engine, self.images.dir, self.options.image_prefix, image_id, mounts)
+                mounts, layers = {}, mounts
             key = self._env_key(engine, image_id, task)
-            spare = self.spares.take(key) if self.options.prestart and not request.mounts else None
+            spare = self.spares.take(key) if self.options.prestart and not mounts else None
             if spare is None:
                 cid, info = self._create(
                     key,
@@ -133,10 +138,12 @@ class DockerExecutor:
                         L.ATTEMPT: str(request.attempt),
                         L.TASK: task.id,
                     },
-                    mounts=request.mounts,
+                    mounts=mounts,
                 )
             else:
                 cid, info = spare.container_id, spare.info
+            if layers:
+                info = {**info, "mounts": [f"{dest} (image layer, {Path(src).name})" for dest, src in layers.items()]}
             slot.record(cid)
             failed = True
             egress = self._egress(engine, request)
@@ -150,7 +157,7 @@ class DockerExecutor:
                     info=info,
                     baseline=lambda: self.images.baseline(engine, image_id, task),
                     protected_check=self.options.protected_check,
-                    mounts=tuple(request.mounts or {}),
+                    mounts=tuple(mounts),
                 )
                 sandbox.egress = egress
                 if spare is None:
