@@ -18,6 +18,8 @@ def test_missing_credentials_fail_at_collection_naming_subject_and_variable(
     errors = [line for line in result.errlines if "ANTHROPIC_API_KEY" in line]
     assert len(errors) == 1, result.errlines
     assert "subject claude" in errors[0] and "cohort.yaml" in errors[0] and "subjects[0].env[0]" in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not (cohort.out / "results.jsonl").exists() or not cohort.results(), "no cell ran"
 
 
 def test_a_preset_without_its_key_listed_is_refused(cohort: Cohort) -> None:

@@ -95,3 +95,5 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
     assert record["subject_claim"]["authoritative"] is False
     leaks = tree_contains(cohort.out, SECRET)
     assert not leaks, f"the key reached {leaks}"
+    if kind != "aider":  # the agent echoed its key: the echo is there, scrubbed
+        assert tree_contains(cohort.out, "key is [REDACTED]"), "the shell call's output was kept, with the key scrubbed"
