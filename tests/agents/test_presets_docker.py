@@ -66,12 +66,18 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
             "env": [BY_KIND[kind].key_env],
             "cache_dir": str(agent_cache.root),
         }
-        cohort.write(subjects=[subject], executor=model.executor(), retries={"infra": 0})
+        # claude-code runs from an image layer (the default; built once per environment, reused by later
+        # runs); the others from the read-only mount, so a cold engine does not build eight layers in CI
+        install = "layer" if kind == "claude-code" else "mount"
+        cohort.write(subjects=[subject], executor=model.executor(agent_install=install), retries={"infra": 0})
         result = cohort.run()
         record = cohort.results()["t[agent-r0]"]
         assert record["status"] == "agent_success", (record["error"], result.outlines[-30:])
         paths = [str(r["path"]) for r in model.requests()]
         assert any(p in path for path in paths for p in MODEL_PATHS), f"the agent talked to the model server: {paths}"
+    assert any(
+        f"/opt/maka/agent ({'image layer' if install == 'layer' else 'ro'}" in m for m in record["isolation"]["mounts"]
+    )
     network = record["isolation"]["network"]
     agent = network["phases"]["agent"]
     assert network["agent"] == "allowlist" and agent["allowed"] == [f"model.test:{model.port}"], network
