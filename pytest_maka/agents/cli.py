@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for preset in PRESETS:
             spec = preset.install_spec(None)
             state = "installed" if cache.installed(spec) else "-"
-            print(f"{preset.kind:16} {preset.package + '@' + preset.version:40} {state:9} {cache.path(spec)}")
+            what = f"{preset.package}@{preset.version}"
+            print(f"{preset.kind:16} {what:40} {state:9} key {spec.key} {cache.path(spec)}")
         others = [
             e
             for e in cache.entries()
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for entry in others:
             what = f"{entry['package']}@{entry['version']}"
             print(f"{entry['agent']!s:16} {what:40} installed {entry['path']}")
+        _list_layers()
         return 0
     if args.command == "prune":
         keep = {p.install_spec(None).dirname for p in PRESETS} if args.keep_pinned else None
@@ -84,3 +86,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"{kind} {spec.version}: {path} ({time.monotonic() - started:.1f} s)")
     return 1 if failed else 0
+
+
+def _list_layers() -> None:
+    """The Docker images that hold an install on top of an environment (key: install + environment digest)."""
+    try:
+        import docker
+
+        from ..executors.docker.layers import layered_images
+
+        api = docker.APIClient(version="auto", timeout=10)
+        images = layered_images(api)
+    except Exception as e:  # no engine, no SDK: the host cache above is still the answer
+        print(f"(no Docker engine answered, so environment layers are not listed: {type(e).__name__})")
+        return
+    for image in images:
+        layers = image.get("layers") or {}
+        installs = ", ".join(str(v) for v in layers.values()) if isinstance(layers, dict) else "?"
+        tag = (image.get("tags") or ["<untagged>"])[0]  # type: ignore[index]
+        print(f"layer  {installs} on env {str(image.get('env', '?'))[:19]} -> {tag}")

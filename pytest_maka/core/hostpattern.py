@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 #: Ports an entry without a port allows.
 DEFAULT_PORTS = (80, 443)
@@ -111,3 +112,15 @@ def check_egress_hosts(hosts: dict[str, str]) -> dict[str, str]:
         if _ip(ip) is None and ip != "host-gateway":
             raise ValueError(f"egress_hosts: {name} must map to an IP address (got {ip!r})")
     return {name.lower(): ip for name, ip in hosts.items()}
+
+
+def entry_for_url(url: str) -> str:
+    """The allowlist entry of a base URL: ``host:port`` (a URL without a port allows 80 and 443)."""
+    split = urlsplit(url if "://" in url else f"http://{url}")
+    host = split.hostname or ""
+    try:
+        port = split.port
+    except ValueError:
+        port = None
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}" if port else shown

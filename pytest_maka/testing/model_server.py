@@ -28,8 +28,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,10 +117,21 @@ class ScriptedModel:
             if key is None:
                 continue
             command = action.as_command()
-            if props[key].get("type") == "array":
-                return ToolCall(call_id, name, {key: ["bash", "-lc", command]})
-            return ToolCall(call_id, name, {key: command})
+            args: dict[str, Any] = {key: ["bash", "-lc", command] if props[key].get("type") == "array" else command}
+            return ToolCall(call_id, name, {**_required_defaults(props), **args})
         return None
+
+
+#: Values for required arguments the script does not set (e.g. claude-code-acp's Bash ``timeout``).
+TYPE_DEFAULTS: dict[str, Any] = {"integer": 60000, "number": 60000, "boolean": False, "string": ""}
+
+
+def _required_defaults(props: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: TYPE_DEFAULTS[v["type"]]
+        for k, v in props.items()
+        if isinstance(v, dict) and v.get("required") and v.get("type") in TYPE_DEFAULTS
+    }
 
 
 def _edit_blocks(actions: list[Action]) -> str:
@@ -135,8 +147,9 @@ def _edit_blocks(actions: list[Action]) -> str:
 class ModelServer:
     """A threading HTTP server on 127.0.0.1 (port 0 picks a free one); ``requests`` records what came."""
 
-    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0, requests_log: str | None = None) -> None:
         self.model = ScriptedModel(script)
+        self.requests_log = requests_log
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
@@ -158,6 +171,9 @@ class ModelServer:
     def note(self, request: SeenRequest) -> None:
         with self._lock:
             self.requests.append(request)
+            if self.requests_log:
+                with open(self.requests_log, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(asdict(request)) + "\n")
 
     def start(self) -> ModelServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -257,19 +273,38 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_maka.testing.model_server", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=4000)
     parser.add_argument("--write", action="append", default=[], metavar="PATH=CONTENT")
     parser.add_argument("--shell", action="append", default=[], metavar="COMMAND")
     parser.add_argument("--final", default=Script.final_text)
+    parser.add_argument("--script", metavar="FILE", help="the whole Script as JSON (replaces --write/--shell/--final)")
+    parser.add_argument("--requests-log", metavar="FILE", help="append every request as one JSON line")
     args = parser.parse_args(argv)
-    actions = [Action.write(*item.split("=", 1)) for item in args.write] + [Action.shell(c) for c in args.shell]
-    with model_server(Script(actions=actions, final_text=args.final), port=args.port) as server:
-        print(f"scripted model server on {server.url}", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            return 0
+    if args.script:
+        script = script_from_json(Path(args.script).read_text(encoding="utf-8"))
+    else:
+        actions = [Action.write(*item.split("=", 1)) for item in args.write] + [Action.shell(c) for c in args.shell]
+        script = Script(actions=actions, final_text=args.final)
+    server = ModelServer(script, args.host, args.port, requests_log=args.requests_log).start()
+    print(f"scripted model server on http://{args.host}:{server.port}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+def script_to_json(script: Script) -> str:
+    """``script`` as JSON, for ``--script`` (a server run in another process or container)."""
+    return json.dumps(asdict(script))
+
+
+def script_from_json(text: str) -> Script:
+    data = json.loads(text)
+    return Script(**{**data, "actions": [Action(**a) for a in data.get("actions", [])]})
 
 
 if __name__ == "__main__":

@@ -32,8 +32,13 @@ class Reply:
 
 
 def _properties(schema: Any) -> dict[str, Any]:
+    """A tool's properties; each required one is marked ``"required": True`` (so replies can fill it)."""
     if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
-        return schema["properties"]
+        required = set(schema.get("required") or [])
+        return {
+            k: {**v, "required": True} if k in required and isinstance(v, dict) else v
+            for k, v in schema["properties"].items()
+        }
     return {}
 
 

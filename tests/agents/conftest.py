@@ -4,14 +4,20 @@ against the scripted model server on the Docker bridge's host address."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pytest_maka.agents.cache import AgentCache, InstallError, default_root
 from pytest_maka.subjects.presets import PRESETS
+from pytest_maka.testing.model_server import Script
 from tests.docker.conftest import docker_api  # noqa: F401  (fixture: skips without an engine)
 
 SECRET = "sk-maka-agent-secret-5be1c0"
@@ -74,3 +80,85 @@ def tree_contains(root: Path, needle: str) -> list[str]:
             except OSError:
                 continue
     return hits
+
+
+@dataclass
+class DockerModel:
+    """The scripted model server in a container on an internal network of its own (nothing on the host's interfaces).
+
+    The Docker executor's egress proxy uses that network as its egress side and resolves
+    ``name`` to the container (``egress_hosts``), so agents reach it only through the proxy.
+    """
+
+    network: str
+    ip: str
+    port: int
+    log: Path
+    name: str = "model.test"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.name}:{self.port}"
+
+    def executor(self, **extra: object) -> dict[str, object]:
+        return {"kind": "docker", "egress_network": self.network, "egress_hosts": {self.name: self.ip}, **extra}
+
+    def requests(self) -> list[dict[str, object]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def docker_model_server(api, script: Script, workdir: Path) -> Iterator[DockerModel]:  # type: ignore[no-untyped-def]
+    """Run ``script`` in a ``python:3.11-slim`` container on a fresh internal network; removed afterwards."""
+    from pytest_maka.testing import model_server as ms
+
+    pkg = workdir / "srv" / "maka_model"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for name in ("model_server.py", "model_wire.py"):
+        shutil.copy(Path(ms.__file__).with_name(name), pkg / name)
+    out = workdir / "srv-out"
+    out.mkdir()
+    (out / "script.json").write_text(ms.script_to_json(script))
+    tag = uuid.uuid4().hex[:8]
+    labels = {"io.pytest-maka.test": "model-server"}
+    net = api.create_network(f"maka-test-model-{tag}", driver="bridge", internal=True, labels=labels)["Id"]
+    cid = None
+    try:
+        cid = api.create_container(
+            "python:3.11-slim",
+            [
+                "python3",
+                "-u",
+                "-m",
+                "maka_model.model_server",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "8080",
+                "--script",
+                "/out/script.json",
+                "--requests-log",
+                "/out/requests.jsonl",
+            ],
+            working_dir="/srv",
+            labels=labels,
+            host_config=api.create_host_config(
+                network_mode=f"maka-test-model-{tag}",
+                binds={str(workdir / "srv"): {"bind": "/srv", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
+            ),
+        )["Id"]
+        api.start(cid)
+        for chunk in api.logs(cid, stream=True, follow=True):  # ends when the container does
+            if b"scripted model server on" in chunk:
+                break
+        else:
+            raise RuntimeError(f"model server container did not start: {api.logs(cid)[-500:]!r}")
+        info = api.inspect_container(cid)["NetworkSettings"]["Networks"][f"maka-test-model-{tag}"]
+        yield DockerModel(f"maka-test-model-{tag}", info["IPAddress"], 8080, out / "requests.jsonl")
+    finally:
+        if cid is not None:
+            api.remove_container(cid, force=True)
+        api.remove_network(net)

@@ -2,7 +2,8 @@
 
 FAKE_ACP_MODE: work (write a file, run a terminal, end the turn), deny (ask permission; on a
 rejection stop with "refusal"), budget (report a cost, then wait to be cancelled), hang
-(never answer the prompt, ignore cancellation).
+(never answer the prompt, ignore cancellation), cancelled (write the file, then stop the turn as
+"cancelled").
 """
 
 import json
@@ -123,6 +124,9 @@ def prompt(msg_id, session):
             if message.get("method") == "session/cancel":
                 send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "cancelled"}})
                 return
+    elif MODE == "cancelled":  # cancelled by its own side (a user in its UI, a shutdown), with a file written
+        request("fs/write_text_file", {"sessionId": session, "path": f"{WORKDIR}/done.txt", "content": "ok\n"})
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "cancelled"}})
     elif MODE == "hang":
         while True:
             read()

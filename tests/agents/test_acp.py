@@ -88,3 +88,11 @@ def test_an_agent_that_is_not_acp_is_the_agents_failure(cohort: Cohort) -> None:
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["status"] == "agent_incomplete"
     assert "failed to start a session" in record["agent"]["error"]
+
+
+def test_a_turn_the_agent_reports_cancelled_is_agent_aborted_even_with_the_file_written(cohort: Cohort) -> None:
+    _cohort(cohort, "cancelled")
+    cohort.run()
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["status"] == "agent_aborted" and record["official"] is False and record["passed"] is False, record
+    assert record["agent"]["stop_reason"] == "cancelled"

@@ -37,3 +37,10 @@ def test_prune_keeps_the_pinned_installs(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["agents", "--cache", str(tmp_path), "prune", "--keep-pinned"]) == 0
     assert pinned.exists() and not old.exists()
     assert cache.installed(PRESETS[0].install_spec(None))
+
+
+def test_list_shows_each_install_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents", "--cache", str(tmp_path), "list"]) == 0
+    out = capsys.readouterr().out
+    for preset in PRESETS:
+        assert f"key {preset.install_spec(None).key} " in out

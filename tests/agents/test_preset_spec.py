@@ -18,6 +18,8 @@ def test_missing_credentials_fail_at_collection_naming_subject_and_variable(
     errors = [line for line in result.errlines if "ANTHROPIC_API_KEY" in line]
     assert len(errors) == 1, result.errlines
     assert "subject claude" in errors[0] and "cohort.yaml" in errors[0] and "subjects[0].env[0]" in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not (cohort.out / "results.jsonl").exists() or not cohort.results(), "no cell ran"
 
 
 def test_a_preset_without_its_key_listed_is_refused(cohort: Cohort) -> None:
@@ -76,10 +78,10 @@ def test_presets_name_their_provider_hosts_for_the_egress_allowlist(monkeypatch:
     kinds = preset_kinds()
     options = kinds["codex"].Options.model_validate({"env": ["OPENAI_API_KEY"]})
     codex = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
-    assert codex.egress_hosts() == ["api.openai.com"]
+    assert codex.egress() == ["api.openai.com"]
     options = kinds["codex"].Options.model_validate(
         {"env": ["OPENAI_API_KEY"], "base_url": "https://gw.example:8443/x"}
     )
     gateway = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
-    assert gateway.egress_hosts() == ["gw.example:8443"]
+    assert gateway.egress() == ["gw.example:8443"]
     assert "model_providers.maka" in gateway.command(type("T", (), {"workdir": "/app"})())  # type: ignore[arg-type]

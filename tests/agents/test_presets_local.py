@@ -1,4 +1,5 @@
-"""A preset on the local (bubblewrap) executor: the same cache directory, bound read-only into the sandbox."""
+"""A preset on the local (bubblewrap) executor: the same cache directory, bound read-only into the sandbox;
+the model on the host's 127.0.0.1 reached only through the egress proxy."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ def test_claude_code_on_the_local_executor(cohort: Cohort, agent_cache, secret_e
             "env": ["ANTHROPIC_API_KEY"],
             "cache_dir": str(agent_cache.root),
         }
-        cohort.write(subjects=[subject], policy={"agent_network": True}, retries={"infra": 0})
+        cohort.write(subjects=[subject], retries={"infra": 0})  # no network: the model through the egress proxy
         result = cohort.run()
+        assert any("/v1/messages" in r.path for r in server.requests), "the agent reached the model server"
     record = cohort.results()["t[claude-r0]"]
     assert record["status"] == "agent_success", (record["error"], result.outlines[-20:])
+    agent = record["isolation"]["network"]["phases"]["agent"]
+    assert agent["mode"] == "allowlist" and agent["allowed"] == [f"127.0.0.1:{server.port}"], agent
+    assert agent["connections"]["allowed"] >= 1, agent
     assert record["usage"]["input_tokens"] >= 500 and record["usage"]["cost_usd"] > 0
     assert any("/opt/maka/agent (ro" in m for m in record["isolation"]["mounts"]), record["isolation"]["mounts"]
     transcript = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())

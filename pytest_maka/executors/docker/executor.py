@@ -24,6 +24,7 @@ from .compose import MAIN, ComposeProject, compose_command, sidecars
 from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
+from .layers import layered_image
 from .leases import SlotPool, acquire
 from .options import DEFAULT_CAPABILITIES, DockerOptions
 from .processes import KEEP_ALIVE
@@ -133,9 +134,13 @@ class DockerExecutor(SeparateVerifier):
                     slot.clear()
                 task = request.cell.task
                 image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
+                mounts, layers = dict(request.mounts or {}), {}
+                if mounts and self.options.agent_install == "layer":
+                    image_id = layered_image(engine, self.images.dir, self.options.image_prefix, image_id, mounts)
+                    mounts, layers = {}, mounts
                 key = self._env_key(engine, image_id, task)
                 project = self._project(stack, engine, request)
-                plain = project is None and not request.mounts
+                plain = project is None and not mounts
                 spare = self.spares.take(key) if self.options.prestart and plain else None
                 if spare is None:
                     cid, info = self._create(
@@ -146,11 +151,13 @@ class DockerExecutor(SeparateVerifier):
                             L.ATTEMPT: str(request.attempt),
                             L.TASK: task.id,
                         },
-                        mounts=request.mounts,
+                        mounts=mounts,
                         network=project.network if project else None,
                     )
                 else:
                     cid, info = spare.container_id, spare.info
+                if layers:
+                    info = {**info, "mounts": [f"{d} (image layer, {Path(src).name})" for d, src in layers.items()]}
                 slot.record(cid)
                 failed = True
                 egress = self._egress(engine, request)
@@ -165,7 +172,7 @@ class DockerExecutor(SeparateVerifier):
                         baseline=lambda: self.images.baseline(engine, image_id, task),
                         protected_check=self.options.protected_check,
                         image_config=self._image_config(engine, image_id),
-                        mount_points=tuple(request.mounts),
+                        mounts=tuple(mounts),
                     )
                     sandbox.egress = egress
                     if spare is None:

@@ -56,6 +56,10 @@ class DockerOptions(BaseModel):
     #: change list: fast, blind to a rewrite that keeps size and mtime) or "content" (every
     #: protected file compared with the image's by SHA-256: sound, a few seconds per attempt).
     protected_check: Literal["changes", "content"] = "changes"
+    #: How an installed agent reaches the container: "layer" (an image built once per agent
+    #: install and environment image, FROM the environment, reused) or "mount" (the cache
+    #: directory bound read-only into every container).
+    agent_install: Literal["layer", "mount"] = "layer"
     #: Seconds between SIGTERM and SIGKILL when a command times out.
     kill_grace_sec: float = Field(default=1.0, ge=0, le=60)
     #: Engine URLs (or ``{url, slots}``). Empty: ``$DOCKER_HOST`` or the local socket.

@@ -28,7 +28,6 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from pathlib import PurePosixPath
 from typing import Any
 
 import docker.errors
@@ -94,16 +93,16 @@ class Restorer:
         workdir: str,
         content: bool = False,
         engine: str = "",
-        mount_points: tuple[str, ...] = (),
+        mounts: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.content = content
         self.engine = engine
         self.container = container
         self.image = image
-        self.own = [workdir, LOGS_DIR, TESTS_DIR, *mount_points]
-        #: Directories the engine made to hold a mount (e.g. /opt/maka for /opt/maka/agent).
-        self.mount_parents = {p for m in mount_points for p in PurePosixPath(m).parents if str(p) != "/"}
+        self.own = [workdir, LOGS_DIR, TESTS_DIR]
+        #: Read-only mount targets (an installed agent): not the subject's changes, and not restorable.
+        self.mounts = mounts
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
@@ -126,12 +125,14 @@ class Restorer:
         out = []
         for change in found:
             path = change["Path"]
-            if path in ENGINE_OWNED or any(under(path, own) for own in self.own):
-                continue
-            if PurePosixPath(path) in self.mount_parents:  # its content is still compared, entry by entry
+            if path in ENGINE_OWNED or any(under(path, own) for own in self.own) or self._mount_point(path):
                 continue
             out.append((path, int(change["Kind"])))
         return out
+
+    def _mount_point(self, path: str) -> bool:
+        """``path`` is a read-only mount, inside one, or a directory the engine made to hold one."""
+        return any(under(path, m) or under(m, path) for m in self.mounts)
 
     def is_protected(self, path: str, kind: int, stat: Callable[[str], dict[str, Any] | None]) -> bool:
         if any(under(path, root) for root in self.roots):
@@ -175,7 +176,11 @@ class Restorer:
         image = manifest.image_manifest(self.api, self.engine, self.image, self.pristine, self.roots)
         mine = manifest.manifest(self.api, self.container, self.roots)
         known = {p for p, _ in self.found}
-        self.found += [(p, k) for p, k in manifest.differences(image, mine) if p not in known and p not in ENGINE_OWNED]
+        self.found += [
+            (p, k)
+            for p, k in manifest.differences(image, mine)
+            if p not in known and p not in ENGINE_OWNED and not self._mount_point(p)
+        ]
 
     def __exit__(self, *exc: object) -> None:
         self._pristine_cm.__exit__(None, None, None)

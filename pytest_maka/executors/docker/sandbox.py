@@ -50,7 +50,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         baseline: Callable[[], Path | None],
         info: dict[str, Any],
         protected_check: str = "changes",
-        mount_points: tuple[str, ...] = (),
+        mounts: tuple[str, ...] = (),
         image_config: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
@@ -61,8 +61,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         self._baseline = baseline
         self._info = info
         self._content_check = protected_check == "content"
-        #: Read-only host mounts (an installed agent): the engine keeps them; nothing to restore there.
-        self._mount_points = mount_points
+        self._mounts = mounts
         self._keepers: set[str] = set()
         self._inner: tuple[str, ...] = ()
         self._image_config = image_config or {}
@@ -347,7 +346,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
             workdir=self.workdir,
             content=self._content_check,
             engine=self.engine.key,
-            mount_points=self._mount_points,
+            mounts=self._mounts,
         )
 
     def _repair(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
+from ...core import hostpattern
 from ...core.errors import SpecError
 from ...core.spec import SubjectSpec
 from ...core.task import Task
@@ -93,14 +94,15 @@ class AcpSubject(SubjectBase):
     def mounts(self, task: Task) -> dict[str, Path]:
         return {AGENT_DIR: self.cache.ensure(self.install)} if self.install else {}
 
-    def egress_hosts(self) -> list[str]:
-        """The provider hosts of the preset it installs (if any); a gateway in ``set_env`` adds its host."""
+    def egress(self) -> list[str]:
+        """Allowlist entries: the provider hosts of the preset it installs (if any), and the host of
+        every URL in ``set_env`` (a gateway or local model server)."""
         from ..presets import PRESETS
 
         hosts = [h for p in PRESETS if p.kind == self.opts.install for h in p.egress]
         for value in self.opts.set_env.values():
             if value.startswith(("http://", "https://")):
-                hosts.append(value.split("://", 1)[1].split("/")[0])
+                hosts.append(hostpattern.entry_for_url(value))
         return hosts
 
     def env(self) -> dict[str, str]:
@@ -212,7 +214,9 @@ class _Session:
 
     def log(self) -> str:
         routed = ", ".join(f"{n} {m}" for m, n in self.client.routed.items())
-        return "".join(f"maka acp: {line}\n" for line in [*self.events, f"routed into the sandbox: {routed}"])
+        denied = [f"permission denied: {title}" for title in self.client.denials]
+        lines = [*self.events, *denied, f"routed into the sandbox: {routed}"]
+        return "".join(f"maka acp: {line}\n" for line in lines)
 
     async def drive(self) -> dict[str, Any]:
         from acp import PROTOCOL_VERSION, connect_to_agent, text_block

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
+from ...core import hostpattern
 from ...core.errors import SpecError
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
@@ -146,11 +147,10 @@ class PresetSubject(SubjectBase):
 
     # -- what the kernel asks ---------------------------------------------------------------
 
-    def egress_hosts(self) -> list[str]:
-        """Hosts the agent must reach: its provider's endpoints, or the base_url's host."""
+    def egress(self) -> list[str]:
+        """Allowlist entries of the agent phase: the preset's provider endpoints, or ``base_url``'s host instead."""
         if self.opts.base_url:
-            host = re.sub(r"^[a-z]+://", "", self.opts.base_url).split("/")[0]
-            return [host]
+            return [hostpattern.entry_for_url(self.opts.base_url)]
         return list(self.preset.egress)
 
     def mounts(self, task: Task) -> dict[str, Path]:
