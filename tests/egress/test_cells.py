@@ -226,3 +226,24 @@ def test_dns_questions_are_logged_and_udp_goes_nowhere(cohort: Cohort, server: H
     assert [e["destination"] for e in events if e["allowed"]] == [f"allowed.test:{server.port}"]
     refused = record["isolation"]["network"]["phases"]["agent"]["refused_destinations"]
     assert "exfil-c2VjcmV0.evil.test:53" in refused
+
+
+def test_setup_phase_runs_under_its_own_plan(cohort: Cohort, server: HttpServer) -> None:
+    cohort.task("t")
+    cmd = fetch(f"http://allowed.test:{server.port}/agent", "$MAKA_LOGS_DIR/net.txt")
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": cmd}],
+        executor=LOCAL,
+        policy={"setup_egress": [f"allowed.test:{server.port}"]},
+    )
+    cohort.run().assert_outcomes(failed=1)
+    assert server.paths == [], "the setup phase's hosts are not the agent's"
+    net = cohort.results()["t[a-r0]"]["isolation"]["network"]
+    assert net["setup"] == "allowlist" and net["agent"] == "none"
+    assert net["phases"]["setup"] == {
+        "mode": "allowlist",
+        "declared": "public",
+        "allowed": [f"allowed.test:{server.port}"],
+        "connections": {"allowed": 0, "refused": 0},
+        "refused_destinations": {},
+    }

@@ -223,13 +223,21 @@ class DockerEgress:
             log.extend(self._stop_phase(name, plan))
 
     def _resolver(self, container: str | None, text: str | None) -> None:
-        """Write the attempt container's /etc/resolv.conf (its first content is kept to put back)."""
+        """Write the attempt container's /etc/resolv.conf (its first content is kept to put back).
+
+        The engine rewrites that file once, when the container first joins a user-defined
+        network (to name its embedded resolver, which on an internal network answers
+        nothing): the first time, the container joins and leaves the internal network
+        before the file is written, so the later joins of its commands keep what is written.
+        """
         if container is None or text is None:
             return
         with self.engine.guard("pointing the sandbox's resolver at the egress proxy"):
             if self._resolv is None:
                 code, out = self._exec(["cat", "/etc/resolv.conf"], container)
                 self._resolv = out if code == 0 else ""
+                self.engine.api.connect_container_to_network(container, self.network_id)
+                self.engine.api.disconnect_container_from_network(container, self.network_id, force=True)
             self._exec(["sh", "-c", 'printf %s "$1" > /etc/resolv.conf', "maka", text], container)
 
     def _start_phase(self, name: str, plan: PhasePlan) -> None:
