@@ -4,7 +4,7 @@
     python bench/egress_overhead.py --docker         # also the Docker executor
 
 Per attempt start: the time to enter and leave an allowlist phase with no request (local:
-tinyproxy + the unix-socket bridge on the host; Docker: the first phase creates the
+tinyproxy + the relay on its unix socket on the host; Docker: the first phase creates the
 internal network and the proxy container, later phases only restart tinyproxy in it).
 Per request: inside the sandbox, a fresh connection per GET through the proxy, compared
 with the same GET without the proxy (local: from the host; Docker: a command joined to the

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Bytes of the request line read before giving up on naming the connection.
@@ -172,6 +172,8 @@ class _Streams:
     up_r: asyncio.StreamReader
     up_w: asyncio.StreamWriter
     rec: Record
+    #: The directions that reached their end ("bytes_out", "bytes_in").
+    ended: set[str] = field(default_factory=set)
 
 
 class Relay:
@@ -238,6 +240,7 @@ class Relay:
         rec: Record = {"time": _now(), "kind": "proxy", "request": None, "bytes_out": 0, "bytes_in": 0,
                        "sni": None, "reason": None}  # fmt: skip
         up_w: asyncio.StreamWriter | None = None
+        streams: _Streams | None = None
         try:
             head = await _read_line(reader, b"\n")
             if b"\n" in head:
@@ -260,7 +263,8 @@ class Relay:
         except (OSError, asyncio.IncompleteReadError):
             pass  # a side hung up
         except asyncio.CancelledError:
-            rec["reason"] = rec["reason"] or "cut at the end of the phase"
+            if streams is None or len(streams.ended) < 2:  # not a connection that had just ended
+                rec["reason"] = rec["reason"] or "cut at the end of the phase"
         except Exception as exc:  # never lose the record, whatever the client sent
             rec["reason"] = rec["reason"] or f"relay: {type(exc).__name__}"
         finally:
@@ -315,12 +319,13 @@ async def _read_line(reader: asyncio.StreamReader, end: bytes, data: bytes = b""
     return data
 
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, rec: Record, key: str) -> None:
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, c: _Streams, key: str) -> None:
     try:
         while chunk := await src.read(CHUNK):
             dst.write(chunk)
-            rec[key] += len(chunk)
+            c.rec[key] += len(chunk)
             await dst.drain()
+        c.ended.add(key)
     finally:
         with contextlib.suppress(Exception):
             if dst.can_write_eof():
@@ -330,7 +335,7 @@ async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, rec: Recor
 async def _pipe_both(c: _Streams) -> None:
     await c.up_w.drain()
     results = await asyncio.gather(
-        _pipe(c.reader, c.up_w, c.rec, "bytes_out"), _pipe(c.up_r, c.writer, c.rec, "bytes_in"), return_exceptions=True
+        _pipe(c.reader, c.up_w, c, "bytes_out"), _pipe(c.up_r, c.writer, c, "bytes_in"), return_exceptions=True
     )
     for r in results:
         if isinstance(r, asyncio.CancelledError):

@@ -22,7 +22,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 RESOLV_CONF = "/etc/resolv.conf"
 
 
-def _can_take_dns() -> bool:
+def takes_dns() -> bool:
     """The sandbox's DNS can be taken to the relay when bwrap runs as root (to bind port 53 in the
     sandbox's own network namespace) and /etc/resolv.conf is a plain file (to bind over it)."""
     return os.geteuid() == 0 and os.path.isfile(RESOLV_CONF) and not os.path.islink(RESOLV_CONF)
@@ -54,7 +54,7 @@ class LocalEgress:
             return
         if not self._isolated:
             raise InfraError(f"the {name} phase needs an allowlist, which sandbox: none cannot enforce")
-        dns = _can_take_dns()
+        dns = takes_dns()
         proxy = host.HostProxy(self._scratch / f"egress-{name}", plan.allow, self._hosts, name, dns=dns)
         try:
             proxy.start()
