@@ -106,6 +106,8 @@ class HostProxy:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._log = directory / "tinyproxy.log"
         self._records: list[dict[str, object]] = []
+        #: tinyproxy's port on the host's loopback, once started.
+        self.port: int | None = None
         self._copiers: list[threading.Thread] = []
         self._relay: relay.Relay | None = None
         # a unix socket path has at most 107 bytes: keep it short, whatever the scratch path is
@@ -125,7 +127,7 @@ class HostProxy:
         (self.dir / "filter").write_text("\n".join(tinyproxy.filter_lines(self.patterns)) + "\n")
         (self.dir / "hosts").write_text(self._hosts_file())
         for _ in range(5):  # a free port can be taken between choosing and binding it
-            port = _free_port()
+            port = self.port = _free_port()
             self._write_config(port)
             proc = self._spawn(self._proxy_argv())
             if self._wait(functools.partial(_listening, port), proc):
