@@ -2,9 +2,10 @@
 
     python bench/egress_overhead.py                  # local (bubblewrap) executor, concurrency 1 and 4
     python bench/egress_overhead.py --docker         # also the Docker executor
+    python bench/egress_overhead.py --hops           # where a request's time goes, hop by hop
 
 Per attempt start: the time to enter and leave an allowlist phase with no request (local:
-tinyproxy + the unix-socket bridge on the host; Docker: the first phase creates the
+tinyproxy + the relay on its unix socket on the host; Docker: the first phase creates the
 internal network and the proxy container, later phases only restart tinyproxy in it).
 Per request: inside the sandbox, a fresh connection per GET through the proxy, compared
 with the same GET without the proxy (local: from the host; Docker: a command joined to the
@@ -16,6 +17,7 @@ loopback. Traffic stays on 127.0.0.1 and on networks this script creates. Figure
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import sys
 import tempfile
@@ -124,7 +126,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=50, help="GETs per lease")
     parser.add_argument("--phases", type=int, default=5, help="empty allowlist phases timed per lease")
     parser.add_argument("--leases", type=int, default=2, help="leases per worker")
+    parser.add_argument("--hops", action="store_true", help="time each hop of the local path on the host")
     args = parser.parse_args()
+    if args.hops:
+        hops(args.requests * 4)
+        return 0
 
     from pytest_maka.executors.local import LocalExecutor, LocalOptions
 
@@ -141,6 +147,47 @@ def main() -> int:
     if args.docker:
         docker_bench(args)
     return 0
+
+
+def _get(connect: Callable[[], socket.socket], request: bytes) -> float:
+    """One request on a fresh connection, read to the end; its duration."""
+    t = time.perf_counter()
+    with connect() as s:
+        s.sendall(request)
+        while s.recv(65536):
+            pass
+    return time.perf_counter() - t
+
+
+def hops(n: int) -> None:
+    """Median time of a GET: direct, through tinyproxy alone, and through the relay's unix socket in front of it."""
+    from pytest_maka.egress.host import HostProxy
+
+    with http_server() as server, tempfile.TemporaryDirectory(prefix="maka-egress-hops-") as tmp:
+        proxy = HostProxy(Path(tmp), hostpattern.parse_all([f"allowed.test:{server.port}"]),
+                          {"allowed.test": "127.0.0.1"}, "agent")  # fmt: skip
+        proxy.start()
+        try:
+            url = f"http://allowed.test:{server.port}/"
+            proxied = f"GET {url} HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n".encode()
+            plain = b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+            assert proxy.port is not None
+            port = proxy.port
+
+            def unix() -> socket.socket:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(str(proxy.socket_path))
+                return s
+
+            paths: list[tuple[str, Callable[[], socket.socket], bytes]] = [
+                ("direct", lambda: socket.create_connection(("127.0.0.1", server.port)), plain),
+                ("tinyproxy alone", lambda: socket.create_connection(("127.0.0.1", port)), proxied),
+                ("relay + tinyproxy", unix, proxied),
+            ]
+            for label, connect, request in paths:
+                print(f"hops   {label:18} {ms([_get(connect, request) for _ in range(n)])}")
+        finally:
+            proxy.stop()
 
 
 def docker_bench(args: argparse.Namespace) -> None:

@@ -170,6 +170,10 @@ class Policy(StrictModel):
     egress: list[HostEntry] = Field(default_factory=list)
     #: Hosts the verifier phase may reach through the egress proxy (e.g. a package index).
     verifier_egress: list[HostEntry] = Field(default_factory=list)
+    #: The setup phase (environment set-up, before the subject starts): grants what the task's
+    #: environment declares, and hosts it may reach through the egress proxy.
+    setup_network: bool = False
+    setup_egress: list[HostEntry] = Field(default_factory=list)
 
 
 class CohortSpec(StrictModel):

@@ -1,6 +1,8 @@
 """Model egress without opening the sandbox: a per-phase NetworkPlan enforced through a real proxy.
 
 ``plan`` decides what each phase of an attempt may reach, ``tinyproxy`` renders the rules
-for Debian's tinyproxy and reads its log back, ``log`` keeps every connection attempt in
-the attempt's ``egress.log``, ``host`` runs the proxy for the local (bubblewrap) executor.
+for Debian's tinyproxy and reads its log back, ``relay`` sits in front of tinyproxy (bytes,
+the SNI of TLS tunnels, DNS questions), ``join`` makes one event per request of the two,
+``log`` keeps every connection attempt in the attempt's ``egress.log``, ``host`` runs the
+proxy for the local (bubblewrap) executor.
 """

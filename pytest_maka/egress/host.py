@@ -2,8 +2,9 @@
 
 Per phase that needs it: Debian's tinyproxy listens on a free port of the host's loopback
 (under ``bwrap --die-with-parent`` with a private ``/etc/hosts``, so names the executor maps
-resolve as mapped and a dead harness takes it along), and socat bridges a unix socket to
-it. The socket's directory is bound into the sandbox, whose network stays unshared; a
+resolve as mapped and a dead harness takes it along), and the harness's relay
+(``egress.relay``, on a loop thread: bytes, SNI) listens on a unix socket in front of it.
+The socket's directory is bound into the sandbox, whose network stays unshared; a
 forwarder started inside each command (``FORWARDER``) listens on the sandbox's loopback,
 so processes there see an ordinary ``http://127.0.0.1:3128`` proxy.
 """
@@ -20,12 +21,15 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 from ..core.hostpattern import HostPattern
-from . import tinyproxy
+from . import relay, tinyproxy
+from .join import joined
 from .log import EgressEvent
 
 #: Where the socket directory appears inside the sandbox.
@@ -35,6 +39,7 @@ TINYPROXY = "tinyproxy"
 #: The user tinyproxy runs as when the harness is root.
 UNPRIVILEGED = "nobody"
 MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
+DNS_SOCKET = "dns.sock"
 #: Started in front of every command of an allowlist phase: the forwarder on the sandbox's
 #: loopback, a wait until it listens (0C38 = port 3128), then the command itself ("$1").
 FORWARDER = (
@@ -45,6 +50,16 @@ FORWARDER = (
     "done\n"
     'exec /bin/sh -c "$1"\n'
 )
+#: Also answers DNS on the sandbox's 127.0.0.1:53 (0035), through the relay, which logs each question.
+DNS_FORWARDER = (
+    f"socat -T5 UDP4-RECVFROM:53,bind=127.0.0.1,fork UNIX-CONNECT:{SANDBOX_DIR}/{DNS_SOCKET} "
+    "</dev/null >/dev/null 2>&1 &\n"
+    "i=0; until grep -q '0100007F:0035 00000000:0000 07' /proc/net/udp 2>/dev/null; do\n"
+    "  i=$((i+1)); if [ $i -gt 20000 ]; then echo 'maka: the egress DNS forwarder did not start' >&2; exit 125; fi\n"
+    "done\n"
+) + FORWARDER
+#: The sandbox's resolv.conf while its DNS goes to the relay.
+RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n"
 
 
 class EgressUnavailable(Exception):
@@ -71,15 +86,30 @@ def _free_port() -> int:
 
 
 class HostProxy:
-    """tinyproxy plus its unix-socket bridge on the host, for one phase of one attempt."""
+    """tinyproxy plus the relay in front of it on the host, for one phase of one attempt."""
 
-    def __init__(self, directory: Path, patterns: tuple[HostPattern, ...], hosts: Mapping[str, str], phase: str):
+    def __init__(
+        self,
+        directory: Path,
+        patterns: tuple[HostPattern, ...],
+        hosts: Mapping[str, str],
+        phase: str,
+        *,
+        dns: bool = False,
+    ):
         self.dir = directory
+        #: Also take the sandbox's DNS questions (to log and refuse them) on ``dns.sock``.
+        self.dns = dns
         self.patterns = patterns
         self.hosts = dict(hosts)
         self.phase = phase
         self._procs: list[subprocess.Popen[bytes]] = []
         self._log = directory / "tinyproxy.log"
+        self._records: list[dict[str, object]] = []
+        #: tinyproxy's port on the host's loopback, once started.
+        self.port: int | None = None
+        self._copiers: list[threading.Thread] = []
+        self._relay: relay.Relay | None = None
         # a unix socket path has at most 107 bytes: keep it short, whatever the scratch path is
         # (its name still says whose it is: the last parts of the attempt's directory)
         tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(directory.parts[-4:]))[-60:]
@@ -90,31 +120,31 @@ class HostProxy:
         return self._socket_dir / SOCKET_NAME
 
     def start(self) -> None:
-        """Start tinyproxy and the bridge; EgressUnavailable with the reason when either fails."""
+        """Start tinyproxy and the relay; EgressUnavailable with the reason when either fails."""
         if shutil.which(TINYPROXY) is None or shutil.which("socat") is None:
             raise EgressUnavailable(MISSING)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "filter").write_text("\n".join(tinyproxy.filter_lines(self.patterns)) + "\n")
         (self.dir / "hosts").write_text(self._hosts_file())
         for _ in range(5):  # a free port can be taken between choosing and binding it
-            port = _free_port()
+            port = self.port = _free_port()
             self._write_config(port)
-            proc = self._spawn("tinyproxy", self._proxy_argv(), log=self._log)
-            # The bridge connects to the port per client, so both start at once.
-            bridge = self._spawn(
-                "socat",
-                ["socat", f"UNIX-LISTEN:{self.socket_path},fork,mode=0666,unlink-early", f"TCP:127.0.0.1:{port}"],
-            )
+            proc = self._spawn(self._proxy_argv())
             if self._wait(functools.partial(_listening, port), proc):
                 break
-            self._stop(bridge)
             self._stop(proc)
         else:
             self.stop()
             raise EgressUnavailable(f"tinyproxy did not start: {self._log_tail()}")
-        if not self._wait(self.socket_path.exists, bridge):
+        self._relay = relay.Relay(("127.0.0.1", port), self._records.append)
+        try:
+            relay.run(self._relay.listen_unix(str(self.socket_path)))
+            if self.dns:
+                (self._socket_dir / "resolv.conf").write_text(RESOLV_CONF)
+                relay.run(self._relay.listen_unix_dns(str(self._socket_dir / DNS_SOCKET)))
+        except (OSError, TimeoutError) as exc:
             self.stop()
-            raise EgressUnavailable("the unix-socket bridge to the egress proxy (socat) did not start")
+            raise EgressUnavailable(f"the relay in front of the egress proxy did not start: {exc}") from None
 
     def _proxy_argv(self) -> list[str]:
         """tinyproxy in the foreground, in a pid namespace of its own with a private /etc/hosts.
@@ -144,17 +174,24 @@ class HostProxy:
         )
         (self.dir / "tinyproxy.conf").write_text(conf)
 
-    def _spawn(self, name: str, argv: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
-        """Start ``argv``; its output goes to ``log`` (default ``<name>.out``)."""
-        with (log or self.dir / f"{name}.out").open("wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # the harness may be killed: the proxy must go too
-            )
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start tinyproxy; a thread copies its output to the log file.
+
+        Through a pipe, not a file: tinyproxy calls fsync after every log line, which on a
+        disk costs milliseconds per request (on a pipe it returns at once).
+        """
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # the harness may be killed: the proxy must go too
+        )
+        assert proc.stdout is not None
+        copier = threading.Thread(target=_copy, args=(proc.stdout, self._log), name="maka-egress-log", daemon=True)
+        copier.start()
         self._procs.append(proc)
+        self._copiers.append(copier)
         return proc
 
     def _wait(self, ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float = 5.0) -> bool:
@@ -184,16 +221,31 @@ class HostProxy:
                 proc.wait()
 
     def stop(self) -> list[EgressEvent]:
-        """Stop both processes and return what the proxy saw in this phase."""
+        """Stop the relay and tinyproxy and return what they saw in this phase."""
+        if self._relay is not None:
+            with contextlib.suppress(Exception):
+                relay.run(self._relay.close())
+            self._relay = None
         for proc in reversed(self._procs):
             self._stop(proc)
         self._procs.clear()
-        with contextlib.suppress(OSError):
-            self.socket_path.unlink()
+        for copier in self._copiers:
+            copier.join(5)
+        self._copiers.clear()
+        for name in (SOCKET_NAME, DNS_SOCKET, "resolv.conf"):
+            with contextlib.suppress(OSError):
+                (self._socket_dir / name).unlink()
         with contextlib.suppress(OSError):
             self._socket_dir.rmdir()
         text = self._log.read_text(errors="replace") if self._log.exists() else ""
-        return tinyproxy.parse_log(text, self.phase, self.patterns)
+        return joined(tinyproxy.parse_requests(text, self.phase, self.patterns), list(self._records), self.phase)
+
+
+def _copy(pipe: IO[bytes], path: Path) -> None:
+    with pipe, path.open("ab") as out:
+        while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
+            out.write(chunk)
+            out.flush()
 
 
 def _listening(port: int) -> bool:

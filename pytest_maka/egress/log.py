@@ -21,9 +21,14 @@ class EgressEvent:
     method: str
     destination: str
     allowed: bool
-    #: Bytes relayed, when the proxy reports them (tinyproxy does not: null).
+    #: Bytes the connection carried both ways (counted by the relay; null when it saw none).
     bytes: int | None = None
     reason: str | None = None
+    #: Bytes from the sandbox towards the destination, and back (headers included).
+    bytes_out: int | None = None
+    bytes_in: int | None = None
+    #: The server name of a TLS tunnel's ClientHello (null when none was seen).
+    sni: str | None = None
 
 
 class EgressLog:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import hostpattern
@@ -94,15 +94,28 @@ def _covered(p: HostPattern, base: tuple[HostPattern, ...]) -> bool:
     return not p.wildcard and all(hostpattern.allowed(base, p.host, port) for port in p.ports)
 
 
-def build_plan(task: Task, policy: Policy, subject_egress: tuple[str, ...] = ()) -> NetworkPlan:
+def build_plan(
+    task: Task, policy: Policy, subject_egress: tuple[str, ...] = (), setup_egress: tuple[str, ...] = ()
+) -> NetworkPlan:
     """Decide every phase: the policy's switches grant what the task declares, the allowlists add hosts.
 
     Agent phase: ``policy.egress`` plus the subject's own ``egress`` always go through the
     proxy; with ``policy.agent_network`` a task declaring ``public`` gets ``all`` and one
     declaring ``allowlist`` gets its ``allowed_hosts`` on top. Verifier phase: the same with
-    ``policy.verifier_egress`` and ``policy.verifier_network``. Setup runs without network.
+    ``policy.verifier_egress`` and ``policy.verifier_network``. Setup phase: the same with
+    ``policy.setup_egress`` plus what the subject needs to set up (``setup_egress``) and
+    ``policy.setup_network``, against what the task's environment declares.
     """
     task_hosts, bad = _task_hosts(task)
+    environment = task.grading_options.get("network", task.network)
+    setup = _phase(
+        environment,
+        policy.setup_network,
+        hostpattern.parse_all([*policy.setup_egress, *setup_egress]),
+        task_hosts,
+        honour_none=True,
+    )
+    setup = replace(setup, not_granted=())  # the task's hosts are declared for its agent, not its set-up
     agent = _phase(
         task.network,
         policy.agent_network,
@@ -110,9 +123,8 @@ def build_plan(task: Task, policy: Policy, subject_egress: tuple[str, ...] = ())
         task_hosts,
         honour_none=True,
     )
-    verifier_declared = task.grading_options.get("network", task.network)
     verifier = _phase(
-        verifier_declared,
+        environment,
         policy.verifier_network,
         hostpattern.parse_all(policy.verifier_egress),
         task_hosts,
@@ -120,4 +132,4 @@ def build_plan(task: Task, policy: Policy, subject_egress: tuple[str, ...] = ())
     )
     if bad:
         agent = PhasePlan(agent.mode, agent.allow, agent.declared, agent.not_granted + bad)
-    return NetworkPlan(setup=PhasePlan("none"), agent=agent, verifier=verifier)
+    return NetworkPlan(setup=setup, agent=agent, verifier=verifier)

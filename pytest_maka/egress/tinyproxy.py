@@ -89,7 +89,7 @@ def user_group(user: str) -> str:
         return user
 
 
-def _destination(request_line: str) -> tuple[str, str, str]:
+def destination(request_line: str) -> tuple[str, str, str]:
     """(method, host:port, url) of a request line (``?`` parts when it does not parse)."""
     parts = request_line.split()
     method = parts[0] if parts else "?"
@@ -120,6 +120,11 @@ def _split(dest: str) -> tuple[str, int] | None:
 
 def parse_log(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[EgressEvent]:
     """Every request in a tinyproxy log; allowed only when the rules allow it and tinyproxy did not refuse it."""
+    return [event for event, _ in parse_requests(text, phase, patterns)]
+
+
+def parse_requests(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[tuple[EgressEvent, str]]:
+    """``parse_log``, each event with the request line it came from (to join it to the relay's record)."""
     pending: list[dict[str, object]] = []
     for raw in text.splitlines():
         m = _LINE.match(raw)
@@ -128,8 +133,10 @@ def parse_log(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[
         msg = m["msg"]
         req = _REQUEST.match(msg)
         if req:
-            method, dest, url = _destination(req["line"])
-            pending.append({"time": _iso(m["stamp"]), "method": method, "destination": dest, "url": url})
+            method, dest, url = destination(req["line"])
+            pending.append(
+                {"time": _iso(m["stamp"]), "method": method, "destination": dest, "url": url, "line": req["line"]}
+            )
             continue
         refused = _REFUSED.match(msg)
         if refused:
@@ -137,13 +144,13 @@ def parse_log(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[
                 if item["url"] == refused["url"] and "reason" not in item:
                     item["reason"] = "not in the allowlist"
                     break
-    events = []
+    events: list[tuple[EgressEvent, str]] = []
     for item in pending:
         reason = item.get("reason")
         target = _split(str(item["destination"]))
         if reason is None and (target is None or not allowed(patterns, *target)):
             reason = "not in the allowlist" if target else "not a proxy request"
-        events.append(
+        event = (
             EgressEvent(
                 time=str(item["time"]),
                 phase=phase,
@@ -151,6 +158,8 @@ def parse_log(text: str, phase: str, patterns: tuple[HostPattern, ...]) -> list[
                 destination=str(item["destination"]),
                 allowed=reason is None,
                 reason=None if reason is None else str(reason),
-            )
+            ),
+            str(item["line"]),
         )
+        events.append(event)
     return events

@@ -6,6 +6,7 @@ The sandbox keeps ``--unshare-net``; only the proxy's unix socket directory is b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,13 @@ from ..egress.plan import PhasePlan
 from ..egress.tinyproxy import PROXY_PORT
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+def takes_dns() -> bool:
+    """The sandbox's DNS can be taken to the relay when bwrap runs as root (to bind port 53 in the
+    sandbox's own network namespace) and /etc/resolv.conf is a plain file (to bind over it)."""
+    return os.geteuid() == 0 and os.path.isfile(RESOLV_CONF) and not os.path.islink(RESOLV_CONF)
 
 
 @dataclass(frozen=True)
@@ -46,15 +54,20 @@ class LocalEgress:
             return
         if not self._isolated:
             raise InfraError(f"the {name} phase needs an allowlist, which sandbox: none cannot enforce")
-        proxy = host.HostProxy(self._scratch / f"egress-{name}", plan.allow, self._hosts, name)
+        dns = takes_dns()
+        proxy = host.HostProxy(self._scratch / f"egress-{name}", plan.allow, self._hosts, name, dns=dns)
         try:
             proxy.start()
         except host.EgressUnavailable as exc:
             raise InfraError(f"egress proxy for the {name} phase: {exc}") from None
         sock_dir = proxy.socket_path.parent
+        args = ("--ro-bind", str(sock_dir), host.SANDBOX_DIR)
+        if dns:  # the sandbox's resolver asks its own 127.0.0.1:53, where socat passes it to the relay
+            args += ("--ro-bind", str(sock_dir / "resolv.conf"), RESOLV_CONF, "--cap-add", "CAP_NET_BIND_SERVICE")
         self.current = ProxiedExec(
-            extra_args=("--ro-bind", str(sock_dir), host.SANDBOX_DIR),
+            extra_args=args,
             env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
+            wrapper=host.DNS_FORWARDER if dns else host.FORWARDER,
         )
         try:
             yield

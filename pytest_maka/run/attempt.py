@@ -49,9 +49,9 @@ INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
 
 def attempt_plan(work: AttemptWork) -> NetworkPlan:
     """The attempt's NetworkPlan: task, policy, the subject's declared needs and its own hook."""
-    extra = getattr(work.subject, "egress", None)
+    extra, setup = getattr(work.subject, "egress", None), getattr(work.subject, "setup_egress", None)
     needs = (*work.cell.subject.egress, *(extra() if callable(extra) else ()))
-    return build_plan(work.cell.task, work.settings.policy, needs)
+    return build_plan(work.cell.task, work.settings.policy, needs, tuple(setup()) if callable(setup) else ())
 
 
 def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
@@ -199,7 +199,8 @@ def run_attempt_steps(
     try:
         with work.timed("setup"):
             sandbox = stack.enter_context(lease(request))
-            sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
+            with network_phase(sandbox, "setup", work.plan, work.egress):
+                sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
             work.isolation = sandbox.isolation(
                 agent_network=work.plan.agent.mode == "all", verifier_network=work.plan.verifier.mode == "all"
             )

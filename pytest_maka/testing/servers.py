@@ -11,18 +11,33 @@ from dataclasses import dataclass, field
 
 @dataclass
 class TcpServer:
-    """A listening TCP server on 127.0.0.1; ``received`` holds what each client sent first."""
+    """A listening TCP server; ``received`` holds what each client sent (its first 64 bytes
+    without ``reply``, else everything up to a blank line or ``END``)."""
 
     port: int
     received: list[bytes] = field(default_factory=list)
+    address: str = "127.0.0.1"
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith((b"\r\n\r\n", b"END")):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 @contextmanager
-def tcp_server(greeting: bytes | None = None) -> Iterator[TcpServer]:
-    """Serve on 127.0.0.1 until the block ends; greet each client with ``greeting`` if given."""
-    sock = socket.create_server(("127.0.0.1", 0))
+def tcp_server(
+    greeting: bytes | None = None, *, address: str = "127.0.0.1", port: int = 0, reply: bytes | None = None
+) -> Iterator[TcpServer]:
+    """Serve on ``address`` until the block ends; greet each client with ``greeting`` and
+    answer ``reply`` after its request, if given."""
+    sock = socket.create_server((address, port))
     sock.settimeout(0.2)
-    server = TcpServer(port=sock.getsockname()[1])
+    server = TcpServer(port=sock.getsockname()[1], address=address)
     stop = threading.Event()
 
     def serve() -> None:
@@ -34,9 +49,11 @@ def tcp_server(greeting: bytes | None = None) -> Iterator[TcpServer]:
             with conn:
                 if greeting is not None:
                     conn.sendall(greeting)
-                conn.settimeout(1)
+                conn.settimeout(1 if reply is None else 5)
                 try:
-                    server.received.append(conn.recv(64))
+                    server.received.append(conn.recv(64) if reply is None else _read_request(conn))
+                    if reply is not None:
+                        conn.sendall(reply)
                 except OSError:
                     server.received.append(b"")
 

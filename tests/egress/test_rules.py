@@ -91,6 +91,20 @@ def test_plan_keeps_the_old_switches(tmp_path: Path) -> None:
     assert verifier.verifier.mode == "allowlist" and verifier.agent.mode == "none"
 
 
+def test_setup_phase_gets_its_own_plan(tmp_path: Path) -> None:
+    public, listed = _task(tmp_path, "public", []), _task(tmp_path, "allowlist", ["pypi.test"])
+    assert build_plan(public, Policy(agent_network=True, egress=["api.test"])).setup.mode == "none"
+    plan = build_plan(public, Policy(setup_egress=["deb.test"]), setup_egress=("npm.test:443",))
+    assert plan.setup.mode == "allowlist" and [p.text for p in plan.setup.allow] == ["deb.test", "npm.test:443"]
+    assert plan.agent.mode == "none" and plan.verifier.mode == "none", "setup hosts are for setup only"
+    assert build_plan(public, Policy(setup_network=True)).setup.mode == "all"
+    granted = build_plan(listed, Policy(setup_network=True)).setup
+    assert granted.mode == "allowlist" and [p.text for p in granted.allow] == ["pypi.test"]
+    assert build_plan(listed, Policy()).setup.record() == {"mode": "none", "declared": "allowlist"}
+    offline = _task(tmp_path, "none", [])
+    assert build_plan(offline, Policy(setup_network=True)).setup.mode == "none"
+
+
 def test_log_parser_reads_tinyproxy_lines() -> None:
     log = (
         "CONNECT   Dec 01 08:26:58.823 [27001]: Request (file descriptor 4): CONNECT ok.test:443 HTTP/1.1\n"
@@ -156,6 +170,7 @@ def test_real_tinyproxy_enforces_the_rendered_rules(tmp_path: Path) -> None:
     [
         ('{egress: ["api.example.com", "http://x.test/"]}', "policy.egress[1]"),
         ('{verifier_egress: ["*"]}', "policy.verifier_egress[0]"),
+        ('{setup_egress: ["ok.test", "user@x.test"]}', "policy.setup_egress[1]"),
     ],
 )
 def test_bad_entry_is_a_spec_error_naming_the_key(cohort: Cohort, policy: str, key: str) -> None:

@@ -21,6 +21,7 @@ from pytest_maka.egress.log import EgressLog
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import Executor, LeaseRequest, Sandbox
 from pytest_maka.executors.local import MISSING_BWRAP, LocalExecutor, LocalOptions, LocalSandbox
+from pytest_maka.executors.local_egress import takes_dns
 from pytest_maka.testing import ExecutorConformance, make_cell, make_task
 
 needs_bwrap = [
@@ -32,6 +33,9 @@ pytestmark = needs_bwrap
 
 class TestLocalConformance(ExecutorConformance):
     """sandbox="bwrap": every property of the suite holds."""
+
+    #: The sandbox's DNS reaches the relay when bwrap runs as root over a plain /etc/resolv.conf.
+    egress_logs_dns = takes_dns()
 
     @pytest.fixture
     def executor(self) -> Executor:
@@ -80,8 +84,11 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     def test_an_allowlist_phase_is_refused_not_opened(self, sandbox: Sandbox, tmp_path: Path) -> None:
         """With the host's network there is nothing to filter: the phase fails, it never runs open."""
         plan = PhasePlan("allowlist", hostpattern.parse_all(["allowed.test:80"]))
-        with pytest.raises(InfraError, match="cannot enforce"), sandbox.egress_phase(  # type: ignore[attr-defined]
-            "agent", plan, EgressLog(tmp_path / "egress.log")
+        with (
+            pytest.raises(InfraError, match="cannot enforce"),
+            sandbox.egress_phase(  # type: ignore[attr-defined]
+                "agent", plan, EgressLog(tmp_path / "egress.log")
+            ),
         ):
             pytest.fail("the phase ran")
 

@@ -25,7 +25,8 @@ import docker.errors
 from filelock import FileLock
 
 from ...core.errors import InfraError
-from ...egress import host, tinyproxy
+from ...egress import host, relay, tinyproxy
+from ...egress.join import joined, relay_records
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from . import labels as L
@@ -33,16 +34,30 @@ from .engines import Engine, one_line
 
 PROXY_DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
-    "RUN apt-get update && apt-get install -y --no-install-recommends tinyproxy-bin "
+    "RUN apt-get update && apt-get install -y --no-install-recommends tinyproxy-bin python3 "
     "&& rm -rf /var/lib/apt/lists/* && mkdir -p /etc/maka /run/maka\n"
 )
 PROXY_TAG = "pytest-maka-egress-proxy:" + hashlib.sha256(PROXY_DOCKERFILE.encode()).hexdigest()[:12]
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-#: Stop the phase's tinyproxy and wait until it is gone (its log is then complete).
+#: tinyproxy listens here, inside the proxy container only; the relay listens on PROXY_PORT.
+UPSTREAM_PORT = tinyproxy.PROXY_PORT + 1
+#: Start the phase's tinyproxy (it daemonizes) and the relay, and wait until the relay listens.
+START_SCRIPT = (
+    'tinyproxy -c "$1" || exit 3\n'
+    'rm -f /run/maka/relay.ready; python3 /etc/maka/relay.py --listen "$2" --upstream 127.0.0.1:$3 --dns "$4" '
+    '--log "$5" --ready /run/maka/relay.ready >/run/maka/relay.out 2>&1 &\n'
+    "echo $! > /run/maka/relay.pid; i=0\n"
+    "until [ -e /run/maka/relay.ready ]; do\n"
+    "  kill -0 $(cat /run/maka/relay.pid) 2>/dev/null || { cat /run/maka/relay.out; exit 4; }\n"
+    "  i=$((i+1)); [ $i -lt 1000 ] || exit 5; sleep 0.01\n"
+    "done\n"
+)
+SEPARATOR = "@@maka-egress-relay-log@@"
+#: Stop the relay (it records the connections it cuts), then tinyproxy; wait until both are gone.
 STOP_SCRIPT = (
-    "p=$(cat /run/maka/tinyproxy.pid 2>/dev/null) || exit 0; kill $p 2>/dev/null; "
-    "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 200 ]; do sleep 0.01; i=$((i+1)); done; "
-    "kill -9 $p 2>/dev/null; rm -f /run/maka/tinyproxy.pid"
+    "for f in relay tinyproxy; do p=$(cat /run/maka/$f.pid 2>/dev/null) || continue; kill $p 2>/dev/null; "
+    "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; "
+    "kill -9 $p 2>/dev/null; rm -f /run/maka/$f.pid; done"
 )
 
 
@@ -124,6 +139,8 @@ class DockerEgress:
         self.proxy_id: str | None = None
         self.proxy_ip: str | None = None
         self.current: ProxiedExec | None = None
+        #: The attempt container's own resolv.conf, put back after each allowlist phase.
+        self._resolv: str | None = None
 
     # --- setup ------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -148,6 +165,9 @@ class DockerEgress:
                 security_opt=["no-new-privileges:true"],
                 pids_limit=256,
                 extra_hosts=dict(self.hosts),
+                # logs on tmpfs: tinyproxy calls fsync after every line; the DNS responder binds port 53
+                tmpfs={"/run/maka": "size=64m"},
+                sysctls={"net.ipv4.ip_unprivileged_port_start": "0"},
             )
             self.proxy_id = api.create_container(
                 image,
@@ -157,6 +177,7 @@ class DockerEgress:
                 host_config=host_config,
                 name=f"{name}-proxy",
             )["Id"]
+            api.put_archive(self.proxy_id, "/etc/maka", _tar({"relay.py": Path(relay.__file__).read_text()}))
             api.start(self.proxy_id)
             api.connect_container_to_network(self.proxy_id, self.network_id)
             info = api.inspect_container(self.proxy_id)
@@ -164,17 +185,22 @@ class DockerEgress:
         if not self.proxy_ip:
             raise InfraError("the egress proxy container got no address on the attempt's internal network")
 
-    def _exec(self, argv: list[str]) -> tuple[int, str]:
+    def _exec(self, argv: list[str], container: str | None = None) -> tuple[int, str]:
         api = self.engine.api
-        assert self.proxy_id is not None
-        eid = api.exec_create(self.proxy_id, argv, stdout=True, stderr=True)["Id"]
+        target = container or self.proxy_id
+        assert target is not None
+        eid = api.exec_create(target, argv, stdout=True, stderr=True, user="0")["Id"]
         out = api.exec_start(eid).decode(errors="replace")
         return int(api.exec_inspect(eid)["ExitCode"] or 0), out
 
     # --- phases -----------------------------------------------------------------------
     @contextmanager
-    def phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Iterator[None]:
-        """Run tinyproxy with this phase's rules for the block; the container's commands join the network."""
+    def phase(self, name: str, plan: PhasePlan, log: EgressLog, container: str | None = None) -> Iterator[None]:
+        """Run tinyproxy with this phase's rules for the block; the container's commands join the network.
+
+        ``container`` (the attempt's) gets a resolv.conf naming the proxy for the block, so
+        the DNS questions its programs ask are logged (and refused) instead of vanishing.
+        """
         if plan.mode != "allowlist":
             yield
             return
@@ -182,6 +208,7 @@ class DockerEgress:
             if self.proxy_id is None:
                 self._setup()
             self._start_phase(name, plan)
+            self._resolver(container, f"nameserver {self.proxy_ip}\n")
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {name} phase: {one_line(exc)}") from None
         assert self.network_id is not None
@@ -191,35 +218,54 @@ class DockerEgress:
             yield
         finally:
             self.current = None
+            with suppress(docker.errors.APIError):
+                self._resolver(container, self._resolv)
             log.extend(self._stop_phase(name, plan))
+
+    def _resolver(self, container: str | None, text: str | None) -> None:
+        """Write the attempt container's /etc/resolv.conf (its first content is kept to put back).
+
+        The engine rewrites that file once, when the container first joins a user-defined
+        network (to name its embedded resolver, which on an internal network answers
+        nothing): the first time, the container joins and leaves the internal network
+        before the file is written, so the later joins of its commands keep what is written.
+        """
+        if container is None or text is None:
+            return
+        with self.engine.guard("pointing the sandbox's resolver at the egress proxy"):
+            if self._resolv is None:
+                code, out = self._exec(["cat", "/etc/resolv.conf"], container)
+                self._resolv = out if code == 0 else ""
+                self.engine.api.connect_container_to_network(container, self.network_id)
+                self.engine.api.disconnect_container_from_network(container, self.network_id, force=True)
+            self._exec(["sh", "-c", 'printf %s "$1" > /etc/resolv.conf', "maka", text], container)
 
     def _start_phase(self, name: str, plan: PhasePlan) -> None:
         conf = tinyproxy.render_config(
-            listen=str(self.proxy_ip),
-            port=tinyproxy.PROXY_PORT,
+            listen="127.0.0.1",
+            port=UPSTREAM_PORT,
             filter_path=f"/etc/maka/{name}.filter",
             log_path=f"/run/maka/{name}.log",
             pid_path="/run/maka/tinyproxy.pid",
         )
         files = {f"{name}.filter": "\n".join(tinyproxy.filter_lines(plan.allow)) + "\n", f"{name}.conf": conf}
+        argv = ["sh", "-c", START_SCRIPT, "maka", f"/etc/maka/{name}.conf", f"{self.proxy_ip}:{tinyproxy.PROXY_PORT}"]
+        argv += [str(UPSTREAM_PORT), f"{self.proxy_ip}:53", f"/run/maka/{name}.relay.log"]
         with self.engine.guard("configuring the egress proxy"):
             self.engine.api.put_archive(self.proxy_id, "/etc/maka", _tar(files))
-            code, out = self._exec(["tinyproxy", "-c", f"/etc/maka/{name}.conf"])
+            code, out = self._exec(argv)
         if code != 0:
-            raise InfraError(f"egress proxy for the {name} phase: tinyproxy did not start: {out.strip()[:300]}")
+            what = "tinyproxy" if code == 3 else "the relay in front of tinyproxy"
+            raise InfraError(f"egress proxy for the {name} phase: {what} did not start: {out.strip()[:300]}")
 
     def _stop_phase(self, name: str, plan: PhasePlan) -> list[Any]:
         with self.engine.guard("stopping the egress proxy"):
             self._exec(["sh", "-c", STOP_SCRIPT])
-            try:
-                stream, _ = self.engine.api.get_archive(self.proxy_id, f"/run/maka/{name}.log")
-            except docker.errors.NotFound:
-                return []
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                member = tar.next()
-                extracted = tar.extractfile(member) if member is not None else None
-                text = extracted.read().decode(errors="replace") if extracted is not None else ""
-        return tinyproxy.parse_log(text, name, plan.allow)
+            # /run/maka is a tmpfs, which the archive API does not see: read the logs with cat
+            _, out = self._exec(["sh", "-c", f'cat "$1.log"; echo; echo "{SEPARATOR}"; cat "$1.relay.log"', "maka",
+                                 f"/run/maka/{name}"])  # fmt: skip
+        text, _, relayed = out.partition(SEPARATOR)
+        return joined(tinyproxy.parse_requests(text, name, plan.allow), relay_records(relayed), name)
 
     # --- teardown ---------------------------------------------------------------------
     def close(self) -> None:

@@ -112,7 +112,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         """Phase ``name`` of the network plan: an allowlist phase runs behind the attempt's proxy."""
         if self.egress is None:
             raise InfraError("this docker sandbox has no egress proxy")
-        with self.egress.phase(name, plan, log):
+        with self.egress.phase(name, plan, log, container=self.id):
             yield
 
     def _exec(
