@@ -69,7 +69,8 @@ class TestDockerConformance(ExecutorConformance):
 
 
 #: Rewrites the real python3 binary with a script of the same size and sets its times back:
-#: the engine's change list compares size and mtime, so only a content check sees it.
+#: the engine's change list compares size and mtime and misses it; the writable layer and a
+#: content check both see it.
 SAME_SIZE_REWRITE = (
     "python3 -c \"import os, shutil\n"
     "f = os.path.realpath(shutil.which('python3')); st = os.stat(f)\n"
@@ -90,3 +91,28 @@ def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: protected files compared with the image's by content")
     assert any("/python3." in path for path in tamper["restored"]), tamper
+
+
+def test_default_check_catches_a_rewrite_keeping_size_and_mtime(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The default (``changes``) reads the container's writable layer: the rewrite is undone."""
+    executor = make_executor()
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
+    tamper = record["verifier"]["tamper"]
+    assert tamper["mechanism"].startswith("docker: the engine's list of changes and the container's writable layer")
+    assert any("/python3." in path for path in tamper["restored"]), tamper
+
+
+def test_default_check_restores_a_rewrite_and_the_honest_part_passes(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The rewritten interpreter is put back: a subject that also solved the task passes."""
+    executor = make_executor()
+    executor.check()
+    command = SAME_SIZE_REWRITE + "; echo done > done.txt"
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, command)
+    assert record["status"] == "agent_success", record["error"]
+    assert any("/python3." in change for change in record["verifier"]["tamper"]["changed"])

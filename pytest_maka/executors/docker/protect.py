@@ -35,7 +35,7 @@ import docker.errors
 from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
 from . import labels as L
-from . import manifest
+from . import layer, manifest
 
 PROTECTED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 #: Entries the engine itself places in every container.
@@ -94,6 +94,11 @@ class Restorer:
         self.image = image
         self.own = [workdir, LOGS_DIR, TESTS_DIR]
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
+        #: The container's writable layer on the engine's host (None: its storage has none).
+        self.upper = layer.upper_dir(api, container)
+        if self.upper is None and not content:
+            self.content = True  # the engine's list alone misses rewrites: compare contents instead
+        self.notes: list[str] = []
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
         self.found: list[tuple[str, int]] = []
@@ -103,22 +108,38 @@ class Restorer:
 
     # -- what changed ------------------------------------------------------------------
     def changes(self) -> list[tuple[str, int]]:
-        """(path, kind) outside the workdir, /logs and /tests, as the engine reports them."""
+        """(path, kind) outside the workdir, /logs and /tests: the engine's list of changes, plus
+        what the writable layer holds under the protected roots that the list misses.
+
+        When the engine cannot list the changes (a path too long for it), the writable layer
+        alone is read; when neither works, SubjectFault says why.
+        """
         try:
-            found = self.api.diff(self.container) or []
+            found = [(c["Path"], int(c["Kind"])) for c in self.api.diff(self.container) or []]
         except docker.errors.APIError as exc:
             text = str(exc.explanation or exc)
-            if any(s in text for s in SUBJECT_ERRORS):
-                cause = next(s for s in SUBJECT_ERRORS if s in text)
-                raise SubjectFault(f"the engine cannot list the container's changes: {cause}") from None
-            raise
-        out = []
-        for change in found:
-            path = change["Path"]
-            if path in ENGINE_OWNED or any(under(path, own) for own in self.own):
-                continue
-            out.append((path, int(change["Kind"])))
-        return out
+            cause = next((s for s in SUBJECT_ERRORS if s in text), None)
+            if cause is None:
+                raise
+            if self.upper is None:
+                raise SubjectFault(
+                    f"the engine cannot list the container's changes: {cause} (the subject left a path"
+                    " too long or too deep for the engine, and this engine's storage has no writable"
+                    " layer to read instead)"
+                ) from None
+            self.notes.append(
+                f"the engine cannot list the container's changes ({cause}): the protected roots were"
+                " read from the container's writable layer instead; changes elsewhere are not listed"
+            )
+            found = []
+        if self.upper is not None:
+            known = {p for p, _ in found}
+            image = self._stat_of(self.pristine)
+            for path, kind in layer.entries(self.api, self.pristine, self.roots):
+                if path not in known:
+                    known.add(path)
+                    found.append((path, kind if kind == layer.DELETED or image(path) is not None else 1))
+        return [(p, k) for p, k in found if p not in ENGINE_OWNED and not any(under(p, own) for own in self.own)]
 
     def is_protected(self, path: str, kind: int, stat: Callable[[str], dict[str, Any] | None]) -> bool:
         if any(under(path, root) for root in self.roots):
@@ -133,15 +154,15 @@ class Restorer:
     # -- the restore -------------------------------------------------------------------
     def __enter__(self) -> Restorer:
         """List the changes and plan the restore against a pristine container of the image."""
-        try:
-            self.found = self.changes()
-        except SubjectFault:
-            if not self.content:
-                raise
-            self.found = []  # the content check below does not need the engine's list
         self._pristine_cm = self._pristine()
         self.pristine = self._pristine_cm.__enter__()
         try:
+            try:
+                self.found = self.changes()
+            except SubjectFault:
+                if not self.content:
+                    raise
+                self.found = []  # the content check below does not need the engine's list
             if self.content:
                 self._add_content_differences()
             stat = self._stat_of(self.container)
@@ -190,12 +211,13 @@ class Restorer:
     def report(self) -> dict[str, Any]:
         reported = _leaves(self.found)
         restored = self.units + self.added
+        if self.content:
+            mechanism = "docker: protected files compared with the image's by content"
+        else:
+            mechanism = "docker: the engine's list of changes and the container's writable layer"
         return {
-            "mechanism": (
-                "docker: protected files compared with the image's by content; copied back from the image"
-                if self.content
-                else "docker: the engine's list of changes; protected paths copied back from the image"
-            ),
+            "mechanism": mechanism + "; protected paths copied back from the image",
+            **({"notes": list(self.notes)} if self.notes else {}),
             "changed": [f"{KIND.get(k, k)} {p}" for p, k in reported[:50]],
             "changed_count": len(reported),
             "restored": sorted(restored)[:50],
@@ -241,8 +263,10 @@ class Restorer:
     def _pristine(self) -> Iterator[str]:
         """A created, never started container of the image: the reference copy."""
         labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
+        binds = layer.bind(self.upper) if self.upper is not None else None
+        host_config = self.api.create_host_config(binds=binds)
         cid = self.api.create_container(
-            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True
+            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True, host_config=host_config
         )["Id"]
         try:
             yield cid
