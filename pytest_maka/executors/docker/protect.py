@@ -133,13 +133,27 @@ class Restorer:
             )
             found = []
         if self.upper is not None:
-            known = {p for p, _ in found}
-            image = self._stat_of(self.pristine)
-            for path, kind in layer.entries(self.api, self.pristine, self.roots):
-                if path not in known:
-                    known.add(path)
-                    found.append((path, kind if kind == layer.DELETED or image(path) is not None else 1))
+            found += self._layer_changes({p for p, _ in found})
         return [(p, k) for p, k in found if p not in ENGINE_OWNED and not any(under(p, own) for own in self.own)]
+
+    def _layer_changes(self, known: set[str]) -> list[tuple[str, int]]:
+        """What the writable layer holds under the protected roots and ``known`` misses.
+
+        The archive lists a directory before its entries: below an added directory nothing
+        more is looked at (deleting the directory deletes them), so a tree thousands of
+        levels deep costs one lookup.
+        """
+        image = self._stat_of(self.pristine)
+        out: list[tuple[str, int]] = []
+        added = ""
+        for path, kind in layer.entries(self.api, self.pristine, self.roots):
+            if added and under(path, added):
+                continue
+            if kind != layer.DELETED and image(path) is None:
+                kind, added = 1, path
+            if path not in known:
+                out.append((path, kind))
+        return out
 
     def is_protected(self, path: str, kind: int, stat: Callable[[str], dict[str, Any] | None]) -> bool:
         if any(under(path, root) for root in self.roots):
