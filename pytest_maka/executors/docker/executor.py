@@ -121,7 +121,7 @@ class DockerExecutor:
                 self._dispose(engine, slot.stale_container, keep=False)
                 slot.clear()
             task = request.cell.task
-            image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
+            image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log", request.deadline)
             key = self._env_key(engine, image_id, task)
             spare = self.spares.take(key) if self.options.prestart and not request.mounts else None
             if spare is None:
