@@ -103,3 +103,28 @@ def test_default_check_restores_a_rewrite_and_the_honest_part_passes(
     record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, command)
     assert record["status"] == "agent_success", record["error"]
     assert any("/python3." in change for change in record["verifier"]["tamper"]["changed"])
+
+
+#: 3,000 nested directories under a protected root (too deep for the engine's change list).
+NESTED_PROTECTED = (
+    "python3 -c \"import os\nfd = os.open('/usr/local/lib', os.O_RDONLY)\n"
+    "os.mkdir('nest', dir_fd=fd); fd = os.open('nest', os.O_RDONLY, dir_fd=fd)\n"
+    "for i in range(3000):\n"
+    "    os.mkdir('d', dir_fd=fd); fd = os.open('d', os.O_RDONLY, dir_fd=fd)\n"
+    "open(os.open('leaf', os.O_CREAT | os.O_WRONLY, dir_fd=fd), 'w').close()\"; echo done > done.txt"
+)
+
+
+def test_deep_tree_in_a_protected_root_is_removed_and_the_record_says_why(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The engine cannot list the changes (file name too long): the writable layer is read
+    instead, the tree is removed before verification, and the record says what happened."""
+    executor = make_executor()
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, NESTED_PROTECTED)
+    assert record["status"] == "agent_success", record["error"]
+    tamper = record["verifier"]["tamper"]
+    assert "added /usr/local/lib/nest" in tamper["changed"], tamper
+    assert "/usr/local/lib/nest" in tamper["restored"], tamper
+    assert any("cannot list the container's changes (file name too long)" in n for n in tamper["notes"]), tamper

@@ -31,6 +31,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import docker.errors
+import requests
 
 from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
@@ -48,6 +49,8 @@ RM_CANDIDATES = ("/usr/bin/rm", "/bin/rm")
 MAX_UNITS = 5000
 #: Engine errors (on listing changes) that come from what the subject left.
 SUBJECT_ERRORS = ("file name too long", "too many levels of symbolic links")
+#: Seconds the engine's change list may take when the writable layer can stand in for it.
+LIST_TIMEOUT_SEC = 120.0
 GO_MODE_DIR = 1 << 31
 GO_MODE_SYMLINK = 1 << 27
 KIND = {0: "modified", 1: "added", 2: "deleted"}
@@ -115,10 +118,15 @@ class Restorer:
         alone is read; when neither works, SubjectFault says why.
         """
         try:
-            found = [(c["Path"], int(c["Kind"])) for c in self.api.diff(self.container) or []]
-        except docker.errors.APIError as exc:
-            text = str(exc.explanation or exc)
-            cause = next((s for s in SUBJECT_ERRORS if s in text), None)
+            found = [(c["Path"], int(c["Kind"])) for c in self._engine_list()]
+        except (docker.errors.APIError, requests.exceptions.ReadTimeout) as exc:
+            if isinstance(exc, requests.exceptions.ReadTimeout):
+                if self.upper is None:
+                    raise
+                cause = f"no answer within {LIST_TIMEOUT_SEC:.0f} s"
+            else:
+                text = str(exc.explanation or exc)
+                cause = next((s for s in SUBJECT_ERRORS if s in text), None)
             if cause is None:
                 raise
             if self.upper is None:
@@ -135,6 +143,12 @@ class Restorer:
         if self.upper is not None:
             found += self._layer_changes({p for p, _ in found})
         return [(p, k) for p, k in found if p not in ENGINE_OWNED and not any(under(p, own) for own in self.own)]
+
+    def _engine_list(self) -> list[dict[str, Any]]:
+        """``GET /containers/{id}/changes``, waiting at most LIST_TIMEOUT_SEC (the engine walks
+        the whole filesystem: a tree thousands of levels deep takes it minutes)."""
+        res = self.api._get(self.api._url("/containers/{0}/changes", self.container), timeout=LIST_TIMEOUT_SEC)
+        return self.api._result(res, True) or []
 
     def _layer_changes(self, known: set[str]) -> list[tuple[str, int]]:
         """What the writable layer holds under the protected roots and ``known`` misses.
