@@ -68,7 +68,8 @@ def entries(api: Any, reader: str, roots: Iterable[str]) -> list[tuple[str, int]
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 for member in tar:
                     whiteout = member.ischr() and member.devmajor == 0 and member.devminor == 0
-                    out.append((posixpath.join(parent, member.name), DELETED if whiteout else PRESENT))
+                    name = _as_engine_reports(posixpath.join(parent, member.name))
+                    out.append((name, DELETED if whiteout else PRESENT))
                     if len(out) > MAX_ENTRIES:
                         raise SubjectFault(f"the subject changed more than {MAX_ENTRIES} protected paths")
         except tarfile.TarError as exc:  # the engine cut the archive short: it could not read a path
@@ -81,3 +82,8 @@ def entries(api: Any, reader: str, roots: Iterable[str]) -> list[tuple[str, int]
             if close is not None:
                 close()
     return out
+
+
+def _as_engine_reports(path: str) -> str:
+    """Bytes that are not UTF-8 as U+FFFD, as the engine's change list shows them."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

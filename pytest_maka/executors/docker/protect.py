@@ -163,6 +163,9 @@ class Restorer:
         for path, kind in layer.entries(self.api, self.pristine, self.roots):
             if added and under(path, added):
                 continue
+            if _unaddressable(path):  # no lookup by this name: the plan takes its parent
+                out.append((path, kind))
+                continue
             if kind != layer.DELETED and image(path) is None:
                 kind, added = 1, path
             if path not in known:
