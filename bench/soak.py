@@ -246,17 +246,14 @@ def own_engine() -> Iterator[Any]:
     import docker
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.docker.second_engine import SecondEngine
+    from tests.docker.second_engine import started_engine
 
     source = docker.APIClient(version="auto")
-    engine = SecondEngine()
     try:
-        engine.start()
-        engine.load_from(source, IMAGE)
-        yield engine
+        with started_engine(source, IMAGE) as engine:
+            yield engine
     finally:
         source.close()
-        engine.stop()
 
 
 def soak(args: argparse.Namespace, engine: Any) -> int:
