@@ -1,9 +1,10 @@
 """Cost of the restore step (protected paths back before verification) per executor.
 
 Times ``restore_protected()`` of a leased sandbox after a subject command, for an honest
-subject (nothing outside the workdir) and for one that plants fake ``sh``/``bash``/``python3``
-earlier on PATH, on the local executor (bwrap) and, when an engine answers, on Docker with
-``protected_check: changes`` (the default) and ``content``.
+subject (nothing outside the workdir), for one that plants fake ``sh``/``bash``/``python3``
+earlier on PATH and for one that rewrites the real ``python3`` keeping its size and mtime
+(``caught``: the rewrite was found and put back), on the local executor (bwrap) and, when an
+engine answers, on Docker with ``protected_check: changes`` (the default) and ``content``.
 
     python bench/restore.py [--repeats 5] [--no-docker]
 
@@ -21,9 +22,9 @@ from pathlib import Path
 from pytest_maka.executors.base import Executor, LeaseRequest
 from pytest_maka.executors.local import LocalExecutor, LocalOptions
 from pytest_maka.testing.conformance import make_cell, make_task
-from pytest_maka.testing.conformance.tamper import PLANT_TOOLS
+from pytest_maka.testing.conformance.tamper import PLANT_TOOLS, SAME_SIZE_REWRITE
 
-SUBJECTS = {"honest": "echo done > done.txt", "path-hijack": PLANT_TOOLS}
+SUBJECTS = {"honest": "echo done > done.txt", "path-hijack": PLANT_TOOLS, "same-size": SAME_SIZE_REWRITE}
 
 
 def measure(executor: Executor, root: Path, command: str, repeats: int) -> tuple[list[float], dict]:
@@ -69,13 +70,15 @@ def main() -> None:
 
 
 def run(executors: list[tuple[str, Executor]], repeats: int) -> None:
-    print(f"{'executor':<16}{'subject':<14}{'median s':>10}{'max s':>9}  restored")
+    print(f"{'executor':<16}{'subject':<14}{'median s':>10}{'max s':>9}  restored  caught")
     for name, executor in executors:
         for subject, command in SUBJECTS.items():
             with tempfile.TemporaryDirectory() as tmp:
                 times, report = measure(executor, Path(tmp), command, repeats)
             restored = report.get("restored_count", len(report.get("restored", [])))
-            print(f"{name:<16}{subject:<14}{statistics.median(times):>10.3f}{max(times):>9.3f}  {restored}")
+            caught = any("/python3." in p for p in report.get("restored", [])) if subject == "same-size" else "-"
+            median, worst = statistics.median(times), max(times)
+            print(f"{name:<16}{subject:<14}{median:>10.3f}{worst:>9.3f}  {restored:>8}  {caught}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Each round runs ``pytest -n WORKERS`` on the cohort (resuming the previous round
 faults are injected for real: workers SIGKILLed mid-attempt or right after recording,
 one or two SIGINTs sent to the controller, the ledger's last line torn between rounds
 (as a crash mid-write would) and, with ``--docker``, the Docker engine's containers
-running on the default engine checked for leftovers. Rounds go on until every cell has an
+running on the default engine checked for leftovers. With ``--engine-restarts`` the cells run
+on a Docker engine of the soak's own (a second ``dockerd`` with its own bridge, data root and
+socket; needs root), which is restarted mid-round at random, cleanly (SIGTERM, as
+``systemctl restart``) or by SIGKILL (its containerd shims outlive it). Rounds go on until every cell has an
 official result (or ``--rounds`` is reached). Then it prints:
 
     cells lost          cells with no final record, or a recorded attempt that disappeared
@@ -14,6 +17,7 @@ official result (or ``--rounds`` is reached). Then it prints:
     retries used        attempts beyond each cell's first; wall time
 
     python bench/soak.py [--cells 80] [--workers 4] [--seed 1] [--kill-rate 0.02] [--keep]
+    python bench/soak.py --engine-restarts 0.5 [--cells 40] [--workers 2]
 
 Figures only: the exit code is 0 when cells lost, duplicates, phantoms and leftovers are 0.
 """
@@ -21,6 +25,7 @@ Figures only: the exit code is 0 when cells lost, duplicates, phantoms and lefto
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,7 @@ timeout_sec = 30
 [environment]
 workdir = "/app"
 """
+IMAGE = "debian:bookworm-slim"
 TEST_SH = "#!/bin/sh\nif [ -f /app/done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
 
 #: Injected into every worker: dies at random mid-attempt (the attempt dir exists) or right
@@ -68,7 +75,7 @@ def pytest_runtest_logreport(report):
 """
 
 
-def write_cohort(root: Path, cells: int, docker: bool) -> Path:
+def write_cohort(root: Path, cells: int, docker: bool, engine_url: str | None = None) -> Path:
     tasks = min(10, cells)
     for i in range(tasks):
         task = root / "tasks" / f"soak-{i}"
@@ -82,12 +89,21 @@ def write_cohort(root: Path, cells: int, docker: bool) -> Path:
         "tasks": [{"path": "tasks"}],
         "subjects": [{"name": "agent", "kind": "command", "command": "echo ok > /app/done.txt"}],
         "repetitions": max(1, cells // tasks),
-        "executor": {"kind": "docker", "default_image": "debian:bookworm-slim"} if docker else {"kind": "local"},
+        "executor": executor_spec(docker, engine_url),
         "retries": {"infra": 1, "backoff_sec": 0.1, "backoff_max_sec": 0.5},
     }
     (root / "cohort.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     (root / "conftest.py").write_text(FAULTS_CONFTEST)
     return root / "cohort.yaml"
+
+
+def executor_spec(docker: bool, engine_url: str | None) -> dict[str, Any]:
+    if not docker:
+        return {"kind": "local"}
+    spec: dict[str, Any] = {"kind": "docker", "default_image": IMAGE}
+    if engine_url is not None:  # the soak's own engine: waited for while it restarts
+        spec.update(engines=[engine_url], engine_retry_sec=1, engine_wait_sec=180)
+    return spec
 
 
 def ledger(out: Path) -> list[dict[str, Any]]:
@@ -107,24 +123,48 @@ def ledger(out: Path) -> list[dict[str, Any]]:
 FINAL = {"agent_success", "agent_failure", "agent_incomplete", "budget_exhausted"}
 
 
-def run_round(root: Path, spec: Path, out: Path, workers: int, rng: random.Random, kill_rate: float) -> dict[str, Any]:
-    """One pytest run into ``out``; with ``kill_rate`` > 0 it may also be interrupted."""
+def run_round(
+    root: Path,
+    spec: Path,
+    out: Path,
+    workers: int,
+    rng: random.Random,
+    kill_rate: float,
+    engine: Any = None,
+    restart_rate: float = 0.0,
+) -> dict[str, Any]:
+    """One pytest run into ``out``; with ``kill_rate`` > 0 it may also be interrupted, and with
+    ``restart_rate`` > 0 the soak's own ``engine`` may be restarted while the round runs."""
     env = {**os.environ, "SOAK_KILL_RATE": str(kill_rate), "PYTHONHASHSEED": str(rng.randrange(1 << 30))}
     argv = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-n", str(workers)]
     argv += ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--tb=no", f"--max-worker-restart={10 * workers}"]
     before = len(ledger(out))
-    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    sigints = 0
+    events: list[tuple[int, str]] = []  # (ledger lines of this round, what to do then)
     if kill_rate > 0 and rng.random() < 0.4:  # interrupt this round once some attempts of it are recorded
-        target = before + rng.randint(1, 20)
+        events.append((before + rng.randint(1, 20), rng.choice(("sigint", "sigint2"))))
+    if engine is not None and kill_rate > 0 and rng.random() < restart_rate:
+        events.append((before + rng.randint(0, 10), rng.choice(("engine-restart", "engine-kill"))))
+    events.sort()
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done = {"sigints": 0, "engine_restarts": 0, "engine_kills": 0}
+    for target, action in events:
         while proc.poll() is None and len(ledger(out)) < target:
             time.sleep(0.05)
-        if proc.poll() is None:
-            sigints = rng.choice((1, 2))
-            for _ in range(sigints):
+        if proc.poll() is not None:
+            break
+        if action.startswith("sigint"):
+            done["sigints"] = 2 if action == "sigint2" else 1
+            for _ in range(done["sigints"]):
                 proc.send_signal(signal.SIGINT)
+        elif action == "engine-restart":
+            engine.restart()
+            done["engine_restarts"] += 1
+        else:
+            engine.kill()
+            engine.start()
+            done["engine_kills"] += 1
     out_text, _ = proc.communicate(timeout=3600)
-    return {"sigints": sigints, "rc": proc.returncode, "output": out_text.decode(errors="replace")}
+    return {**done, "rc": proc.returncode, "output": out_text.decode(errors="replace")}
 
 
 def tear_last_line(out: Path, rng: random.Random) -> dict[str, Any] | None:
@@ -157,17 +197,23 @@ def soak_processes(root: Path) -> list[str]:
     return found
 
 
-def soak_containers(root: Path) -> list[str]:
+def soak_containers(root: Path, url: str | None = None) -> list[str]:
     try:
         import docker
     except ImportError:
         return []
-    api = docker.APIClient(version="auto")
+    api = docker.APIClient(base_url=url, version="auto") if url else docker.APIClient(version="auto")
     try:
         found = api.containers(all=True, filters={"label": "io.pytest-maka.managed=1"})
-        return [c["Id"][:12] for c in found if str(root) in json.dumps(c.get("Labels") or {})]
+        return [c["Id"][:12] for c in found if url or str(root) in json.dumps(c.get("Labels") or {})]
     finally:
         api.close()
+
+
+def engine_shims(engine: Any) -> list[str]:
+    """containerd shims of the soak's engine still running (each holds a container)."""
+    shims = engine._pids(lambda cmd: cmd.startswith(b"containerd-shim"))
+    return [f"shim {pid}" for pid in shims]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,21 +225,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--docker", action="store_true", help="run the cells on the default Docker engine")
     parser.add_argument("--keep", action="store_true", help="keep the soak directory")
+    parser.add_argument(
+        "--engine-restarts",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="run on a Docker engine of the soak's own and restart it in this share of the rounds",
+    )
     args = parser.parse_args(argv)
+    if args.engine_restarts:
+        args.docker = True
+        with own_engine() as engine:
+            return soak(args, engine)
+    return soak(args, None)
+
+
+@contextlib.contextmanager
+def own_engine() -> Iterator[Any]:
+    """A second dockerd with its own bridge (tests/docker/second_engine.py), holding IMAGE."""
+    import docker
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.docker.second_engine import started_engine
+
+    source = docker.APIClient(version="auto")
+    try:
+        with started_engine(source, IMAGE) as engine:
+            yield engine
+    finally:
+        source.close()
+
+
+def soak(args: argparse.Namespace, engine: Any) -> int:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="maka-soak-", dir="/var/tmp"))
-    spec = write_cohort(root, args.cells, args.docker)
+    spec = write_cohort(root, args.cells, args.docker, engine.url if engine is not None else None)
     out = root / "out"
     cells = min(10, args.cells) * max(1, args.cells // min(10, args.cells))
     started = time.monotonic()
     seen: dict[tuple[str, int], str] = {}  # (cell key, attempt) -> status, for every line ever complete
     torn: set[tuple[str, int]] = set()
-    sigints = rounds = 0
+    sigints = rounds = restarts = kills = 0
     try:
         for rounds in range(1, args.rounds + 1):
             last = rounds == args.rounds
-            result = run_round(root, spec, out, args.workers, rng, 0.0 if last else args.kill_rate)
+            rate = 0.0 if last else args.kill_rate
+            result = run_round(root, spec, out, args.workers, rng, rate, engine, args.engine_restarts)
             sigints += result["sigints"]
+            restarts += result["engine_restarts"]
+            kills += result["engine_kills"]
             for r in ledger(out):
                 seen.setdefault((r["cell_key"], r["attempt"]), r["status"])
             done = {r["cell_key"] for r in ledger(out) if r["status"] in FINAL}
@@ -214,10 +294,14 @@ def main(argv: list[str] | None = None) -> int:
         duplicates = sum(1 for n in finals.values() if n > 1)
         phantoms = [r for r in final if not (out / r["artifacts"].get("dir", "-")).is_dir()]
         results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line]
-        leftovers = soak_processes(root) + (soak_containers(root) if args.docker else [])
+        leftovers = soak_processes(root) + (soak_containers(root) if args.docker and engine is None else [])
+        if engine is not None:
+            leftovers += soak_containers(root, engine.url) + engine_shims(engine)
         retries = sum(1 for r in final if r["attempt"] > 1)
         print(f"soak: {cells} cells, -n {args.workers}, seed {args.seed}, kill rate {args.kill_rate}")
         print(f"rounds              {rounds} ({sigints} SIGINTs sent, {len(torn)} ledger lines torn)")
+        if engine is not None:
+            print(f"engine restarts     {restarts + kills} ({restarts} clean, {kills} by SIGKILL)")
         infra = sum(1 for r in final if r["status"] == "infra_failure")
         aborted = sum(1 for r in final if r["status"] == "agent_aborted")
         print(f"attempts recorded   {len(final)} ({infra} infra_failure, {aborted} agent_aborted)")

@@ -56,6 +56,11 @@ class InfraError(Exception):
         self.retryable = retryable
 
 
+class DeadlineReached(Exception):
+    """An experimenter's deadline (the whole-cell deadline) passed while the harness was still
+    preparing the attempt, e.g. building its image: classified as budget_exhausted."""
+
+
 class SubjectFault(Exception):
     """What the subject left makes a fair verification impossible: classified as agent_failure.
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import progress
 from ..core.cell import Cell
-from ..core.errors import SubjectFault
+from ..core.errors import DeadlineReached, SubjectFault
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
@@ -126,12 +126,16 @@ class AttemptWork:
             Status.AGENT_ABORTED: "cancelled by the user or the system",
             Status.POLICY_DENIED: facts.policy_denied,
             Status.INFRA_FAILURE: facts.infra_error or "the subject could not be started",
-            Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}",
+            Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}" + self._why_not_started(),
             Status.VERIFIER_FAILURE: self._verifier_problem(),
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),
             Status.AGENT_FAILURE: self._rejection(score),
         }[status]
         return {"type": status.value, "message": message or status.value}
+
+    def _why_not_started(self) -> str:
+        why = self.agent_info.get("not_started")
+        return f" ({why})" if why else ""
 
     def _verifier_problem(self) -> str:
         if self.verifier_outcome is not None and self.verifier_outcome.timed_out:
@@ -198,7 +202,13 @@ def run_attempt_steps(
     stack = ExitStack()
     try:
         with work.timed("setup"):
-            sandbox = stack.enter_context(lease(request))
+            try:
+                sandbox = stack.enter_context(lease(request))
+            except DeadlineReached as exc:  # e.g. the image build ran past the whole-cell deadline
+                work.agent_info["not_started"] = str(exc)
+                name = deadline[1] if deadline else "cell_timeout_sec"
+                work.facts_update(budget_exceeded=name, subject_outcome=SubjectOutcome(started=False))
+                return
             with network_phase(sandbox, "setup", work.plan, work.egress):
                 sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
             work.isolation = sandbox.isolation(

@@ -11,7 +11,7 @@ import pytest
 from pytest_maka.executors.docker import DockerExecutor
 from pytest_maka.testing.conformance import SECRET_NAME, SECRET_VALUE, EgressTarget, ExecutorConformance, make_task
 from pytest_maka.testing.conformance.separate import SeparateVerifierTests
-from pytest_maka.testing.conformance.tamper import TamperTests
+from pytest_maka.testing.conformance.tamper import SAME_SIZE_REWRITE, TamperTests
 
 pytestmark = pytest.mark.docker
 
@@ -24,8 +24,8 @@ class TestDockerConformance(ExecutorConformance):
     #: The subject can write the container's /usr, /etc...: restoring them keeps the verdict.
     system_dirs_writable = True
     #: The engine cannot list the changes of a container holding 3,000 nested directories
-    #: ("file name too long"): such an attempt is refused as the subject's failure.
-    verifies_deep_trees = False
+    #: ("file name too long"); its writable layer is read instead and the attempt verified.
+    verifies_deep_trees = True
 
     def test_network_on_joins_a_network_and_off_has_only_loopback(self, sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
         off = self.run(sandbox, "ls /sys/class/net", tmp_path, network=False)
@@ -69,18 +69,6 @@ class TestDockerConformance(ExecutorConformance):
         assert not leaked, f"host variables reached the command: {sorted(leaked)}"
 
 
-#: Rewrites the real python3 binary with a script of the same size and sets its times back:
-#: the engine's change list compares size and mtime, so only a content check sees it.
-SAME_SIZE_REWRITE = (
-    "python3 -c \"import os, shutil\n"
-    "f = os.path.realpath(shutil.which('python3')); st = os.stat(f)\n"
-    "body = b'#!/bin/sh\\necho true\\n'\n"  # what the verifier's python3 prints when done.txt exists
-    "data = body + b'#' * (st.st_size - len(body))\n"
-    "os.unlink(f); open(f, 'wb').write(data); os.chmod(f, st.st_mode)\n"
-    "os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))\""
-)
-
-
 def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
     make_executor: Callable[..., DockerExecutor], tmp_path: Path
 ) -> None:
@@ -101,3 +89,53 @@ class TestDockerSeparateVerifier(SeparateVerifierTests):
         executor = make_executor(kill_grace_sec=0.5)
         executor.check()
         return executor
+
+
+def test_default_check_catches_a_rewrite_keeping_size_and_mtime(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The default (``changes``) reads the container's writable layer: the rewrite is undone."""
+    executor = make_executor()
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
+    tamper = record["verifier"]["tamper"]
+    assert tamper["mechanism"].startswith("docker: the engine's list of changes and the container's writable layer")
+    assert any("/python3." in path for path in tamper["restored"]), tamper
+
+
+def test_default_check_restores_a_rewrite_and_the_honest_part_passes(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The rewritten interpreter is put back: a subject that also solved the task passes."""
+    executor = make_executor()
+    executor.check()
+    command = SAME_SIZE_REWRITE + "; echo done > done.txt"
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, command)
+    assert record["status"] == "agent_success", record["error"]
+    assert any("/python3." in change for change in record["verifier"]["tamper"]["changed"])
+
+
+#: 3,000 nested directories under a protected root (too deep for the engine's change list).
+NESTED_PROTECTED = (
+    "python3 -c \"import os\nfd = os.open('/usr/local/lib', os.O_RDONLY)\n"
+    "os.mkdir('nest', dir_fd=fd); fd = os.open('nest', os.O_RDONLY, dir_fd=fd)\n"
+    "for i in range(3000):\n"
+    "    os.mkdir('d', dir_fd=fd); fd = os.open('d', os.O_RDONLY, dir_fd=fd)\n"
+    "open(os.open('leaf', os.O_CREAT | os.O_WRONLY, dir_fd=fd), 'w').close()\"; echo done > done.txt"
+)
+
+
+def test_deep_tree_in_a_protected_root_is_removed_and_the_record_says_why(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """The engine cannot list the changes (file name too long): the writable layer is read
+    instead, the tree is removed before verification, and the record says what happened."""
+    executor = make_executor()
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, NESTED_PROTECTED)
+    assert record["status"] == "agent_success", record["error"]
+    tamper = record["verifier"]["tamper"]
+    assert "added /usr/local/lib/nest" in tamper["changed"], tamper
+    assert "/usr/local/lib/nest" in tamper["restored"], tamper
+    assert any("cannot list the container's changes (file name too long)" in n for n in tamper["notes"]), tamper

@@ -5,14 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.errors import InfraError
+from pytest_maka.core.cell import Cell
+from pytest_maka.core.errors import DeadlineReached, InfraError
+from pytest_maka.core.spec import Budgets, Policy, Retries, SubjectSpec
+from pytest_maka.run.lifecycle import CellRunner, RunSettings
+from pytest_maka.store.ledger import Ledger
+from pytest_maka.subjects.reference import NoOptions, Nop
+from pytest_maka.verifiers.reward import RewardVerifier
 
 from .helpers import plain_task, request, run, task_with_dockerfile
+from .test_faults import wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -142,3 +150,47 @@ def test_prebuilt_image_used(make_executor, tmp_path: Path) -> None:
     with make_executor().lease(request(task, tmp_path)) as sandbox:
         _, out, _ = run(sandbox, "command -v python3 || echo no-python", tmp_path)
         assert out == "no-python\n"
+
+
+def _build_containers(api, token: str) -> list[str]:
+    """Containers of a build step that runs ``sleep`` with ``token`` (the classic builder's)."""
+    return [c["Id"] for c in api.containers(all=True) if token in (c.get("Command") or "")]
+
+
+def test_cell_deadline_cancels_a_running_build(make_executor, docker_api, tmp_path: Path) -> None:
+    """A silent build step past the whole-cell deadline: DeadlineReached, the build cancelled."""
+    token = uuid.uuid4().hex
+    task = task_with_dockerfile(tmp_path / "t", f"FROM debian:bookworm-slim\nRUN sleep 600 && echo {token}\n")
+    executor = make_executor()
+    req = request(task, tmp_path, deadline=time.time() + 6)
+    with pytest.raises(DeadlineReached) as info, executor.lease(req):
+        pytest.fail("the lease must not start")
+    assert "while building its image" in str(info.value) and "RUN sleep 600" in str(info.value)
+    assert "the whole-cell deadline passed" in (req.attempt_dir / "build.log").read_text()
+    wait_for(lambda: not _build_containers(docker_api, token), 60, "the cancelled build's container to go")
+    # the cancelled build is not a failed build: the next lease (no deadline) would build again
+    assert not list(executor.images.dir.glob("*.failed"))
+
+
+def test_cell_whose_build_outlasts_its_deadline_is_budget_exhausted(make_executor, tmp_path: Path) -> None:
+    """Through the whole lifecycle: budget_exhausted, the subject never started, the cause named."""
+    token = uuid.uuid4().hex
+    root = tmp_path / "t"
+    task = task_with_dockerfile(root, f"FROM debian:bookworm-slim\nRUN sleep 600 && echo {token}\n")
+    (root / "instruction.md").write_text("x")
+    spec = SubjectSpec(name="nop", kind="nop", options=NoOptions(), declared_in=tmp_path / "c.yaml", digest="0" * 64)
+    out = tmp_path / "out"
+    settings = RunSettings(
+        cohort="deadline",
+        out_dir=out,
+        budgets=Budgets(cell_timeout_sec=6),
+        policy=Policy(allow_unsandboxed=True),
+        retries=Retries(infra=0),
+    )
+    executor = make_executor()
+    runner = CellRunner(settings, executor, {"nop": Nop(spec)}, {"reward": RewardVerifier()}, Ledger(out))
+    record = runner.run_cell(Cell(task=task, subject=spec, repetition=1), executor.lease, tmp_path)
+    assert record["status"] == "budget_exhausted" and record["official"] is False, record
+    assert record["error"]["message"].startswith("budget exhausted: cell_timeout_sec (task docker-task: the deadline")
+    assert "while building its image" in record["error"]["message"]
+    assert record["agent"]["not_started"]

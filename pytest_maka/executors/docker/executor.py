@@ -133,7 +133,7 @@ class DockerExecutor(SeparateVerifier):
                     self._dispose(engine, slot.stale_container, keep=False)
                     slot.clear()
                 task = request.cell.task
-                image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log")
+                image_id = self.images.resolve(engine, task, request.attempt_dir / "build.log", request.deadline)
                 mounts, layers = dict(request.mounts or {}), {}
                 if mounts and self.options.agent_install == "layer":
                     image_id = layered_image(engine, self.images.dir, self.options.image_prefix, image_id, mounts)

@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 import docker.errors
-from filelock import FileLock
+import requests
+import urllib3.exceptions
+from filelock import FileLock, Timeout
 
 from ...core import progress
-from ...core.errors import InfraError
+from ...core.errors import DeadlineReached, InfraError
 from ...core.task import Task, digest_tree
 from . import labels as L
 from .archive import extract_archive
@@ -48,8 +50,12 @@ class ImageStore:
         self.run = L.run_id()
 
     # --- resolution -------------------------------------------------------------------
-    def resolve(self, engine: Engine, task: Task, build_log: Path) -> str:
-        """The image id to run ``task`` in on ``engine``; raises InfraError naming the task."""
+    def resolve(self, engine: Engine, task: Task, build_log: Path, deadline: float | None = None) -> str:
+        """The image id to run ``task`` in on ``engine``; raises InfraError naming the task.
+
+        ``deadline`` (epoch seconds, the whole-cell deadline): waiting for another process's
+        build and building stop there with DeadlineReached; the build is cancelled.
+        """
         context, dockerfile = self._context(task)
         if task.docker_image:
             image_id = self._present(engine, task.docker_image, pull=context is None)
@@ -66,7 +72,7 @@ class ImageStore:
         with self._lock:
             if key in self._known:
                 return self._known[key]
-        image_id = self._build_once(engine, task, context, dockerfile, digest, build_log)
+        image_id = self._build_once(engine, task, context, dockerfile, digest, build_log, deadline)
         with self._lock:
             self._known[key] = image_id
         return image_id
@@ -115,7 +121,14 @@ class ImageStore:
 
     # --- building ---------------------------------------------------------------------
     def _build_once(
-        self, engine: Engine, task: Task, context: Path, dockerfile: Path, digest: str, build_log: Path
+        self,
+        engine: Engine,
+        task: Task,
+        context: Path,
+        dockerfile: Path,
+        digest: str,
+        build_log: Path,
+        deadline: float | None = None,
     ) -> str:
         tag = self.tag(digest)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -123,7 +136,12 @@ class ImageStore:
         failed = base.with_suffix(".failed")
         waiting_since = time.time()
         progress.phase("building image", f"waiting for the image of task {task.id}")
-        with FileLock(str(base.with_suffix(".lock"))):
+        lock = FileLock(str(base.with_suffix(".lock")))
+        try:
+            lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.time()))
+        except Timeout:
+            raise DeadlineReached(f"task {task.id}: the deadline passed while waiting for its image") from None
+        with lock:
             image_id = self._present(engine, tag, pull=False)
             if image_id:
                 return image_id
@@ -137,8 +155,8 @@ class ImageStore:
                     retryable = not info.get("deterministic")
                     raise InfraError(f"{message} (build log: {build_log})", retryable=retryable)
             try:
-                return self._build(engine, task, context, dockerfile, digest, tag, build_log)
-            except EngineDown:
+                return self._build(engine, task, context, dockerfile, digest, tag, build_log, deadline)
+            except (EngineDown, DeadlineReached):
                 raise
             except InfraError as exc:
                 keep = base.with_suffix(".log")
@@ -168,10 +186,15 @@ class ImageStore:
         digest: str,
         tag: str,
         build_log: Path,
+        cell_deadline: float | None = None,
     ) -> str:
         build_log.parent.mkdir(parents=True, exist_ok=True)
         step, error = "preparing the build context", None
-        deadline = time.monotonic() + task.build_timeout_sec
+        limit = task.build_timeout_sec
+        cut = cell_deadline is not None and cell_deadline - time.time() < limit
+        if cell_deadline is not None:
+            limit = max(0.01, min(limit, cell_deadline - time.time()))
+        deadline = time.monotonic() + limit
         rel = dockerfile.resolve().relative_to(context.resolve()).as_posix()
         self.builds += 1
         with build_log.open("w") as log:
@@ -185,7 +208,7 @@ class ImageStore:
                     forcerm=True,
                     pull=False,
                     decode=True,
-                    timeout=task.build_timeout_sec,
+                    timeout=limit,  # a silent step past the limit ends in a read timeout
                     labels={L.MANAGED: "1", L.TASK: task.id, L.ENV_DIGEST: digest},
                 )
                 try:
@@ -200,13 +223,20 @@ class ImageStore:
                             error = " ".join(str(chunk["error"]).split())
                             log.write(f"ERROR: {chunk['error']}\n")
                         if time.monotonic() > deadline:
-                            error = f"build timeout after {task.build_timeout_sec:.0f}s"
+                            error = f"build timeout after {limit:.0f}s"
                             break
                 except docker.errors.APIError as exc:
                     error = one_line(exc)
+                except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError):
+                    if time.monotonic() < deadline - 1:
+                        raise  # not our timeout: the engine's guard decides
+                    error = f"build timeout after {limit:.0f}s"
                 finally:
                     if hasattr(stream, "close"):
-                        stream.close()
+                        stream.close()  # the engine cancels a build whose client went away
+            if error is not None and cut and time.monotonic() >= deadline:
+                log.write(f"# pytest-maka: build cancelled at {step}: the whole-cell deadline passed\n")
+                raise DeadlineReached(f"task {task.id}: the deadline passed while building its image (at {step})")
             if error is None:
                 image_id = self._present(engine, tag, pull=False)
                 if image_id:

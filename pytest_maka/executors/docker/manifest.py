@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ...core.errors import SubjectFault
+
 Entry = tuple[Any, ...]
 Manifest = dict[str, Entry]
 
@@ -24,12 +26,17 @@ _CACHE: dict[tuple[str, str], Manifest] = {}
 _LOCK = threading.Lock()
 
 
-class _Chunks(io.RawIOBase):
-    """A readable stream over the engine's chunk iterator (no copy of whole chunks)."""
+class Chunks(io.RawIOBase):
+    """A readable stream over the engine's chunk iterator (no copy of whole chunks).
 
-    def __init__(self, chunks: Iterable[bytes]) -> None:
+    ``budget``: a one-item list of bytes that may still be read (shared by several streams);
+    reading past it raises SubjectFault.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], budget: list[int] | None = None) -> None:
         self._it: Iterator[bytes] = iter(chunks)
         self._left = memoryview(b"")
+        self._budget = budget
 
     def readable(self) -> bool:
         return True
@@ -39,6 +46,10 @@ class _Chunks(io.RawIOBase):
             self._left = memoryview(next(self._it, b""))
             if not self._left:
                 return 0
+            if self._budget is not None:
+                self._budget[0] -= len(self._left)
+                if self._budget[0] < 0:
+                    raise SubjectFault("the subject wrote more under protected paths than can be checked")
         n = min(len(buffer), len(self._left))
         buffer[:n] = self._left[:n]
         self._left = self._left[n:]
@@ -65,7 +76,7 @@ def manifest(api: Any, container: str, roots: Iterable[str]) -> Manifest:
                 continue
             raise
         parent = posixpath.dirname(root)
-        stream = io.BufferedReader(_Chunks(chunks), 1 << 20)
+        stream = io.BufferedReader(Chunks(chunks), 1 << 20)
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
                 path = posixpath.join(parent, member.name)

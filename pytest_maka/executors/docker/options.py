@@ -53,8 +53,9 @@ class DockerOptions(BaseModel):
     #: Image for tasks with neither ``environment/Dockerfile`` nor ``docker_image``.
     default_image: str | None = "python:3.11-slim"
     #: How changes to protected paths are found before verification: "changes" (the engine's
-    #: change list: fast, blind to a rewrite that keeps size and mtime) or "content" (every
-    #: protected file compared with the image's by SHA-256: sound, a few seconds per attempt).
+    #: change list plus the container's writable layer, which holds every file written, even
+    #: one whose size and mtime were kept; without a readable layer the content check is
+    #: used) or "content" (every protected file compared with the image's by SHA-256: slow).
     protected_check: Literal["changes", "content"] = "changes"
     #: How an installed agent reaches the container: "layer" (an image built once per agent
     #: install and environment image, FROM the environment, reused) or "mount" (the cache

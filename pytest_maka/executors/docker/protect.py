@@ -31,11 +31,12 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import docker.errors
+import requests
 
 from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
 from . import labels as L
-from . import manifest
+from . import layer, manifest
 
 PROTECTED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 #: Entries the engine itself places in every container.
@@ -48,6 +49,8 @@ RM_CANDIDATES = ("/usr/bin/rm", "/bin/rm")
 MAX_UNITS = 5000
 #: Engine errors (on listing changes) that come from what the subject left.
 SUBJECT_ERRORS = ("file name too long", "too many levels of symbolic links")
+#: Seconds the engine's change list may take when the writable layer can stand in for it.
+LIST_TIMEOUT_SEC = 120.0
 GO_MODE_DIR = 1 << 31
 GO_MODE_SYMLINK = 1 << 27
 KIND = {0: "modified", 1: "added", 2: "deleted"}
@@ -104,6 +107,11 @@ class Restorer:
         #: Read-only mount targets (an installed agent): not the subject's changes, and not restorable.
         self.mounts = mounts
         self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
+        #: The container's writable layer on the engine's host (None: its storage has none).
+        self.upper = layer.upper_dir(api, container)
+        if self.upper is None and not content:
+            self.content = True  # the engine's list alone misses rewrites: compare contents instead
+        self.notes: list[str] = []
         #: Paths the image does not have after all (found while copying back): deleted instead.
         self._absent: list[str] = []
         self.found: list[tuple[str, int]] = []
@@ -113,21 +121,69 @@ class Restorer:
 
     # -- what changed ------------------------------------------------------------------
     def changes(self) -> list[tuple[str, int]]:
-        """(path, kind) outside the workdir, /logs and /tests, as the engine reports them."""
+        """(path, kind) outside the workdir, /logs and /tests: the engine's list of changes, plus
+        what the writable layer holds under the protected roots that the list misses.
+
+        When the engine cannot list the changes (a path too long for it), the writable layer
+        alone is read; when neither works, SubjectFault says why.
+        """
         try:
-            found = self.api.diff(self.container) or []
-        except docker.errors.APIError as exc:
-            text = str(exc.explanation or exc)
-            if any(s in text for s in SUBJECT_ERRORS):
-                cause = next(s for s in SUBJECT_ERRORS if s in text)
-                raise SubjectFault(f"the engine cannot list the container's changes: {cause}") from None
-            raise
-        out = []
-        for change in found:
-            path = change["Path"]
-            if path in ENGINE_OWNED or any(under(path, own) for own in self.own) or self._mount_point(path):
+            found = [(c["Path"], int(c["Kind"])) for c in self._engine_list()]
+        except (docker.errors.APIError, requests.exceptions.ReadTimeout) as exc:
+            if isinstance(exc, requests.exceptions.ReadTimeout):
+                if self.upper is None:
+                    raise
+                cause = f"no answer within {LIST_TIMEOUT_SEC:.0f} s"
+            else:
+                text = str(exc.explanation or exc)
+                cause = next((s for s in SUBJECT_ERRORS if s in text), None)
+            if cause is None:
+                raise
+            if self.upper is None:
+                raise SubjectFault(
+                    f"the engine cannot list the container's changes: {cause} (the subject left a path"
+                    " too long or too deep for the engine, and this engine's storage has no writable"
+                    " layer to read instead)"
+                ) from None
+            self.notes.append(
+                f"the engine cannot list the container's changes ({cause}): the protected roots were"
+                " read from the container's writable layer instead; changes elsewhere are not listed"
+            )
+            found = []
+        if self.upper is not None:
+            found += self._layer_changes({p for p, _ in found})
+        return [
+            (p, k)
+            for p, k in found
+            if p not in ENGINE_OWNED and not any(under(p, own) for own in self.own) and not self._mount_point(p)
+        ]
+
+    def _engine_list(self) -> list[dict[str, Any]]:
+        """``GET /containers/{id}/changes``, waiting at most LIST_TIMEOUT_SEC (the engine walks
+        the whole filesystem: a tree thousands of levels deep takes it minutes)."""
+        res = self.api._get(self.api._url("/containers/{0}/changes", self.container), timeout=LIST_TIMEOUT_SEC)
+        return self.api._result(res, True) or []
+
+    def _layer_changes(self, known: set[str]) -> list[tuple[str, int]]:
+        """What the writable layer holds under the protected roots and ``known`` misses.
+
+        The archive lists a directory before its entries: below an added directory nothing
+        more is looked at (deleting the directory deletes them), so a tree thousands of
+        levels deep costs one lookup.
+        """
+        image = self._stat_of(self.pristine)
+        out: list[tuple[str, int]] = []
+        added = ""
+        for path, kind in layer.entries(self.api, self.pristine, self.roots):
+            if added and under(path, added):
                 continue
-            out.append((path, int(change["Kind"])))
+            if _unaddressable(path):  # no lookup by this name: the plan takes its parent
+                out.append((path, kind))
+                continue
+            if kind != layer.DELETED and image(path) is None:
+                kind, added = 1, path
+            if path not in known:
+                out.append((path, kind))
         return out
 
     def _mount_point(self, path: str) -> bool:
@@ -147,15 +203,15 @@ class Restorer:
     # -- the restore -------------------------------------------------------------------
     def __enter__(self) -> Restorer:
         """List the changes and plan the restore against a pristine container of the image."""
-        try:
-            self.found = self.changes()
-        except SubjectFault:
-            if not self.content:
-                raise
-            self.found = []  # the content check below does not need the engine's list
         self._pristine_cm = self._pristine()
         self.pristine = self._pristine_cm.__enter__()
         try:
+            try:
+                self.found = self.changes()
+            except SubjectFault:
+                if not self.content:
+                    raise
+                self.found = []  # the content check below does not need the engine's list
             if self.content:
                 self._add_content_differences()
             stat = self._stat_of(self.container)
@@ -206,12 +262,13 @@ class Restorer:
     def report(self) -> dict[str, Any]:
         reported = _leaves(self.found)
         restored = self.units + self.added
+        if self.content:
+            mechanism = "docker: protected files compared with the image's by content"
+        else:
+            mechanism = "docker: the engine's list of changes and the container's writable layer"
         return {
-            "mechanism": (
-                "docker: protected files compared with the image's by content; copied back from the image"
-                if self.content
-                else "docker: the engine's list of changes; protected paths copied back from the image"
-            ),
+            "mechanism": mechanism + "; protected paths copied back from the image",
+            **({"notes": list(self.notes)} if self.notes else {}),
             "changed": [f"{KIND.get(k, k)} {p}" for p, k in reported[:50]],
             "changed_count": len(reported),
             "restored": sorted(restored)[:50],
@@ -257,9 +314,11 @@ class Restorer:
     def _pristine(self) -> Iterator[str]:
         """A created, never started container of the image: the reference copy."""
         labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
-        cid = self.api.create_container(self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True)[
-            "Id"
-        ]
+        binds = layer.bind(self.upper) if self.upper is not None else None
+        host_config = self.api.create_host_config(binds=binds)
+        cid = self.api.create_container(
+            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True, host_config=host_config
+        )["Id"]
         try:
             yield cid
         finally:

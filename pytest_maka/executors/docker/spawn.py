@@ -22,6 +22,8 @@ from typing import IO, Any
 import docker.errors
 from docker.utils.socket import STDERR, frames_iter
 
+from .manifest import Chunks
+
 #: ``sh -c SCRIPT sh SID SIGNAL``: signal the live members of session SID (KILL: until none is left).
 SIGNAL_SESSION = r"""
 sid=$1; sig=$2; me=$$
@@ -198,7 +200,7 @@ def read_via_archive(api: Any, container_id: str, path: str, max_bytes: int) -> 
     except docker.errors.NotFound:
         raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
     name = PurePosixPath(path).name
-    with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as tar:
+    with tarfile.open(fileobj=Chunks(chunks), mode="r|") as tar:
         for member in tar:
             if member.name != name:
                 break
@@ -209,25 +211,3 @@ def read_via_archive(api: Any, container_id: str, path: str, max_bytes: int) -> 
             with src:
                 return src.read(max(0, max_bytes))
     raise FileNotFoundError(f"no such file in the sandbox: {path}")
-
-
-class _Chunks(io.RawIOBase):
-    """A readable stream over the engine's archive chunks (read lazily: large files stop early)."""
-
-    def __init__(self, chunks: Any) -> None:
-        self._it = iter(chunks)
-        self._buf = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while not self._buf:
-            try:
-                self._buf = next(self._it)
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
