@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -313,7 +312,8 @@ def test_empty_cohort_renders(tmp_path: Path) -> None:
     assert "**0** cells" in paths["markdown"].read_text()
 
 
-def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
+def test_ten_thousand_cells_stay_bounded(tmp_path: Path) -> None:
+    """Every row is there and the page stays small (its speed is bench/report_scale.py's)."""
     statuses = list(Status)
     records = []
     for i in range(10_000):
@@ -328,10 +328,7 @@ def test_ten_thousand_cells_stay_fast_and_bounded(tmp_path: Path) -> None:
         )
         rec["artifacts"]["agent_log"] = "missing.log"
         records.append(rec)
-    start = time.perf_counter()
     html = write_views(tmp_path, records, cohort="big")["html"].read_text(encoding="utf-8")
-    elapsed = time.perf_counter() - start
-    assert elapsed < 20, elapsed
     assert len(rows(html)) == 10_000
     assert len(html.encode()) < 15 * 1024 * 1024
 
