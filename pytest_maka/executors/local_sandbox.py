@@ -1,0 +1,452 @@
+"""The local executor's lease: host directories bound into a new bubblewrap sandbox per command.
+
+See ``executors.local`` for the executor and the isolation it gives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..core.errors import InfraError
+from ..core.hostpattern import check_egress_hosts
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
+from . import bwrap, disk
+from .base import ExecResult
+from .content import read_regular, write_via_put
+from .copyout import CopyReport
+from .disk import CappedDisk
+from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
+from .limits import MB, LimitSpec, open_limits
+from .local_egress import LocalEgress
+from .local_spawn import LocalProcess, close_fd
+from .process import run_process
+
+DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+
+
+class LocalOptions(BaseModel):
+    """The spec's ``executor:`` options for ``kind: local``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: "none" is an explicit opt-out of isolation: host filesystem read-write, host network.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    #: Extra host paths bound read-only at the same path (e.g. where an agent CLI is installed).
+    ro_binds: list[str] = Field(default_factory=list)
+    #: Seconds between SIGTERM and SIGKILL when a command times out.
+    kill_grace_sec: float = Field(default=1.0, ge=0)
+    #: Names the egress proxy resolves as given (name -> IP address), e.g. a local model gateway.
+    egress_hosts: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("egress_hosts")
+    @classmethod
+    def _ip_values(cls, hosts: dict[str, str]) -> dict[str, str]:
+        return check_egress_hosts(hosts)
+    #: Memory per sandbox when the task gives no ``memory_mb`` (None: unlimited).
+    memory_mb: int | None = Field(default=None, ge=16)
+    #: Processes (and threads) per sandbox at once.
+    pids_limit: int = Field(default=4096, ge=16)
+    #: Size of each of the sandbox's tmpfs (/ and /tmp), in MiB.
+    tmpfs_mb: int = Field(default=1024, ge=1)
+    #: Writable space (workdir, /logs, uploads) in MiB when the task gives no ``storage_mb`` (None: no cap).
+    storage_mb: int | None = Field(default=None, ge=8)
+
+    @field_validator("ro_binds")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/"):
+                raise ValueError(f"ro_binds entries must be absolute paths, got {path!r}")
+        return [os.path.normpath(p) for p in paths]
+
+
+class LocalSandbox:
+    """One attempt's environment: host directories bound into a new bwrap per command."""
+
+    def __init__(
+        self, task: Task, scratch: Path, options: LocalOptions, *, mounts: Mapping[str, Path] | None = None
+    ) -> None:
+        self.task = task
+        #: Read-only host directories bound at sandbox paths (an installed agent).
+        self._ro_mounts = dict(mounts or {})
+        self.options = options
+        self._scratch = scratch
+        self._layout = bwrap.host_layout()
+        self._workdir = os.path.normpath(task.workdir)
+        self._closed = False
+        self._check_workdir()
+        scratch.mkdir(parents=True, exist_ok=True)
+        storage_mb = int(task.storage_mb) if task.storage_mb else options.storage_mb
+        self._disk, self.storage = self._open_disk(storage_mb)
+        area = self._disk.mount_point if self._disk is not None else scratch
+        self._workspace = area / "workspace"
+        self._logs = area / "logs"
+        self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
+        self._empty = scratch / "empty"  # bound over masked secret files
+        self._mount_tops: list[str] = []
+        #: Uploads put before the first command (sandbox path -> host source) and their prints.
+        self._uploads: dict[str, Path] = {}
+        self._upload_prints: dict[str, dict[str, Any]] | None = None
+        self._spawned: list[LocalProcess] = []
+        self._lay_out()
+        self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
+        self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
+        #: The network plan's phase context: ``egress_phase(name, plan, log)``.
+        self.egress_phase = self.egress.phase
+        self._limits = open_limits(
+            LimitSpec(
+                memory_mb=task.memory_mb or options.memory_mb,
+                pids=options.pids_limit,
+                file_mb=storage_mb,
+            )
+        )
+
+    def _open_disk(self, storage_mb: int | None) -> tuple[CappedDisk | None, dict[str, Any]]:
+        """A capped filesystem for the writable directories, where this host can make one."""
+        if storage_mb is None:
+            return None, {"storage_mb": None, "enforced": False, "note": "the task sets no storage_mb"}
+        why = disk.unavailable()
+        if why is None:
+            try:
+                capped = CappedDisk(self._scratch, storage_mb)
+            except OSError as e:
+                why = str(e)
+            else:
+                return capped, {"storage_mb": storage_mb, "enforced": True, "mechanism": "loop-mounted ext4"}
+        return None, {"storage_mb": storage_mb, "enforced": False, "note": f"{why}; each file capped instead"}
+
+    def _check_workdir(self) -> None:
+        top = PurePosixPath(self._workdir).parts[1:2]
+        if top and top[0] in self._layout.system_tops and not os.path.isdir(self._workdir):
+            raise InfraError(
+                f"the local executor cannot mount workdir {self._workdir}: it lies under the host's "
+                "read-only system directories (use the docker executor for this task)"
+            )
+
+    def _lay_out(self) -> None:
+        for path in (self._workspace, self._logs, self._mounts):
+            if os.path.lexists(path):
+                remove_path(path)
+        if self.task.workspace_dir is not None:
+            shutil.copytree(self.task.workspace_dir, self._workspace, symlinks=True)
+        else:
+            self._workspace.mkdir()
+        for sub in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR):
+            (self._logs / PurePosixPath(sub).relative_to(LOGS_DIR)).mkdir(parents=True)
+        self._mounts.mkdir()
+        self._empty.touch()
+        self._empty.chmod(0o444)
+
+    # -- running commands ---------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        timeout_sec: float | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        network: bool = False,
+        cwd: str | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
+        """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
+        self._require_open()
+        if self._upload_prints is None:  # the first command: what the uploads are before it
+            self._upload_prints = {dest: tree_print(self._host_path(dest)) for dest in self._uploads}
+        isolated = self.options.sandbox == "bwrap"
+        proxied, env_fd = self._launch_env(env, network)
+        read_fd, write_fd = os.pipe()
+        try:
+            result = run_process(
+                self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd),
+                timeout_sec=timeout_sec,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                max_output_bytes=max_output_bytes,
+                grace_sec=self.options.kill_grace_sec,
+                make_stopper=self._stopper(read_fd),
+                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                hold=self._limits.enter,
+            )
+            hit = self._limits.exceeded()
+            return replace(result, limits_hit=tuple(hit)) if hit else result
+        finally:
+            os.close(env_fd)
+            os.close(read_fd)
+            os.close(write_fd)
+
+    def _launch_env(self, env: Mapping[str, str], network: bool) -> tuple[Any, int]:
+        """The phase's proxy (when ``network`` goes through one) and the fd bwrap reads the environment from."""
+        proxied = self.egress.current if network and self.options.sandbox == "bwrap" else None
+        return proxied, bwrap.env_file({**env, **proxied.env} if proxied else env)
+
+    def _argv(
+        self, command: str, *, env_fd: int, network: bool, proxied: Any, cwd: str | None, info_fd: int
+    ) -> list[str]:
+        isolated = self.options.sandbox == "bwrap"
+        prefix = self._prefix if isolated else self._open_prefix()
+        for dest, src in self._ro_mounts.items():
+            prefix = [*prefix, "--ro-bind", str(src), dest]
+        return bwrap.command_argv(
+            prefix,
+            binds=self._binds(),
+            network=network and proxied is None,
+            isolated=isolated,
+            resolv_target=self._layout.resolv_target,
+            cwd=cwd or self._workdir,
+            command=command,
+            info_fd=info_fd if isolated else None,
+            env_fd=env_fd,
+            extra_args=proxied.extra_args if proxied else (),
+            wrapper=proxied.wrapper if proxied else None,
+        )
+
+    def _stopper(self, read_fd: int) -> Any:
+        isolated = self.options.sandbox == "bwrap"
+
+        def make(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
+            return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
+
+        return make
+
+    def spawn(
+        self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False
+    ) -> LocalProcess:
+        """Start ``sh -c command`` in a new sandbox over this lease's directories; returns at once.
+
+        Like ``exec`` it runs inside the lease's limits and, with ``network``, behind the
+        current egress phase's proxy.
+        """
+        self._require_open()
+        isolated = self.options.sandbox == "bwrap"
+        proxied, env_fd = self._launch_env(env, network)
+        read_fd, write_fd = os.pipe()
+        try:
+            argv = self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd)
+            proc = LocalProcess(
+                argv,
+                self._stopper(read_fd),
+                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                hold=self._limits.enter,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+            os.close(env_fd)
+        proc.on_end(close_fd(read_fd))
+        self._spawned.append(proc)
+        return proc
+
+    def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """The content of a regular file, reached through real directories only."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        parent = descend(base, parts[:-1], make=False) if parts else None
+        if parent is None:
+            raise FileNotFoundError(f"no regular file at {sandbox_path}")
+        return read_regular(parent / parts[-1], max_bytes)
+
+    def write_file(self, sandbox_path: str, data: bytes) -> None:
+        """Create or replace a regular file (through ``put``: planted links are replaced)."""
+        self._require_open()
+        write_via_put(self, sandbox_path, data, self._scratch)
+
+    def _binds(self) -> dict[str, Path]:
+        """Sandbox path -> host path, in mount order (outer directories first)."""
+        binds = {f"/{top}": self._mounts / top for top in self._mount_tops}
+        for dest, src in sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda b: len(b[0])):
+            binds[dest] = src
+        return binds
+
+    def _open_prefix(self) -> list[str]:
+        taken = {PurePosixPath(d).parts[1] for d in self._binds()}
+        return bwrap.open_prefix(self._layout, taken, self.options.ro_binds)
+
+    # -- moving files -------------------------------------------------------------------
+
+    def put(self, host_path: Path, sandbox_path: str) -> None:
+        """Copy a file or directory to ``sandbox_path``, replacing whatever is there."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        if not parts:  # the workdir or /logs itself: replace its content
+            if not host_path.is_dir():
+                raise ValueError(f"cannot replace directory {sandbox_path} with a file")
+            descend(base, [], make=True)
+            clear_dir(base)
+            shutil.copytree(host_path, base, symlinks=True, dirs_exist_ok=True)
+            return
+        parent = descend(base, parts[:-1], make=True)
+        assert parent is not None
+        target = parent / parts[-1]
+        if os.path.lexists(target):
+            remove_path(target)
+        if host_path.is_dir():
+            shutil.copytree(host_path, target, symlinks=True)
+        else:
+            shutil.copy2(host_path, target)
+        if base == self._mounts and parts[0] not in self._mount_tops:
+            self._mount_tops.append(parts[0])
+        if base == self._mounts and self._upload_prints is None:
+            self._uploads[sandbox_path] = host_path
+        elif self._upload_prints is not None and sandbox_path in self._uploads:  # the harness replaced it
+            self._uploads[sandbox_path] = host_path  # (a later step's upload): compare against this copy
+            self._upload_prints[sandbox_path] = tree_print(self._host_path(sandbox_path))
+
+    def _host_path(self, sandbox_path: str) -> Path:
+        base, parts = self._locate(sandbox_path)
+        return base.joinpath(*parts)
+
+    # -- restoring before verification -----------------------------------------------------
+
+    def restore_protected(self, scratch: Path) -> dict[str, Any]:
+        """Copy in again every upload the subject changed; nothing else can have survived it.
+
+        With bwrap the system directories are the host's, read-only, and the root and /tmp
+        are new for every command: only the workdir, /logs and the upload mounts persist.
+        """
+        changed: list[str] = []
+        restored: list[str] = []
+        for dest, source in self._uploads.items() if self._upload_prints is not None else ():
+            before = self._upload_prints.get(dest, {})
+            now = tree_print(self._host_path(dest))
+            if now == before:
+                continue
+            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+            changed += [f"{dest}/{rel}".rstrip("/") for rel in diff]
+            self.put(source, dest)
+            restored.append(dest)
+        if self.options.sandbox == "none":
+            mechanism = (
+                "none: the host filesystem is shared read-write; changes outside the workdir are neither "
+                "detected nor undone (uploads are compared and copied in again)"
+            )
+        else:
+            mechanism = (
+                "bwrap: host system directories read-only, root and /tmp new per command; "
+                "uploads compared by inode and ctime and copied in again when changed"
+            )
+        return {
+            "mechanism": mechanism,
+            "changed": changed[:50],
+            "changed_count": len(changed),
+            "restored": restored,
+        }
+
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        parent = descend(base, parts[:-1], make=False) if parts else base.parent
+        source = base if not parts else (parent / parts[-1] if parent is not None else None)
+        if source is None or not os.path.lexists(source):
+            return False
+        if os.path.lexists(host_path):
+            remove_path(host_path)
+        host_path.parent.mkdir(parents=True, exist_ok=True)
+        return copy_out(source, host_path, report, PurePosixPath(sandbox_path).name)
+
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
+        self._require_open()
+        base, parts = self._locate(sandbox_path)
+        if not parts:
+            descend(base, [], make=True)
+            clear_dir(base)
+            return
+        parent = descend(base, parts[:-1], make=False, unlink_blockers=True)
+        if parent is not None and os.path.lexists(parent / parts[-1]):
+            remove_path(parent / parts[-1])
+        if base == self._mounts and len(parts) == 1 and parts[0] in self._mount_tops:
+            self._mount_tops.remove(parts[0])  # nothing left to bind there (a later put binds it again)
+
+    def _locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
+        """The host directory holding ``sandbox_path`` and the path's parts below it."""
+        path = PurePosixPath(sandbox_path)
+        if not path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
+        roots = sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda r: -len(r[0]))
+        for root, host in roots:
+            if path == PurePosixPath(root) or PurePosixPath(root) in path.parents:
+                return host, list(path.relative_to(root).parts)
+        top = path.parts[1] if len(path.parts) > 1 else ""
+        if not top or top in bwrap.RESERVED_TOPS or top in self._layout.system_tops:
+            raise ValueError(f"the local executor cannot place files at {sandbox_path}")
+        return self._mounts, list(path.parts[1:])
+
+    def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
+        """The live workspace directory on the host (no copy: ``report`` stays empty)."""
+        return self._workspace
+
+    def baseline_workspace(self) -> Path | None:
+        return self.task.workspace_dir
+
+    # -- description and teardown ------------------------------------------------------
+
+    def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
+        """What this sandbox really provides, for the record."""
+        if self.options.sandbox == "none":
+            return {
+                "executor": "local",
+                "sandbox": "none",
+                "network": {"agent": "host", "verifier": "host"},
+                "env": "allowlist",
+                "pid_namespace": False,
+                "kill": "process group, best effort (a process that calls setsid survives)",
+                "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
+                "mounts": self._mount_list(),
+                "limits": {**self._limits.describe(), "storage": self.storage},
+            }
+        net = {True: "host", False: "none"}
+        return {
+            "executor": "local",
+            "sandbox": "bwrap",
+            "network": {"agent": net[agent_network], "verifier": net[verifier_network]},
+            "env": "allowlist",
+            "pid_namespace": True,
+            "capabilities": "all dropped",
+            "kill": "whole pid namespace",
+            "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
+            "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
+            "mounts": self._mount_list(),
+            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": self.storage},
+        }
+
+    def _mount_list(self) -> list[str]:
+        if self.options.sandbox == "bwrap":
+            mounts = [f"/ (tmpfs, {self.options.tmpfs_mb} MiB)"]
+            mounts += [f"{p} -> {t}" if t else f"{p} (host, ro)" for p, t in self._layout.system]
+            mounts += ["/proc (pid namespace)", "/dev (minimal)", f"/tmp (tmpfs, {self.options.tmpfs_mb} MiB)"]
+        else:
+            mounts = ["/ (host top-level directories, rw)"]
+        mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
+        mounts += [f"{dest} (ro, {src.name})" for dest, src in self._ro_mounts.items()]
+        labels = {self._workdir: "workspace", LOGS_DIR: "logs"}
+        return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self._binds()]
+
+    def close(self) -> None:
+        """Remove the scratch directory (also what the subject made read-only)."""
+        if not self._closed:
+            self._closed = True
+            self._limits.close()
+            if self._disk is not None:
+                self._disk.close()
+            for proc in self._spawned:  # no survivors after the lease
+                proc.kill(self.options.kill_grace_sec)
+            if os.path.lexists(self._scratch):
+                remove_path(self._scratch)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this sandbox's lease has ended")
