@@ -79,7 +79,8 @@ def test_reported_stop_reason_is_incomplete_and_cannot_pass(cohort: Cohort, reas
     [
         ("echo 'I forgot the reward'\n", "the verifier wrote no reward"),
         ("mkdir -p /logs/verifier; echo maybe > /logs/verifier/reward.txt\n", "reward.txt is not a number"),
-        ('mkdir -p /logs/verifier; echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json\n', "no 'reward' key"),
+        # several keys without "reward" are graded key by key (all 1 passes): each must be a number
+        ('mkdir -p /logs/verifier; echo \'{"a": 1, "b": "1"}\' > /logs/verifier/reward.json\n', "'b' is not a number"),
         ("exit 2\n", "the verifier wrote no reward"),
         ("mkdir -p /logs/verifier; echo 0_1 > /logs/verifier/reward.txt\n", "reward.txt is not a number: '0_1'"),
         # a fullwidth digit one, which float() would take for 1
