@@ -175,7 +175,7 @@ def check_cohort_survives_engine_loss(
     for i in range(cells):
         cohort.task(f"t{i}", test=PASS_TEST)
     cohort.write(
-        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 3; echo ok > /app/done.txt"}],
+        subjects=[{"name": "sleeper", "kind": "command", "command": "sleep 10; echo ok > /app/done.txt"}],
         executor={
             "kind": "docker",
             "engines": [FIRST_URL, second_url],
