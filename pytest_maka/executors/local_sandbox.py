@@ -49,6 +49,7 @@ class LocalOptions(BaseModel):
     @classmethod
     def _ip_values(cls, hosts: dict[str, str]) -> dict[str, str]:
         return check_egress_hosts(hosts)
+
     #: Memory per sandbox when the task gives no ``memory_mb`` (None: unlimited).
     memory_mb: int | None = Field(default=None, ge=16)
     #: Processes (and threads) per sandbox at once.

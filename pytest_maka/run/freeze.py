@@ -153,8 +153,6 @@ def read_json_file(path: Path, limit: int = 1024 * 1024) -> Any:
         return None
 
 
-
-
 def usage_problems(agent_dir: Path) -> list[str]:
     """What in usage.json was ignored because it was not what the format says (one line each)."""
     path = agent_dir / "usage.json"

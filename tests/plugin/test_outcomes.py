@@ -85,7 +85,7 @@ def test_reported_stop_reason_is_incomplete_and_cannot_pass(cohort: Cohort, reas
         ("mkdir -p /logs/verifier; echo 0_1 > /logs/verifier/reward.txt\n", "reward.txt is not a number: '0_1'"),
         # a fullwidth digit one, which float() would take for 1
         ("mkdir -p /logs/verifier; printf '\\357\\274\\221' > /logs/verifier/reward.txt\n", "is not a number"),
-        ('mkdir -p /logs/verifier; echo \'{"reward": NaN}\' > /logs/verifier/reward.json\n', "NaN is not a number"),
+        ("mkdir -p /logs/verifier; echo '{\"reward\": NaN}' > /logs/verifier/reward.json\n", "NaN is not a number"),
     ],
 )
 def test_broken_verifier_is_verifier_failure_and_an_error(cohort: Cohort, test_script: str, message: str) -> None:

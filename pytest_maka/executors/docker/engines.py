@@ -20,6 +20,7 @@ import requests.exceptions
 
 from ...core.errors import InfraError
 from .options import DockerOptions, EngineOptions
+from .ssh_transport import api_client
 
 #: Exceptions that mean "the engine did not answer" (as opposed to "the engine said no").
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -63,24 +64,13 @@ class Engine:
         with self._lock:
             if self._client is None:
                 with self.guard("connect"):
-                    self._client = docker.APIClient(
-                        base_url=self.url,
-                        version="auto",
-                        timeout=API_TIMEOUT_SEC,
-                        use_ssh_client=self.url.startswith("ssh://"),
-                        max_pool_size=32,
-                    )
+                    self._client = api_client(self.url, timeout=API_TIMEOUT_SEC, max_pool_size=32)
             return self._client
 
     def ping(self, timeout: float = 5.0) -> str | None:
         """None when the engine answers, else a one-line reason."""
         try:
-            client = docker.APIClient(
-                base_url=self.url,
-                version="auto",
-                timeout=timeout,
-                use_ssh_client=self.url.startswith("ssh://"),
-            )
+            client = api_client(self.url, timeout=timeout, max_pool_size=1)
             try:
                 client.ping()
             finally:

@@ -45,10 +45,19 @@ class Terminal:
     truncated: bool = False
     exit_code: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    drains: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> None:
         for stream in (self.proc.stdout, self.proc.stderr):
-            threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
+            drain = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+            drain.start()
+            self.drains.append(drain)
+
+    def settle(self, timeout: float = 2.0) -> None:
+        """Once the command has exited, wait for its last output to be read (a grandchild
+        holding the pipe open only delays this by ``timeout``)."""
+        for drain in self.drains:
+            drain.join(timeout)
 
     def _drain(self, stream: Any) -> None:
         while True:
@@ -203,12 +212,15 @@ class SandboxClient:
     async def terminal_output(self, session_id: str, terminal_id: str, **kw: Any) -> TerminalOutputResponse:
         term = self._terminal(terminal_id)
         code = term.proc.wait(0)
+        if code is not None:
+            await asyncio.get_running_loop().run_in_executor(None, term.settle)
         status = TerminalExitStatus(exit_code=code) if code is not None else None
         return TerminalOutputResponse(output=term.text(), truncated=term.truncated, exit_status=status)
 
     async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kw: Any) -> Any:
         term = self._terminal(terminal_id)
         code = await asyncio.get_running_loop().run_in_executor(None, term.proc.wait)
+        await asyncio.get_running_loop().run_in_executor(None, term.settle)
         return WaitForTerminalExitResponse(exit_code=code if code is None or code >= 0 else None)
 
     async def kill_terminal(self, session_id: str, terminal_id: str, **kw: Any) -> None:

@@ -80,12 +80,12 @@ KEEPER_HIJACK = (
 #: the engine's change list compares size and mtime and misses it; the writable layer and a
 #: content check both see it.
 SAME_SIZE_REWRITE = (
-    "python3 -c \"import os, shutil\n"
+    'python3 -c "import os, shutil\n'
     "f = os.path.realpath(shutil.which('python3')); st = os.stat(f)\n"
     "body = b'#!/bin/sh\\necho true\\n'\n"  # what the verifier's python3 prints when done.txt exists
     "data = body + b'#' * (st.st_size - len(body))\n"
     "os.unlink(f); open(f, 'wb').write(data); os.chmod(f, st.st_mode)\n"
-    "os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))\""
+    'os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))"'
 )
 SYSTEM_TAMPERERS = {
     "keeper-hijack": KEEPER_HIJACK,
