@@ -188,3 +188,27 @@ def test_output_reader_error_is_surfaced_not_swallowed(make_executor, tmp_path: 
     assert result.exit_code == 0 and result.stdout_truncated and result.stderr_truncated
     note = stderr_path.read_text()
     assert "reading this command's output failed: IsADirectoryError" in note, note
+
+
+def test_slot_wait_past_the_cell_deadline_is_the_cells_budget_not_an_infra_retry(make_executor, tmp_path) -> None:
+    """Every slot is held: a lease whose cell deadline comes before the lease timeout ends at
+    that deadline with DeadlineReached (recorded as budget_exhausted, final), not InfraError
+    (which would be retried and leave the official denominator)."""
+    from dataclasses import replace
+
+    from pytest_maka.core.errors import DeadlineReached, InfraError
+
+    from .helpers import plain_task, request
+
+    executor = make_executor(default_image=IMAGE, prestart=False, slots_per_engine=1, lease_timeout_sec=600)
+    task = plain_task(tmp_path / "task")
+    with executor.lease(request(task, tmp_path)):
+        started = time.monotonic()
+        late = replace(request(task, tmp_path), deadline=time.time() + 1.0)
+        with pytest.raises(DeadlineReached, match="waiting for a container slot"), executor.lease(late):
+            pass
+        assert time.monotonic() - started < 300  # it stopped at the deadline, not at lease_timeout_sec
+        executor_short = make_executor(default_image=IMAGE, prestart=False, slots_per_engine=1, lease_timeout_sec=1)
+        # no deadline: the lease timeout is infra
+        with pytest.raises(InfraError, match="no free container slot"), executor_short.lease(request(task, tmp_path)):
+            pass

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 import docker.errors
 from pydantic import BaseModel
 
-from ...core.errors import ExecutorUnavailable, InfraError
+from ...core.errors import DeadlineReached, ExecutorUnavailable, InfraError
 from ...core.interrupts import sigint_deferred
 from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..base import LeaseRequest
@@ -114,6 +114,7 @@ class DockerExecutor(SeparateVerifier):
     def lease(self, request: LeaseRequest) -> Iterator[DockerSandbox]:
         """A fresh container for this attempt, removed when the block ends, whatever happens."""
         timeout = self.options.lease_timeout_sec
+        bounded_by_deadline = request.deadline is not None and request.deadline - time.time() < timeout
         if request.deadline is not None:  # the whole-cell deadline bounds the wait for a slot
             timeout = max(0.0, min(timeout, request.deadline - time.time()))
         try:
@@ -124,6 +125,8 @@ class DockerExecutor(SeparateVerifier):
                 wait_for_target_sec=min(self.options.engine_wait_sec, timeout),
             )
         except TimeoutError as exc:
+            if bounded_by_deadline:  # the cell's own budget ran out first: the cell's result, not a retry
+                raise DeadlineReached(f"the deadline passed while waiting for a container slot ({exc})") from None
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
         try:
