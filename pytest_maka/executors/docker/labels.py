@@ -23,12 +23,14 @@ ROLE = f"{PREFIX}.role"
 
 
 def process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone."""
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone
+    (a zombie, state ``Z`` or ``X``, is gone: it runs nothing and holds nothing)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 @cache
