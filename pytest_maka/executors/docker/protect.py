@@ -20,9 +20,7 @@ Nothing here runs a program the subject could have replaced.
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 import posixpath
 import tarfile
 import tempfile
@@ -37,51 +35,23 @@ from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
 from . import labels as L
 from . import layer, manifest
-
-PROTECTED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-#: Entries the engine itself places in every container.
-ENGINE_OWNED = frozenset(
-    {"/usr/sbin/docker-init", "/sbin/docker-init", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+from .protect_paths import (
+    ENGINE_OWNED,
+    GO_MODE_DIR,
+    KIND,
+    LIST_TIMEOUT_SEC,
+    MAX_UNITS,
+    SUBJECT_ERRORS,
+    find_rm,
+    is_dir,
+    leaves,
+    placeholder_tar,
+    protected_roots,
+    stat_path,
+    unaddressable,
+    under,
+    valid_ancestor,
 )
-#: Where an image keeps rm (the first that exists in the image is used).
-RM_CANDIDATES = ("/usr/bin/rm", "/bin/rm")
-#: More protected changes than this are not restored one by one: the attempt is refused.
-MAX_UNITS = 5000
-#: Engine errors (on listing changes) that come from what the subject left.
-SUBJECT_ERRORS = ("file name too long", "too many levels of symbolic links")
-#: Seconds the engine's change list may take when the writable layer can stand in for it.
-LIST_TIMEOUT_SEC = 120.0
-GO_MODE_DIR = 1 << 31
-GO_MODE_SYMLINK = 1 << 27
-KIND = {0: "modified", 1: "added", 2: "deleted"}
-
-
-def stat_path(api: Any, container: str, path: str) -> dict[str, Any] | None:
-    """The engine's stat of ``path`` in ``container`` (the last part not followed); None when absent."""
-    res = api.head(api._url("/containers/{0}/archive", container), params={"path": path})
-    if res.status_code == 404:
-        return None
-    api._raise_for_status(res)
-    return json.loads(base64.b64decode(res.headers["X-Docker-Container-Path-Stat"]))
-
-
-def find_rm(stat: Callable[[str], dict[str, Any] | None]) -> str | None:
-    """The image's rm: the first candidate that is a regular file."""
-    return next((c for c in RM_CANDIDATES if _is_file(stat(c))), None)
-
-
-def under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def protected_roots(image_config: dict[str, Any]) -> list[str]:
-    """The fixed roots plus the image's PATH directories and Python locations."""
-    roots = list(PROTECTED_ROOTS)
-    for entry in image_config.get("Env") or []:
-        name, _, value = entry.partition("=")
-        if name in {"PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX"}:
-            roots += [p for p in value.split(":") if p.startswith("/") and p != "/"]
-    return sorted({posixpath.normpath(r) for r in roots})
 
 
 class Restorer:
@@ -177,7 +147,7 @@ class Restorer:
         for path, kind in layer.entries(self.api, self.pristine, self.roots):
             if added and under(path, added):
                 continue
-            if _unaddressable(path):  # no lookup by this name: the plan takes its parent
+            if unaddressable(path):  # no lookup by this name: the plan takes its parent
                 out.append((path, kind))
                 continue
             if kind != layer.DELETED and image(path) is None:
@@ -194,7 +164,7 @@ class Restorer:
         if any(under(path, root) for root in self.roots):
             return True
         if posixpath.dirname(path) == "/":  # a file in / (e.g. conftest.py, setup.py, pytest.ini)
-            if _unaddressable(path):
+            if unaddressable(path):
                 return True
             st = stat(path)
             return st is None or not st["mode"] & GO_MODE_DIR
@@ -260,7 +230,7 @@ class Restorer:
             self._delete(self.pristine, [*self.added, *self._absent])
 
     def report(self) -> dict[str, Any]:
-        reported = _leaves(self.found)
+        reported = leaves(self.found)
         restored = self.units + self.added
         if self.content:
             mechanism = "docker: protected files compared with the image's by content"
@@ -284,8 +254,8 @@ class Restorer:
         for path, kind in sorted(protected, key=lambda c: (c[0].count("/"), c[0])):
             if any(under(path, u) for u in units + added):
                 continue
-            if _unaddressable(path):  # the real name is not known as text: take the parent
-                parent = _valid_ancestor(path)
+            if unaddressable(path):  # the real name is not known as text: take the parent
+                parent = valid_ancestor(path)
                 if parent == "/" or not any(under(parent, root) for root in self.roots):
                     raise SubjectFault(f"cannot restore {path}: its name is not valid UTF-8", [path])
                 units = [u for u in units if not under(u, parent)]
@@ -293,7 +263,7 @@ class Restorer:
                 units.append(parent)
             elif kind == 1 and image(path) is None:
                 added.append(path)
-            elif kind == 0 and _is_dir(mine(path)) and _is_dir(image(path)):
+            elif kind == 0 and is_dir(mine(path)) and is_dir(image(path)):
                 if (mine(path) or {}).get("mode") != (image(path) or {}).get("mode"):
                     self._restore_mode(pristine, path)  # a directory keeps its content here
             else:
@@ -330,7 +300,7 @@ class Restorer:
 
     def _placeholder(self, path: str) -> None:
         """Replace whatever is at ``path`` by an empty file (the engine removes the old tree)."""
-        self._put(posixpath.dirname(path), _placeholder_tar(posixpath.basename(path)))
+        self._put(posixpath.dirname(path), placeholder_tar(posixpath.basename(path)))
 
     def _replace_from(self, pristine: str, path: str) -> None:
         """Make ``path`` exactly the image's: gone if the image has none, else the image's copy."""
@@ -376,40 +346,3 @@ class Restorer:
         left = [p for p in targets if stat_path(self.api, self.container, p) is not None]
         if left:
             raise SubjectFault(f"could not delete what the subject added at {left[0]}", left)
-
-
-def _placeholder_tar(name: str) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(name)
-        info.mode, info.size, info.uid, info.gid = 0, 0, 0, 0
-        tar.addfile(info)
-    return out.getvalue()
-
-
-def _unaddressable(path: str) -> bool:
-    """The engine reported U+FFFD for bytes that are not UTF-8, or a tar name kept them escaped."""
-    return "\ufffd" in path or any("\udc80" <= c <= "\udcff" for c in path)
-
-
-def _valid_ancestor(path: str) -> str:
-    while _unaddressable(path):
-        path = posixpath.dirname(path)
-    return path
-
-
-def _is_dir(st: dict[str, Any] | None) -> bool:
-    return st is not None and bool(st["mode"] & GO_MODE_DIR)
-
-
-def _is_file(st: dict[str, Any] | None) -> bool:
-    return st is not None and not st["mode"] & (GO_MODE_DIR | GO_MODE_SYMLINK)
-
-
-def _leaves(changes: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Changes worth naming: a modified directory only when nothing below it changed."""
-    paths = sorted(p for p, _ in changes)
-    parents = set()
-    for p in paths:
-        parents.add(posixpath.dirname(p))
-    return [(p, k) for p, k in sorted(changes) if not (k == 0 and p in parents)]

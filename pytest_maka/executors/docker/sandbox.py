@@ -23,7 +23,8 @@ from .engines import Engine
 from .execs import Capture
 from .image_env import ImageFacts
 from .processes import ContainerProcesses
-from .protect import GO_MODE_DIR, PROTECTED_ROOTS, Restorer, find_rm, stat_path
+from .protect import Restorer
+from .protect_paths import GO_MODE_DIR, PROTECTED_ROOTS, find_rm, stat_path
 from .spawn import DockerProcess, read_via_archive
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024

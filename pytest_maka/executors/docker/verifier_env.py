@@ -25,7 +25,7 @@ from ..base import LeaseRequest, Sandbox
 from ..hostfs import remove_path
 from ..separate import ArtifactReport
 from . import labels as L
-from .protect import GO_MODE_DIR, GO_MODE_SYMLINK, stat_path
+from .protect_paths import GO_MODE_DIR, GO_MODE_SYMLINK, stat_path
 from .sandbox import DockerSandbox
 
 if TYPE_CHECKING:
