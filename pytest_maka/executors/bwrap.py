@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -97,6 +98,13 @@ def host_layout() -> HostLayout:
     )
 
 
+@cache
+def executable() -> str:
+    """bwrap's absolute path, found once: the gate's sh then execs it without a PATH search
+    (a failed execve per PATH entry before it, for every command of every sandbox)."""
+    return shutil.which("bwrap") or "bwrap"
+
+
 def _link(path: str) -> str | None:
     return os.readlink(path) if os.path.islink(path) else None
 
@@ -112,7 +120,7 @@ def isolated_prefix(layout: HostLayout, empty_file: Path, ro_binds: Iterable[str
     against the sandbox's memory limit).
     """
     size = ["--size", str(tmpfs_bytes)]
-    argv = ["bwrap", "--die-with-parent", *NAMESPACE_FLAGS, *size, "--tmpfs", "/"]
+    argv = [executable(), "--die-with-parent", *NAMESPACE_FLAGS, *size, "--tmpfs", "/"]
     for path, target in layout.system:
         argv += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
     for path in layout.masked_files:
@@ -134,7 +142,7 @@ def open_prefix(layout: HostLayout, taken: Iterable[str], ro_binds: Iterable[str
     ``taken`` are the top-level names the task's own paths occupy (e.g. ``app``, ``logs``).
     """
     taken = set(taken)
-    argv = ["bwrap", "--die-with-parent", "--tmpfs", "/"]
+    argv = [executable(), "--die-with-parent", "--tmpfs", "/"]
     for path, target, is_dir in layout.top_level:
         if path.lstrip("/") in taken:
             continue

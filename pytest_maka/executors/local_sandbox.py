@@ -10,12 +10,9 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from ..core.errors import InfraError
-from ..core.hostpattern import check_egress_hosts
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
 from . import bwrap, disk
 from .base import ExecResult
@@ -24,48 +21,11 @@ from .copyout import CopyReport
 from .disk import CappedDisk
 from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 from .limits import MB, LimitSpec, open_limits
+from .local_describe import describe_isolation
 from .local_egress import LocalEgress
+from .local_options import DEFAULT_MAX_OUTPUT, LocalOptions
 from .local_spawn import LocalProcess, close_fd
 from .process import run_process
-
-DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
-
-
-class LocalOptions(BaseModel):
-    """The spec's ``executor:`` options for ``kind: local``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: "none" is an explicit opt-out of isolation: host filesystem read-write, host network.
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    #: Extra host paths bound read-only at the same path (e.g. where an agent CLI is installed).
-    ro_binds: list[str] = Field(default_factory=list)
-    #: Seconds between SIGTERM and SIGKILL when a command times out.
-    kill_grace_sec: float = Field(default=1.0, ge=0)
-    #: Names the egress proxy resolves as given (name -> IP address), e.g. a local model gateway.
-    egress_hosts: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("egress_hosts")
-    @classmethod
-    def _ip_values(cls, hosts: dict[str, str]) -> dict[str, str]:
-        return check_egress_hosts(hosts)
-
-    #: Memory per sandbox when the task gives no ``memory_mb`` (None: unlimited).
-    memory_mb: int | None = Field(default=None, ge=16)
-    #: Processes (and threads) per sandbox at once.
-    pids_limit: int = Field(default=4096, ge=16)
-    #: Size of each of the sandbox's tmpfs (/ and /tmp), in MiB.
-    tmpfs_mb: int = Field(default=1024, ge=1)
-    #: Writable space (workdir, /logs, uploads) in MiB when the task gives no ``storage_mb`` (None: no cap).
-    storage_mb: int | None = Field(default=None, ge=8)
-
-    @field_validator("ro_binds")
-    @classmethod
-    def _absolute(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            if not path.startswith("/"):
-                raise ValueError(f"ro_binds entries must be absolute paths, got {path!r}")
-        return [os.path.normpath(p) for p in paths]
 
 
 class LocalSandbox:
@@ -397,44 +357,7 @@ class LocalSandbox:
 
     def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
         """What this sandbox really provides, for the record."""
-        if self.options.sandbox == "none":
-            return {
-                "executor": "local",
-                "sandbox": "none",
-                "network": {"agent": "host", "verifier": "host"},
-                "env": "allowlist",
-                "pid_namespace": False,
-                "kill": "process group, best effort (a process that calls setsid survives)",
-                "filesystem": "host filesystem read-write; task paths mapped from a scratch directory",
-                "mounts": self._mount_list(),
-                "limits": {**self._limits.describe(), "storage": self.storage},
-            }
-        net = {True: "host", False: "none"}
-        return {
-            "executor": "local",
-            "sandbox": "bwrap",
-            "network": {"agent": net[agent_network], "verifier": net[verifier_network]},
-            "env": "allowlist",
-            "pid_namespace": True,
-            "capabilities": "all dropped",
-            "kill": "whole pid namespace",
-            "filesystem": "tmpfs root; host /usr /bin /lib* /etc read-only; workdir and /logs writable",
-            "masked": [*self._layout.masked_files, *self._layout.masked_dirs],
-            "mounts": self._mount_list(),
-            "limits": {**self._limits.describe(), "tmpfs_mb": self.options.tmpfs_mb, "storage": self.storage},
-        }
-
-    def _mount_list(self) -> list[str]:
-        if self.options.sandbox == "bwrap":
-            mounts = [f"/ (tmpfs, {self.options.tmpfs_mb} MiB)"]
-            mounts += [f"{p} -> {t}" if t else f"{p} (host, ro)" for p, t in self._layout.system]
-            mounts += ["/proc (pid namespace)", "/dev (minimal)", f"/tmp (tmpfs, {self.options.tmpfs_mb} MiB)"]
-        else:
-            mounts = ["/ (host top-level directories, rw)"]
-        mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
-        mounts += [f"{dest} (ro, {src.name})" for dest, src in self._ro_mounts.items()]
-        labels = {self._workdir: "workspace", LOGS_DIR: "logs"}
-        return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self._binds()]
+        return describe_isolation(self, agent_network=agent_network, verifier_network=verifier_network)
 
     def close(self) -> None:
         """Remove the scratch directory (also what the subject made read-only)."""

@@ -1,7 +1,10 @@
 """The append-only attempts ledger and the derived results file.
 
 The ledger (``attempts.jsonl``) is appended by whichever process ran the attempt, under
-a file lock, flushed and fsynced, so a crash never loses a finished attempt.
+a file lock, flushed and fsynced, so a crash never loses a finished attempt. Threads of
+one process first queue on a lock of the process (one per ledger file), so at most one of
+them at a time waits on the file lock: a file lock is waited for by polling, and hundreds
+of cells finishing at once would otherwise spend the process's CPU polling it.
 
 A crash mid-write leaves a torn last line (no ``"\\n"``). Readers skip it and report it;
 the next append, under the lock, first repairs the file: a tail that is a complete JSON
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +143,17 @@ def repair_torn_tail(path: Path) -> str | None:
     return note
 
 
+_thread_locks: dict[str, threading.RLock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def _thread_lock(path: Path) -> threading.RLock:
+    """The process's lock for the ledger at ``path`` (shared by every Ledger of that file)."""
+    key = os.path.realpath(path)
+    with _thread_locks_guard:
+        return _thread_locks.setdefault(key, threading.RLock())
+
+
 class Ledger:
     """``attempts.jsonl`` in an output directory."""
 
@@ -147,6 +163,7 @@ class Ledger:
         self.redactor = redactor or Redactor()
         self.path = self.out_dir / ATTEMPTS_FILE
         self._lock = FileLock(str(self.out_dir / ".attempts.lock"))
+        self._threads = _thread_lock(self.path)
         self.repairs: list[str] = []  # what appends did to torn last lines (one line each)
         self.read_problems: list[str] = []  # what the latest read skipped (one line each)
 
@@ -159,7 +176,7 @@ class Ledger:
         record = self.redactor.value(dict(record))
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
-        with cancel.shielded(), self._lock:
+        with cancel.shielded(), self.locked():
             note = repair_torn_tail(self.path)
             if note:
                 self.repairs.append(note)
@@ -169,9 +186,12 @@ class Ledger:
                 os.fsync(fh.fileno())
         return record
 
-    def locked(self) -> FileLock:
-        """The ledger's lock (re-entrant: ``append`` may be called while holding it)."""
-        return self._lock
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The ledger's lock, the process's then the file's (re-entrant: ``append`` may be
+        called while holding it)."""
+        with self._threads, self._lock:
+            yield
 
     def scan(self) -> JsonlScan:
         scan = scan_jsonl(self.path, required=REQUIRED_FIELDS)

@@ -1,0 +1,72 @@
+"""Many threads of one process appending to the ledger (cells finishing at once)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pytest_maka.store.ledger import Ledger
+
+THREADS = 24
+#: Where a thread blocked in ``append`` can be: the process's lock (in ``locked``) or the file lock.
+WAITS = (":locked", "filelock")
+
+
+def _frames_of(threads: list[threading.Thread]) -> list[list[str]]:
+    frames = sys._current_frames()
+    out = []
+    for t in threads:
+        frame, names = frames.get(t.ident or -1), []
+        while frame is not None:
+            names.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+            frame = frame.f_back
+        out.append(names)
+    return out
+
+
+def test_waiting_threads_queue_on_the_process_lock_not_the_file_lock(tmp_path: Path) -> None:
+    """While the ledger is held, every other thread of the process waits on the process's
+    lock (no CPU) and none polls the file lock; once released, every line lands whole."""
+    ledger = Ledger(tmp_path)
+    threads = [
+        threading.Thread(target=ledger.append, args=({"cell_key": f"c{i}", "attempt": 1, "status": "x"},))
+        for i in range(THREADS)
+    ]
+    with ledger.locked():
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while True:  # until every thread is blocked inside append
+            stacks = _frames_of(threads)
+            if all(any(n.endswith(":append") for n in s) and any(w in n for n in s for w in WAITS) for s in stacks):
+                break
+            assert time.monotonic() < deadline, stacks
+            time.sleep(0.01)
+        polling = [s for s in _frames_of(threads) if any("filelock" in n for n in s)]
+        assert not polling, f"threads poll the file lock while the process holds the ledger: {polling[:2]}"
+        assert not (tmp_path / "attempts.jsonl").exists(), "nothing is written while the lock is held"
+    for t in threads:
+        t.join(60)
+    lines = (tmp_path / "attempts.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["cell_key"] for line in lines) == sorted(f"c{i}" for i in range(THREADS))
+
+
+def test_two_ledgers_of_one_file_exclude_each_other(tmp_path: Path) -> None:
+    first, second = Ledger(tmp_path), Ledger(tmp_path)
+    done = threading.Event()
+
+    def write() -> None:
+        second.append({"cell_key": "late", "attempt": 1, "status": "x"})
+        done.set()
+
+    with first.locked():
+        writer = threading.Thread(target=write)
+        writer.start()
+        first.append({"cell_key": "early", "attempt": 1, "status": "x"})  # re-entrant while held
+        assert not done.wait(0.2), "another Ledger of the same file appended while the lock was held"
+    writer.join(60)
+    keys = [json.loads(line)["cell_key"] for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
+    assert keys == ["early", "late"]
