@@ -18,6 +18,7 @@ official result (or ``--rounds`` is reached). Then it prints:
 
     python bench/soak.py [--cells 80] [--workers 4] [--seed 1] [--kill-rate 0.02] [--keep]
     python bench/soak.py --engine-restarts 0.5 [--cells 40] [--workers 2]
+    python bench/soak.py --engine-restarts 3 --cells 200 --workers 4   # three per round
 
 Figures only: the exit code is 0 when cells lost, duplicates, phantoms and leftovers are 0.
 """
@@ -132,9 +133,11 @@ def run_round(
     kill_rate: float,
     engine: Any = None,
     restart_rate: float = 0.0,
+    pending: int = 10,
 ) -> dict[str, Any]:
     """One pytest run into ``out``; with ``kill_rate`` > 0 it may also be interrupted, and with
-    ``restart_rate`` > 0 the soak's own ``engine`` may be restarted while the round runs."""
+    ``restart_rate`` > 0 the soak's own ``engine`` may be restarted while the round runs
+    (``pending``: cells still without a final result, over which the restarts are spread)."""
     env = {**os.environ, "SOAK_KILL_RATE": str(kill_rate), "PYTHONHASHSEED": str(rng.randrange(1 << 30))}
     argv = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-n", str(workers)]
     argv += ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--tb=no", f"--max-worker-restart={10 * workers}"]
@@ -142,8 +145,13 @@ def run_round(
     events: list[tuple[int, str]] = []  # (ledger lines of this round, what to do then)
     if kill_rate > 0 and rng.random() < 0.4:  # interrupt this round once some attempts of it are recorded
         events.append((before + rng.randint(1, 20), rng.choice(("sigint", "sigint2"))))
-    if engine is not None and kill_rate > 0 and rng.random() < restart_rate:
-        events.append((before + rng.randint(0, 10), rng.choice(("engine-restart", "engine-kill"))))
+    if engine is not None and kill_rate > 0:
+        # RATE below 1: the chance of one engine fault this round; N.f: N faults, plus one more
+        # with chance f, spread over the attempts this round is expected to record
+        faults = int(restart_rate) + (rng.random() < restart_rate % 1)
+        spread = max(10, pending)
+        for _ in range(faults):
+            events.append((before + rng.randint(0, spread), rng.choice(("engine-restart", "engine-kill"))))
     events.sort()
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     done = {"sigints": 0, "engine_restarts": 0, "engine_kills": 0}
@@ -230,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="RATE",
-        help="run on a Docker engine of the soak's own and restart it in this share of the rounds",
+        help="run on a Docker engine of the soak's own and restart it in this share of the rounds "
+        "(2.5: two restarts per round, and a third in half of them)",
     )
     args = parser.parse_args(argv)
     if args.engine_restarts:
@@ -270,7 +279,8 @@ def soak(args: argparse.Namespace, engine: Any) -> int:
         for rounds in range(1, args.rounds + 1):
             last = rounds == args.rounds
             rate = 0.0 if last else args.kill_rate
-            result = run_round(root, spec, out, args.workers, rng, rate, engine, args.engine_restarts)
+            pending = cells - len({r["cell_key"] for r in ledger(out) if r["status"] in FINAL})
+            result = run_round(root, spec, out, args.workers, rng, rate, engine, args.engine_restarts, pending)
             sigints += result["sigints"]
             restarts += result["engine_restarts"]
             kills += result["engine_kills"]
