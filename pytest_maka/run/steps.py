@@ -1,9 +1,11 @@
 """Multi-step tasks (Harbor ``steps/``): one cell, one environment, the lifecycle loop per step.
 
 For each step in order: the previous step's hidden tests and logs are removed, the step's
-``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck run, then the usual
-run subject → stop → freeze → restore → verify with the step's instruction, tests and
-timeouts (its artifacts under ``steps/<name>/`` of the attempt). ``core.steps`` decides
+``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck run under the step's
+``setup`` network plan, then the usual run subject → stop → freeze → restore → verify with
+the step's instruction, tests, timeouts and networks (its own NetworkPlan; its artifacts
+under ``steps/<name>/`` of the attempt). A step with a separate verifier is verified in a
+fresh environment (``run/separate.py``) while the subject's keeps running for the next. ``core.steps`` decides
 when the remaining steps stop and what the cell's verdict is; this module only runs them.
 """
 
