@@ -34,7 +34,9 @@ def write_steps_task(
     extra_toml: str = "",
 ) -> Path:
     """A multi-step task; each step dict: name, and optionally min_reward, solve, test, setup,
-    workdir {rel: content}, agent_timeout, verifier_timeout, verifier_env, no_solution."""
+    workdir {rel: content}, agent_timeout, verifier_timeout, verifier_env, no_solution,
+    step_toml / agent_toml / verifier_toml (extra lines of [[steps]] / [steps.agent] / [steps.verifier]),
+    tests_files {rel: content}."""
     task = root / name
     (task / "tests").mkdir(parents=True)
     (task / "environment").mkdir()
@@ -49,8 +51,19 @@ def write_steps_task(
         toml += ["[[steps]]", f'name = "{n}"']
         if "min_reward" in step:
             toml.append(f"min_reward = {step['min_reward']}")
-        toml += ["", "[steps.agent]", f"timeout_sec = {step.get('agent_timeout', 30.0)}", ""]
-        toml += ["[steps.verifier]", f"timeout_sec = {step.get('verifier_timeout', 30.0)}"]
+        toml += step.get("step_toml", ())
+        toml += [
+            "",
+            "[steps.agent]",
+            f"timeout_sec = {step.get('agent_timeout', 30.0)}",
+            *step.get("agent_toml", ()),
+            "",
+        ]
+        toml += [
+            "[steps.verifier]",
+            f"timeout_sec = {step.get('verifier_timeout', 30.0)}",
+            *step.get("verifier_toml", ()),
+        ]
         for key, value in (step.get("verifier_env") or {}).items():
             toml += ["[steps.verifier.env]", f'{key} = "{value}"']
         toml.append("")
@@ -58,6 +71,8 @@ def write_steps_task(
         (d / "tests").mkdir(parents=True)
         (d / "instruction.md").write_text(f"Write {n} to /app/{n}.txt.\n")
         (d / "tests" / "test.sh").write_text(step.get("test", STEP_TEST.format(name=n)))
+        for rel, content in (step.get("tests_files") or {}).items():
+            (d / "tests" / rel).write_text(content)
         if not step.get("no_solution"):
             (d / "solution").mkdir()
             (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + step.get("solve", f"echo {n} > /app/{n}.txt\n"))

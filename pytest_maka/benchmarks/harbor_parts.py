@@ -190,6 +190,8 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
                 verifier_environment=verifier_env,
                 agent_network=network(agent.network_mode, agent.allow_internet),  # type: ignore[arg-type]
                 verifier_network=network(verifier.network_mode, None),  # type: ignore[arg-type]
+                agent_allowed_hosts=tuple(agent.allowed_hosts or ()) if agent.network_mode else (),
+                verifier_allowed_hosts=tuple(verifier.allowed_hosts or ()) if verifier.network_mode else (),
             )
         )
     return tuple(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .task import Step, Task
 from .taxonomy import OFFICIAL, Status
@@ -107,11 +108,14 @@ def cell_verdict(outcomes: Sequence[StepOutcome], total: int, strategy: str = "m
 
 
 def step_task(task: Task, step: Step) -> Task:
-    """The task as one step sees it: that step's instruction, tests, solution and timeouts.
+    """The task as one step sees it: that step's instruction, tests, solution, timeouts,
+    networks and verifier environment.
 
     The step's solution stands in for the task's own (Harbor's oracle falls back to the
     task's ``solution/``); the view has no steps of its own, so subjects and verifiers see
-    a single-step task.
+    a single-step task. A step's declared ``network_mode`` (with its ``allowed_hosts``)
+    replaces the task's for that phase, as Harbor's per-step explicit phase policy does;
+    an undeclared one keeps the task's.
     """
     return replace(
         task,
@@ -124,8 +128,25 @@ def step_task(task: Task, step: Step) -> Task:
         agent_user=step.agent_user,
         verifier_user=step.verifier_user,
         artifacts=(*task.artifacts, *step.artifacts),
+        verifier_environment=step.verifier_environment,
         steps=(),
+        **_step_networks(task, step),
     )
+
+
+def _step_networks(task: Task, step: Step) -> dict[str, Any]:
+    """The Task fields a step's declared networks replace (none when it declares none)."""
+    out: dict[str, Any] = {}
+    options = dict(task.grading_options)
+    if step.agent_network is not None:
+        out.update(network=step.agent_network, agent_allowed_hosts=step.agent_allowed_hosts)
+        options["allowed_hosts"] = list(step.agent_allowed_hosts)
+    if step.verifier_network is not None:
+        out.update(verifier_network=step.verifier_network, verifier_allowed_hosts=step.verifier_allowed_hosts)
+        options["network"] = step.verifier_network
+    if out:
+        out["grading_options"] = options
+    return out
 
 
 def step_views(task: Task) -> tuple[Task, ...]:

@@ -141,5 +141,9 @@ class Step:
     min_reward: float | dict[str, float] | None = None
     artifacts: tuple[Artifact, ...] = ()
     verifier_environment: VerifierEnvironment | None = None
+    #: ``[steps.agent]`` / ``[steps.verifier]`` network_mode and allowed_hosts: None (not
+    #: declared) keeps the task's; declared, they replace the task's for this step (Harbor).
     agent_network: Network | None = None
     verifier_network: Network | None = None
+    agent_allowed_hosts: tuple[str, ...] = ()
+    verifier_allowed_hosts: tuple[str, ...] = ()

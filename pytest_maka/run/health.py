@@ -25,12 +25,14 @@ def wait_healthy(
     cwd: str | None = None,
     out_dir: Path,
     deadline: float | None = None,
+    network: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str | None:
     """None once a probe succeeds; else one line naming the command and how it failed.
 
     ``deadline`` (a ``time.time()`` value) ends the polling early: the cell's deadline.
+    ``network``: the probes get the setup phase's network (the caller runs them under it).
     Each probe's output goes to ``out_dir/healthcheck.{stdout,stderr}.txt`` (the last kept).
     """
     started = clock()
@@ -46,6 +48,7 @@ def wait_healthy(
             stdout_path=out_dir / "healthcheck.stdout.txt",
             stderr_path=out_dir / "healthcheck.stderr.txt",
             cwd=cwd,
+            network=network,
         )
         if result.exit_code == 0 and not result.timed_out:
             return None

@@ -42,11 +42,12 @@ def wait_healthy(
     log_dir: Path,
     name: str = "environment",
     deadline: float | None = None,
+    network: bool = False,
 ) -> None:
     """Poll ``check`` until it passes, as Docker does (``run.health``); unhealthy: InfraError
     naming the command, with the last probe's output."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    failed = poll_health(sandbox, check, env=env, out_dir=log_dir, deadline=deadline)
+    failed = poll_health(sandbox, check, env=env, out_dir=log_dir, deadline=deadline, network=network)
     if failed:
         tail = _tail(log_dir / "healthcheck.stderr.txt") or _tail(log_dir / "healthcheck.stdout.txt")
         raise InfraError(f"{name}: {failed}" + (f": {tail}" if tail else ""))

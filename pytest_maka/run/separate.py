@@ -27,7 +27,7 @@ from ..executors.separate import ArtifactReport, VerifierEnvironments
 from .restore import base_env, fresh_verifier_dirs, guarded, image_env_of
 
 if TYPE_CHECKING:
-    from .attempt import AttemptWork
+    from .work import AttemptWork
 
 MECHANISM = (
     "separate verifier environment: the subject's environment was stopped and only the declared "

@@ -1,9 +1,11 @@
 """Multi-step tasks (Harbor ``steps/``): one cell, one environment, the lifecycle loop per step.
 
 For each step in order: the previous step's hidden tests and logs are removed, the step's
-``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck run, then the usual
-run subject → stop → freeze → restore → verify with the step's instruction, tests and
-timeouts (its artifacts under ``steps/<name>/`` of the attempt). ``core.steps`` decides
+``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck run under the step's
+``setup`` network plan, then the usual run subject → stop → freeze → restore → verify with
+the step's instruction, tests, timeouts and networks (its own NetworkPlan; its artifacts
+under ``steps/<name>/`` of the attempt). A step with a separate verifier is verified in a
+fresh environment (``run/separate.py``) while the subject's keeps running for the next. ``core.steps`` decides
 when the remaining steps stop and what the cell's verdict is; this module only runs them.
 """
 
@@ -20,12 +22,15 @@ from ..core.steps import CellVerdict, StepOutcome, cell_verdict, step_task, stop
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Step
 from ..core.taxonomy import OFFICIAL, SubjectOutcome, VerifierOutcome, classify
 from ..core.usage import tokens
-from ..executors.base import Sandbox
+from ..egress.phase import network_phase
+from ..egress.plan import PHASES
+from ..executors.base import LeaseRequest, Sandbox
 from ..verifiers.base import Verdict
-from . import attempt as phases
-from .attempt import INSTRUCTION_FILE, AttemptWork
+from . import phases
 from .health import wait_healthy
 from .restore import base_env, guarded, restore_for_verification
+from .separate import verify_in_separate_environment
+from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan
 
 Deadline = tuple[float, str] | None
 #: The steps that ran, each with its facts and its outcome.
@@ -34,7 +39,7 @@ Done = list[tuple[AttemptWork, StepOutcome]]
 SUMMED_USAGE = ("input_tokens", "output_tokens", "cache_tokens", "cost_usd")
 
 
-def run_steps(work: AttemptWork, sandbox: Sandbox, scratch: Path, deadline: Deadline) -> None:
+def run_steps(work: AttemptWork, sandbox: Sandbox, request: LeaseRequest, deadline: Deadline) -> None:
     """Run every step of ``work``'s task in ``sandbox`` (already leased), then fold them into ``work``."""
     task = work.cell.task
     done: Done = []
@@ -42,7 +47,7 @@ def run_steps(work: AttemptWork, sandbox: Sandbox, scratch: Path, deadline: Dead
     for index, step in enumerate(task.steps):
         step_work = _step_work(work, step)
         try:
-            _run_step(step_work, sandbox, step, index, scratch, deadline)
+            _run_step(step_work, sandbox, step, index, request, deadline, last=index == len(task.steps) - 1)
         except BaseException as e:  # the steps so far stay in the record; the lifecycle classifies the rest
             if isinstance(e, KeyboardInterrupt):
                 step_work.aborted = True
@@ -77,11 +82,12 @@ def _spent(work: AttemptWork, done: Done) -> str | None:
 
 
 def _step_work(work: AttemptWork, step: Step) -> AttemptWork:
-    """A fresh AttemptWork for one step: the step's view of the task, its own artifact dir."""
+    """A fresh AttemptWork for one step: the step's view of the task (its networks decide
+    the step's NetworkPlan), its own artifact dir; the attempt's egress log is shared."""
     cell = replace(work.cell, task=step_task(work.cell.task, step))
     step_dir = work.attempt_dir / "steps" / step.name
     step_dir.mkdir(parents=True)
-    return AttemptWork(
+    step_work = AttemptWork(
         cell=cell,
         subject=work.subject,
         verifier=work.verifier,
@@ -89,14 +95,24 @@ def _step_work(work: AttemptWork, step: Step) -> AttemptWork:
         settings=work.settings,
         attempt_dir=step_dir,
         isolation=work.isolation,
-        plan=work.plan,
         egress=work.egress,
     )
+    step_work.plan = attempt_plan(step_work)
+    return step_work
 
 
-def _run_step(work: AttemptWork, sandbox: Sandbox, step: Step, index: int, scratch: Path, deadline: Deadline) -> None:
+def _run_step(
+    work: AttemptWork,
+    sandbox: Sandbox,
+    step: Step,
+    index: int,
+    request: LeaseRequest,
+    deadline: Deadline,
+    *,
+    last: bool,
+) -> None:
     """Prepare the step, then run subject → freeze → restore → verify, filling ``work``."""
-    task, d = work.cell.task, work.attempt_dir
+    task, d, scratch = work.cell.task, work.attempt_dir, request.scratch_dir
     (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
     with work.timed("setup"):
         if index > 0:
@@ -115,26 +131,53 @@ def _run_step(work: AttemptWork, sandbox: Sandbox, step: Step, index: int, scrat
             work.subject_outcome = SubjectOutcome(exit_code=None)
             work.agent_info = {"not_started": problem}
         return
-    agent_timeout, limit_name = phases._agent_timeout(task, work.settings.budgets, deadline)
+    agent_timeout, limit_name = phases.agent_limit(task, work.settings.budgets, deadline)
     work.budget_info = {"agent_timeout_sec": agent_timeout}
     if agent_timeout is not None and agent_timeout <= 0:
         work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
         return
-    if not phases._run_subject(work, sandbox, agent_timeout, limit_name):
+    if not phases.run_subject(work, sandbox, agent_timeout, limit_name):
         return
     with work.timed("freeze"):
-        phases._freeze(work, sandbox, scratch)
+        phases.freeze(work, sandbox, scratch)
     if deadline is not None and deadline[0] <= time.time():
         work.budget_exceeded = work.budget_exceeded or deadline[1]
+        return
+    if task.verifier_environment is not None:  # this step verifies in a fresh environment (run/separate.py)
+        _verify_separately(work, sandbox, request, deadline, last=last)
         return
     try:
         with work.timed("restore"):
             tests = work.verifier.tests_payload(task, scratch)
             work.verifier_info["tamper"] = guarded("restore", lambda: restore_for_verification(sandbox, tests, scratch))
     except SubjectFault as fault:
-        phases._refuse(work, fault)
+        phases.refuse(work, fault)
         return
-    phases._verify(work, sandbox, work.verifier, scratch, deadline)
+    phases.verify(work, sandbox, work.verifier, scratch, deadline)
+
+
+def _verify_separately(
+    work: AttemptWork, sandbox: Sandbox, request: LeaseRequest, deadline: Deadline, *, last: bool
+) -> None:
+    """Verify this step in a fresh environment with the artifacts carried out of the subject's.
+
+    As Harbor 0.25: the subject's environment keeps running (the next step runs in it) and
+    its artifacts are copied out of it live; only after the last step is it stopped first.
+    """
+    task = work.cell.task
+    assert task.verifier_environment is not None
+    verify_in_separate_environment(
+        work,
+        sandbox,
+        replace(request, cell=work.cell, attempt_dir=work.attempt_dir),  # the step's view, its own build log
+        task.verifier_environment,
+        lambda: work.verifier.tests_payload(task, request.scratch_dir),
+        deadline,
+        verify=phases.verify,
+        refuse=phases.refuse,
+        collect=task.verifier_collect,
+        stop=last,
+    )
 
 
 def _clear_previous_step(sandbox: Sandbox, scratch: Path) -> None:
@@ -158,11 +201,18 @@ def _lay_over(sandbox: Sandbox, source: Path, workdir: str) -> None:
 
 
 def _prepare(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline) -> str | None:
-    """The step's ``setup.sh`` (from the workdir, as Harbor runs it), then its healthcheck."""
+    """The step's ``setup.sh`` (from the workdir, as Harbor runs it), then its healthcheck,
+    both under the step's ``setup`` phase network plan."""
+    assert work.egress is not None
+    with network_phase(sandbox, "setup", work.plan, work.egress) as setup:
+        return _set_up(work, sandbox, step, deadline, setup.network)
+
+
+def _set_up(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline, network: bool) -> str | None:
     task, d = work.cell.task, work.attempt_dir
     env = base_env(task)
     if step.setup_script is not None:
-        timeout, _ = phases._within_deadline(task.agent_timeout_sec, deadline)
+        timeout, _ = phases.within_deadline(task.agent_timeout_sec, deadline)
         result = sandbox.exec(
             f"bash {task.workdir}/setup.sh",
             env=env,
@@ -170,6 +220,7 @@ def _prepare(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline
             stdout_path=d / "setup.stdout.txt",
             stderr_path=d / "setup.stderr.txt",
             cwd=task.workdir,
+            network=network,
         )
         work.agent_info["setup"] = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 4)}
         if result.timed_out:
@@ -177,8 +228,9 @@ def _prepare(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline
         if result.exit_code != 0:
             return f"step {step.name!r}: setup.sh exited with code {result.exit_code}"
     if step.healthcheck is not None:
+        until = deadline[0] if deadline else None
         failed = wait_healthy(
-            sandbox, step.healthcheck, env=env, cwd=task.workdir, out_dir=d, deadline=deadline[0] if deadline else None
+            sandbox, step.healthcheck, env=env, cwd=task.workdir, out_dir=d, deadline=until, network=network
         )
         if failed:
             return f"step {step.name!r}: {failed}"
@@ -292,7 +344,11 @@ def _entries(work: AttemptWork, done: Done, stopped: str | None) -> list[dict[st
                     "duration_s": agent.get("duration_s"),
                     "usage": dict(step_work.usage),
                 },
-                "verifier": {k: verifier.get(k) for k in ("exit_code", "timed_out", "duration_s", "error")},
+                "verifier": {
+                    **{k: verifier.get(k) for k in ("exit_code", "timed_out", "duration_s", "error")},
+                    "environment": (verifier.get("environment") or {}).get("mode", "shared"),
+                },
+                "network": {phase: step_work.plan.phase(phase).record() for phase in PHASES},
                 "error": step_work.error_for(outcome.status, facts),
                 "artifacts": {**step_work.artifacts(out_dir), **_setup_outputs(step_work)},
             }

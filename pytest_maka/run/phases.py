@@ -1,0 +1,248 @@
+"""The phases of one attempt after its lease: run the subject, freeze, verify (and refuse).
+
+``run/attempt.py`` strings them together for a single-step task, ``run/steps.py`` per step,
+``run/separate.py`` runs ``verify`` on a fresh verifier sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import SubjectFault
+from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
+from ..core.taxonomy import SubjectOutcome, VerifierOutcome
+from ..core.trajectory import claimed_success, telemetry
+from ..core.usage import tokens
+from ..egress.phase import network_phase
+from ..executors.base import Sandbox
+from ..executors.copyout import CopyReport
+from ..executors.hostfs import remove_path
+from ..subjects.base import RunContext, SubjectResult, as_subject_result
+from ..verifiers.base import Verdict, Verifier, VerifyContext
+from .freeze import usage_problems, workspace_diff
+from .phase import phase_user
+from .restore import VERIFIER_HOME, base_env, image_env_of, layer_env, printable, salvage, verifier_env
+from .separate import KEPT_VERIFIER_KEYS
+from .work import INSTRUCTION_FILE, AttemptWork
+
+Deadline = tuple[float, str] | None
+
+
+def scaled_timeout(task_value: float | None, override: float | None, multiplier: float) -> float | None:
+    value = override if override is not None else task_value
+    return None if value is None else value * multiplier
+
+
+def refuse(work: AttemptWork, fault: SubjectFault) -> None:
+    """Not verified: what the subject left rules out a fair verdict (its failure, with the paths)."""
+    work.subject_fault = str(fault)
+    work.verifier_info["tamper"] = {
+        **work.verifier_info.get("tamper", {}),
+        "refused": str(fault),
+        "paths": [printable(p) for p in fault.paths[:50]],
+    }
+
+
+def agent_limit(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
+    """The task's agent timeout, cut short by an experimenter deadline when that comes first."""
+    timeout = scaled_timeout(task.agent_timeout_sec, budgets.agent_timeout_sec, budgets.timeout_multiplier)
+    return within_deadline(timeout, deadline)
+
+
+def within_deadline(timeout: float | None, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
+    """``timeout`` cut to what is left before ``deadline``, with the budget's name when it was cut."""
+    if deadline is None:
+        return timeout, None
+    left = deadline[0] - time.time()
+    if timeout is None or left < timeout:
+        return left, deadline[1]
+    return timeout, None
+
+
+def run_subject(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
+    """Run the subject (as the task's agent user) and take its facts; False when it could not start."""
+    with phase_user(sandbox, work.cell.task.agent_user, "agent", [AGENT_LOGS_DIR, ARTIFACTS_DIR]):
+        return subject_phase(work, sandbox, timeout, limit_name)
+
+
+def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, limit_name: str | None) -> bool:
+    task, d, cell = work.cell.task, work.attempt_dir, work.cell
+    kernel = {
+        **base_env(task, image_env_of(sandbox)),
+        "MAKA_INSTRUCTION": task.instruction,
+        "MAKA_INSTRUCTION_FILE": INSTRUCTION_FILE,
+        "MAKA_TASK_ID": task.id,
+        "MAKA_WORKDIR": task.workdir,
+        "MAKA_LOGS_DIR": AGENT_LOGS_DIR,
+        "MAKA_SUBJECT": cell.subject.name,
+        "MAKA_REPETITION": str(cell.repetition),
+    }
+    env = layer_env(kernel, work.subject.env())
+    ctx = RunContext(
+        env=env,
+        timeout_sec=timeout,
+        stdout_path=d / "agent.stdout.txt",
+        stderr_path=d / "agent.stderr.txt",
+        max_output_bytes=work.settings.budgets.max_output_bytes,
+        network=work.plan.agent.network,
+        max_tokens=work.settings.budgets.max_tokens,
+        max_cost_usd=work.settings.budgets.max_cost_usd,
+        isolated=work.executor.isolated,
+    )
+    assert work.egress is not None
+    started = time.time()
+    with work.timed("agent"), network_phase(sandbox, "agent", work.plan, work.egress):
+        result = as_subject_result(work.subject.run(sandbox, task, ctx))
+    work.agent_info = {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "timeout_sec": timeout,
+        "duration_s": round(result.duration_s, 4),
+        "output_truncated": result.output_truncated,
+        "env_passed": sorted(work.subject.env()),
+    }
+    if result.limits_hit:
+        work.agent_info["limits_hit"] = list(result.limits_hit)
+    if not result.started:
+        work.agent_info["started"] = False
+        work.facts_update(
+            subject_outcome=SubjectOutcome(started=False), infra_error=f"the subject could not start: {result.error}"
+        )
+        return False
+    take_facts(work, result, started)
+    if result.timed_out and limit_name:
+        work.budget_exceeded = limit_name
+    return True
+
+
+def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None:
+    """What the subject reported: usage, stop reason, claim, trajectory, its own error."""
+    work.subject_outcome = SubjectOutcome(
+        exit_code=result.exit_code, timed_out=result.timed_out, stop_reason=result.stop_reason
+    )
+    work.usage, work.claim, work.trajectory = dict(result.usage), result.claim, result.trajectory
+    for key, value in (
+        ("stop_reason", result.stop_reason),
+        ("error", result.error),
+        ("cost_source", result.cost_source),
+    ):
+        if value:
+            work.agent_info[key] = value
+    facts = telemetry(result.trajectory, started)
+    if facts:
+        work.agent_info["telemetry"] = facts
+    if result.policy_denied:
+        work.policy_denied = result.policy_denied
+    if result.budget_exceeded:
+        work.budget_exceeded = result.budget_exceeded
+    if result.aborted:
+        work.aborted = True
+
+
+def freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
+    d = work.attempt_dir
+    cap = work.settings.budgets.max_artifact_bytes
+    logs, workspace = CopyReport(max_bytes=cap), CopyReport(max_bytes=cap)
+    notes: list[str] = []
+    salvage(
+        notes, "copying /logs/agent out", lambda: sandbox.get(AGENT_LOGS_DIR, d / "agent", report=logs), d / "agent"
+    )
+    found = salvage(
+        notes, "diffing the workspace", lambda: diff_workspace(sandbox, scratch / "workspace-after", workspace)
+    )
+    if found is not None:
+        diff, counts = found
+        (d / "workspace.diff").write_text(diff, encoding="utf-8", errors="backslashreplace")
+        work.agent_info["workspace_changes"] = counts
+    work.agent_info["copied_out"] = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
+    if logs.truncated or workspace.truncated:
+        work.agent_info["copy_truncated"] = True
+    if notes:
+        work.agent_info["freeze_notes"] = notes
+    if problems := usage_problems(d / "agent"):
+        work.agent_info["usage_problems"] = problems
+    if work.trajectory is not None:  # the harness's normalised one stands in for anything the agent wrote
+        (d / "agent").mkdir(exist_ok=True)
+        (d / "agent" / "trajectory.json").write_text(json.dumps(work.trajectory, ensure_ascii=False, default=str))
+    budgets = work.settings.budgets
+    used = tokens(work.usage)
+    if budgets.max_tokens is not None and used is not None and used > budgets.max_tokens:
+        work.budget_exceeded = work.budget_exceeded or "max_tokens"
+    cost = work.usage.get("cost_usd")
+    if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:
+        work.budget_exceeded = work.budget_exceeded or "max_cost_usd"
+
+
+def diff_workspace(sandbox: Sandbox, dest: Path, report: CopyReport) -> tuple[str, dict[str, int]]:
+    """The diff of the workspace against its start; a copy made for it is removed at once."""
+    try:
+        return workspace_diff(sandbox.baseline_workspace(), sandbox.workspace_snapshot(dest, report=report))
+    finally:
+        if os.path.lexists(dest):  # only a copy lands at dest; a live workspace is elsewhere
+            remove_path(dest)
+
+
+def verify(
+    work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
+) -> None:
+    task, d, settings = work.cell.task, work.attempt_dir, work.settings
+    budgets = settings.budgets
+    timeout = scaled_timeout(task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier)
+    timeout, cut_by = within_deadline(timeout, deadline)
+    if timeout is not None and timeout <= 0:  # the whole-cell deadline left no time to verify
+        work.budget_exceeded = work.budget_exceeded or cut_by
+        return
+    ctx = VerifyContext(
+        env=verifier_env(
+            task, imports_workdir=getattr(verifier, "imports_workdir", False), image=image_env_of(sandbox)
+        ),
+        timeout_sec=timeout,
+        stdout_path=d / "verifier.stdout.txt",
+        stderr_path=d / "verifier.stderr.txt",
+        network=work.plan.verifier.network,
+        max_output_bytes=budgets.max_output_bytes,
+        attempt_dir=d,
+        scratch_dir=scratch,
+    )
+    assert work.egress is not None
+    user = phase_user(sandbox, task.verifier_user, "verifier", [VERIFIER_LOGS_DIR, VERIFIER_HOME])
+    with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
+        result = verifier.run(sandbox, task, ctx)
+    notes: list[str] = []
+    with work.timed("collect"):
+        salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+        artifacts = d / "artifacts"
+        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+    if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
+        verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
+    else:
+        verdict = verifier.grade(task, result, ctx)
+    work.verdict = verdict
+    if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
+        work.budget_exceeded = work.budget_exceeded or cut_by
+    claimed = claimed_success(work.claim)
+    if claimed is not None and verdict.passed is not None and not result.timed_out:
+        work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
+    work.verifier_outcome = VerifierOutcome(
+        ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
+    )
+    work.verifier_info = {
+        "kind": verifier.name,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "timeout_sec": timeout,
+        "duration_s": round(result.duration_s, 4),
+        "reward": verdict.score,
+        "rewards": verdict.rewards,
+        "reward_source": verdict.source,
+        "error": verdict.error,
+        "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        **({"collect_notes": notes} if notes else {}),
+        **verdict.details,
+        "tamper": work.verifier_info.get("tamper"),
+        **{k: work.verifier_info[k] for k in KEPT_VERIFIER_KEYS if k in work.verifier_info},
+    }

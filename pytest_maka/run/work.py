@@ -1,0 +1,160 @@
+"""One attempt's mutable state (``AttemptWork``): the facts its phases gather for classify() and the record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core import progress
+from ..core.cell import Cell
+from ..core.task import AGENT_LOGS_DIR, Task
+from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..egress.log import LOG_NAME, EgressLog
+from ..egress.plan import NetworkPlan, build_plan
+from ..executors.base import Executor
+from ..subjects.base import Subject
+from ..verifiers.base import Verdict, Verifier
+
+if TYPE_CHECKING:
+    from .lifecycle import RunSettings
+
+INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
+
+
+def attempt_plan(work: AttemptWork) -> NetworkPlan:
+    """The attempt's NetworkPlan: task, policy, the subject's declared needs and its own hook."""
+    extra, setup = getattr(work.subject, "egress", None), getattr(work.subject, "setup_egress", None)
+    needs = (*work.cell.subject.egress, *(extra() if callable(extra) else ()))
+    return build_plan(work.cell.task, work.settings.policy, needs, tuple(setup()) if callable(setup) else ())
+
+
+def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
+    """The subject's read-only mounts (an installed agent); subjects without the method have none."""
+    mounts = getattr(subject, "mounts", None)
+    return dict(mounts(task)) if callable(mounts) else {}
+
+
+@dataclass
+class AttemptWork:
+    """Mutable state of one attempt: what happened, measured by the harness."""
+
+    cell: Cell
+    subject: Subject
+    verifier: Verifier
+    executor: Executor
+    settings: RunSettings
+    attempt_dir: Path
+    subject_outcome: SubjectOutcome | None = None
+    verifier_outcome: VerifierOutcome | None = None
+    infra_error: str | None = None
+    policy_denied: str | None = None
+    budget_exceeded: str | None = None
+    aborted: bool = False
+    subject_fault: str | None = None
+    verdict: Verdict | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    claim: Any = None
+    trajectory: dict[str, Any] | None = None
+    agent_info: dict[str, Any] = field(default_factory=dict)
+    verifier_info: dict[str, Any] = field(default_factory=dict)
+    isolation: dict[str, Any] = field(default_factory=dict)
+    plan: NetworkPlan = field(default_factory=NetworkPlan)
+    egress: EgressLog | None = None
+    budget_info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    #: False when an infra error says another attempt would fail the same way.
+    retryable: bool = True
+    #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
+    steps: list[dict[str, Any]] | None = None
+
+    def facts_update(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self, key, value)
+
+    def facts(self) -> AttemptFacts:
+        return AttemptFacts(
+            subject=self.subject_outcome,
+            verifier=self.verifier_outcome,
+            infra_error=self.infra_error,
+            policy_denied=self.policy_denied,
+            budget_exceeded=self.budget_exceeded,
+            aborted=self.aborted,
+            subject_fault=self.subject_fault,
+        )
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        progress.phase(phase)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - t0
+
+    def error_for(self, status: Status, facts: AttemptFacts) -> dict[str, str] | None:
+        """A one-line cause for every non-pass, in the reader's terms."""
+        if status is Status.AGENT_SUCCESS:
+            return None
+        score = self.verdict.score if self.verdict else None
+        message = {
+            Status.AGENT_ABORTED: "cancelled by the user or the system",
+            Status.POLICY_DENIED: facts.policy_denied,
+            Status.INFRA_FAILURE: facts.infra_error or "the subject could not be started",
+            Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}" + self._why_not_started(),
+            Status.VERIFIER_FAILURE: self._verifier_problem(),
+            Status.AGENT_INCOMPLETE: self._incomplete_reason(),
+            Status.AGENT_FAILURE: self._rejection(score),
+        }[status]
+        return {"type": status.value, "message": message or status.value}
+
+    def _why_not_started(self) -> str:
+        why = self.agent_info.get("not_started")
+        return f" ({why})" if why else ""
+
+    def _verifier_problem(self) -> str:
+        if self.verifier_outcome is not None and self.verifier_outcome.timed_out:
+            return f"the verifier timed out after {self.verifier_info.get('timeout_sec')} s"
+        if self.verdict is not None and self.verdict.error:
+            return self.verdict.error
+        return "the verifier gave no verdict"
+
+    def _rejection(self, score: float | None) -> str:
+        if self.subject_fault:
+            return f"not verified: {self.subject_fault}"
+        reason = self.verdict.details.get("reason") if self.verdict else None
+        if reason:
+            return f"the verifier rejected the result: {reason}"
+        return f"the verifier rejected the result (reward {score})"
+
+    def _incomplete_reason(self) -> str:
+        if self.subject_outcome is not None and self.subject_outcome.timed_out:
+            return f"the subject timed out after {self.agent_info.get('timeout_sec')} s"
+        if self.subject_outcome is not None and self.subject_outcome.exit_code == 0:
+            return f"the subject stopped early: {self.subject_outcome.stop_reason}"
+        code = self.subject_outcome.exit_code if self.subject_outcome else None
+        hit = self.agent_info.get("limits_hit")
+        return f"the subject exited with code {code}" + (f" (hit its {' and '.join(hit)} limit)" if hit else "")
+
+    def artifacts(self, out_dir: Path) -> dict[str, str]:
+        """Paths (relative to the output directory) of what this attempt left."""
+        d = self.attempt_dir
+        wanted = {
+            "instruction": d / "instruction.md",
+            "agent_log": d / "agent.stdout.txt",
+            "agent_stderr": d / "agent.stderr.txt",
+            "agent_logs": d / "agent",
+            "trajectory": d / "agent" / "trajectory.json",
+            "diff": d / "workspace.diff",
+            "verifier_output": d / "verifier.stdout.txt",
+            "verifier_stderr": d / "verifier.stderr.txt",
+            "verifier_logs": d / "verifier",
+            "harness_error": d / "harness-error.txt",
+            "egress_log": d / LOG_NAME,
+        }
+        out = {"dir": d.relative_to(out_dir).as_posix()}
+        out.update({k: p.relative_to(out_dir).as_posix() for k, p in wanted.items() if p.exists()})
+        return out
