@@ -1,6 +1,6 @@
 """A tiny MCP server over stdio (newline-delimited JSON-RPC), for tests: it leaves marker files.
 
-    python3 mcp_marker_server.py DIR    # writes DIR/mcp-started at start, DIR/mcp-called when its tool runs
+python3 mcp_marker_server.py DIR    # writes DIR/mcp-started at start, DIR/mcp-called when its tool runs
 """
 
 import json
