@@ -147,6 +147,8 @@ class AcpSubject(SubjectBase):
         finally:
             session.client.close()
             proc.kill(1.0)
+            if task.mcp_servers and not handoff.mcp_servers:
+                handoff.refuse_all(task.mcp_servers, "the ACP session never started")
             note(ctx.stdout_path, handoff)
         code = proc.wait(5)
         ctx.stdout_path.write_text(session.log(), encoding="utf-8")
