@@ -21,6 +21,7 @@ ADAPTER_PLUGINS = {
     "maka-terminal-bench": "pytest_maka.benchmarks.plugin_terminal_bench",
     "maka-swe-bench": "pytest_maka.benchmarks.plugin_swebench",
     "maka-test-log-verifiers": "pytest_maka.verifiers.plugin",
+    "maka-subject-handoff": "pytest_maka.subjects.handoff",
 }
 
 

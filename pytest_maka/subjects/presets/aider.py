@@ -71,4 +71,5 @@ PRESET = Preset(
     env=_env,
     files=_files,
     parse=_parse,
+    no_mcp="aider has no MCP client and no tools",
 )

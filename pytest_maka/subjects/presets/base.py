@@ -27,6 +27,8 @@ from ...core.task import AGENT_LOGS_DIR, Task
 from ...core.usage import with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
+from ..handoff import Handoff, hand_skills, note, resolve_headers
+from .mcp import McpFormat, McpPlan, merge_json, plan
 from .prices import price_table
 
 #: The agent's $HOME: under the logs, so its transcript is frozen with them.
@@ -111,6 +113,11 @@ class Preset:
     #: Files written under the agent's $HOME before it runs: relative path -> content.
     files: Callable[[Invocation], dict[str, str]] = lambda inv: {}
     stdin_null: bool = True
+    #: How it takes a task's MCP servers (presets/mcp.py), or None with ``no_mcp`` saying why.
+    mcp: McpFormat | None = None
+    no_mcp: str = "this agent CLI has no MCP client"
+    #: Where it looks for skills, relative to its $HOME (the task's skills_dir is copied into each).
+    skills: tuple[str, ...] = ()
 
     def install_spec(self, version: str | None, runtime: str | None = None) -> InstallSpec:
         default_runtime = NODE_VERSION if self.registry == "npm" else "python:3.11-slim"
@@ -170,28 +177,58 @@ class PresetSubject(SubjectBase):
     def secrets(self) -> list[str]:
         return [v for v in self._passed.values() if len(v) >= 4]
 
-    def invocation(self, workdir: str) -> Invocation:
+    def invocation(self, workdir: str, extra: tuple[str, ...] = ()) -> Invocation:
         return Invocation(
             model=self.opts.model or self.preset.model,
             base_url=self.opts.base_url.rstrip("/") if self.opts.base_url else None,
             key_env=self.preset.key_env,
-            args=tuple(self.opts.args),
+            args=(*extra, *self.opts.args),
             workdir=workdir,
         )
 
-    def command(self, task: Task) -> str:
-        inv = self.invocation(task.workdir)
+    def command(self, task: Task, extra: tuple[str, ...] = ()) -> str:
+        inv = self.invocation(task.workdir, extra)
         words = [shlex.quote(w) if w != "{prompt}" else PROMPT for w in self.preset.argv(inv)]
         stdin = " < /dev/null" if self.preset.stdin_null else ""
         binary = self.preset.binary
         check = f'command -v {binary} >/dev/null 2>&1 || {{ echo "maka: {binary}: not found" >&2; exit 127; }}; '
         return check + f"exec {binary} {' '.join(words)}{stdin}"
 
+    def mcp_plan(self, task: Task, handoff: Handoff) -> McpPlan:
+        """The config that hands the task's MCP servers to this agent; each one noted in ``handoff``."""
+        fmt = self.preset.mcp
+        if fmt is None:
+            handoff.refuse_all(task.mcp_servers, f"{self.preset.kind}: {self.preset.no_mcp}")
+            return McpPlan()
+        accepted = []
+        given = {**self.opts.set_env, **self._passed}
+        for server in task.mcp_servers:
+            headers, missing = resolve_headers(server, given)
+            if server.transport not in fmt.transports:
+                handoff.mcp(server, False, f"{self.preset.kind} takes no {server.transport} MCP servers")
+            elif missing:
+                handoff.mcp(server, False, missing)
+            else:
+                handoff.mcp(server, True)
+                accepted.append((server, headers))
+        return plan(fmt, accepted, HOME_DIR)
+
     def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
-        inv = self.invocation(task.workdir)
-        for rel, content in self.preset.files(inv).items():
-            sandbox.write_file(f"{HOME_DIR}/{rel}", content.encode())
-        result = self._exec(sandbox, self.command(task), task, ctx)
+        handoff = Handoff()
+        mcp = self.mcp_plan(task, handoff) if task.mcp_servers else McpPlan()
+        inv = self.invocation(task.workdir, tuple(mcp.args))
+        files: dict[str, str] = dict(self.preset.files(inv))
+        for rel, content in mcp.files.items():
+            files[rel] = merge_json(files.get(rel), content) if isinstance(content, dict) else content
+        for rel, text in files.items():
+            sandbox.write_file(f"{HOME_DIR}/{rel}", text.encode())
+        if task.skills_dir:
+            where = [f"{HOME_DIR}/{rel}" for rel in self.preset.skills]
+            handoff.skills = hand_skills(sandbox, ctx, task.skills_dir, where, task.workdir)
+            if not where:
+                handoff.skills["reason"] = f"{self.preset.kind} reads no skills directory"
+        note(ctx.stdout_path, handoff)
+        result = self._exec(sandbox, self.command(task, tuple(mcp.args)), task, ctx)
         stderr = _head(ctx.stderr_path, 8192)
         if result.exit_code == 127 and f"maka: {self.preset.binary}: not found" in stderr:
             return SubjectResult.not_started(

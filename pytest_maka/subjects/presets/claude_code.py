@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 
 
@@ -121,4 +122,6 @@ PRESET = Preset(
     argv=_argv,
     env=_env,
     parse=_parse,
+    mcp=mcp.CLAUDE,
+    skills=(".claude/skills",),
 )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 
 PROVIDER = "maka"
@@ -73,4 +74,6 @@ PRESET = Preset(
     egress=("api.openai.com",),
     argv=_argv,
     parse=_parse,
+    mcp=mcp.CODEX,
+    skills=(".agents/skills",),
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 
 
@@ -74,4 +75,6 @@ PRESET = Preset(
     env=_env,
     files=_files,
     parse=_parse,
+    mcp=mcp.GEMINI,
+    skills=(".gemini/skills",),
 )

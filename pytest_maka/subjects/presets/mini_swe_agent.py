@@ -90,4 +90,5 @@ PRESET = Preset(
     argv=_argv,
     env=_env,
     parse=_parse,
+    no_mcp="mini-swe-agent has one bash tool and no MCP client",
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 
 
@@ -77,4 +78,6 @@ PRESET = Preset(
     argv=_argv,
     env=_env,
     parse=_parse,
+    mcp=mcp.OPENCODE,
+    skills=(".config/opencode/skills",),
 )

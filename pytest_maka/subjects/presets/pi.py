@@ -82,4 +82,6 @@ PRESET = Preset(
     env=lambda inv: {"PI_OFFLINE": "1"},
     files=_files,
     parse=_parse,
+    no_mcp='pi has no MCP client by design (its README: "No MCP.")',
+    skills=(".pi/agent/skills",),
 )

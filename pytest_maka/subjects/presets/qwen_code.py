@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from . import mcp
 from .base import Invocation, Parsed, Preset, first_json
 from .claude_code import message_events
 
@@ -42,4 +43,6 @@ PRESET = Preset(
     env=_env,
     files=_files,
     parse=_parse,
+    mcp=mcp.QWEN,
+    skills=(".qwen/skills",),
 )

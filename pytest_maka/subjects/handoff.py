@@ -1,0 +1,150 @@
+"""What a subject is handed from the task beside the instruction (MCP servers, skills), and the record of it.
+
+Every declared MCP server and the skills directory get one entry on the attempt's record,
+``agent.mcp_servers: [{name, transport, handed, reason?}]`` and ``agent.skills: {dir, handed,
+to?, names?, reason?}``: a subject that cannot take one says why, never silently. Header
+values are never recorded (only their names); a ``${VAR}`` in a header is filled from the
+variables the subject was given by name, so the value is one of its secrets and is scrubbed
+from every artifact.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.cell import Cell
+from ..core.task_parts import McpServer
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SKILLS_TIMEOUT_SEC = 60.0
+
+
+@dataclass
+class Handoff:
+    """One subject run's hand-off facts (merged into ``record["agent"]``)."""
+
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)
+    skills: dict[str, Any] | None = None
+
+    def mcp(self, server: McpServer, handed: bool, reason: str | None = None) -> None:
+        entry: dict[str, Any] = {"name": server.name, "transport": server.transport, "handed": handed}
+        if server.headers:
+            entry["headers"] = sorted(server.headers)
+        if reason:
+            entry["reason"] = reason
+        self.mcp_servers.append(entry)
+
+    def refuse_all(self, servers: tuple[McpServer, ...], reason: str) -> None:
+        for server in servers:
+            self.mcp(server, False, reason)
+
+    def as_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.mcp_servers:
+            out["mcp_servers"] = self.mcp_servers
+        if self.skills is not None:
+            out["skills"] = self.skills
+        return out
+
+
+def resolve_headers(server: McpServer, env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The headers with every ``${VAR}`` filled from ``env``; or a reason naming a variable not given."""
+    out = {}
+    for name, value in server.headers.items():
+        for var in _VAR.findall(value):
+            if var not in env:
+                return {}, f"header {name} needs ${{{var}}}: list {var} under the subject's env:"
+        out[name] = _VAR.sub(lambda m: env[m[1]], value)
+    return out, None
+
+
+def skills_command(source: str, destinations: list[str]) -> str:
+    """Copy the contents of ``source`` (a directory in the environment) into each destination; list its entries."""
+    src = shlex.quote(source)
+    copies = " && ".join(f"mkdir -p {shlex.quote(d)} && cp -R {src}/. {shlex.quote(d)}/" for d in destinations)
+    missing = shlex.quote(f"maka: no directory {source} in the environment")
+    return f"[ -d {src} ] || {{ echo {missing} >&2; exit 3; }}; {copies} && ls -1A {src}"
+
+
+def hand_skills(sandbox: Any, ctx: Any, source: str, destinations: list[str], cwd: str) -> dict[str, Any]:
+    """Run the copy inside the sandbox (as the agent phase's user, before the agent) and say what happened."""
+    if not destinations:
+        return {"dir": source, "handed": False, "reason": "this subject reads no skills directory"}
+    out, err = ctx.stdout_path.with_name("skills.stdout.txt"), ctx.stdout_path.with_name("skills.stderr.txt")
+    result = ctx.run(
+        sandbox,
+        skills_command(source, destinations),
+        cwd=cwd,
+        timeout_sec=SKILLS_TIMEOUT_SEC,
+        stdout_path=out,
+        stderr_path=err,
+        network=False,
+    )
+    if result.exit_code != 0:
+        why = _tail(err) or f"the copy exited {result.exit_code}" + (" (timed out)" if result.timed_out else "")
+        return {"dir": source, "handed": False, "reason": why}
+    names = [n for n in _tail(out, 65536).splitlines() if n]
+    return {"dir": source, "handed": True, "to": destinations, "names": names[:100]}
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()[-limit:]
+    except OSError:
+        return ""
+
+
+# -- from the subject run to the attempt's record -----------------------------------------------
+
+_NOTES: dict[tuple[str, str], Handoff] = {}
+_LOCK = threading.Lock()
+
+
+def _key(stdout_path: Path) -> tuple[str, str] | None:
+    """(cell key, attempt-N) from the attempt's layout ``cells/<cell-key>/attempt-<n>/...``."""
+    parts = stdout_path.parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "cells" and parts[i + 1].startswith("attempt-"):
+            return parts[i], parts[i + 1]
+    return None
+
+
+def note(stdout_path: Path, handoff: Handoff) -> None:
+    """Keep ``handoff`` for the attempt whose agent output goes to ``stdout_path`` (steps add up)."""
+    key = _key(stdout_path)
+    if key is None or not handoff.as_record():
+        return
+    with _LOCK:
+        kept = _NOTES.setdefault(key, Handoff())
+        seen = {(m["name"], m["handed"]) for m in kept.mcp_servers}
+        kept.mcp_servers += [m for m in handoff.mcp_servers if (m["name"], m["handed"]) not in seen]
+        kept.skills = handoff.skills or kept.skills
+
+
+def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
+    """Put what the subject was handed on the attempt's record (``agent.mcp_servers``, ``agent.skills``)."""
+    with _LOCK:
+        kept = _NOTES.pop((cell.key, f"attempt-{record.get('attempt', 1)}"), None)
+    declared = bool(cell.task.mcp_servers or cell.task.skills_dir)
+    if kept is None and not declared:
+        return
+    agent = record.setdefault("agent", {})
+    if kept is not None:
+        agent.update(kept.as_record())
+    why = (
+        "the subject did not run"
+        if "exit_code" not in agent
+        else f"subject kind {cell.subject.kind!r} takes no MCP servers or skills"
+    )
+    if cell.task.mcp_servers and "mcp_servers" not in agent:
+        agent["mcp_servers"] = [
+            {"name": m.name, "transport": m.transport, "handed": False, "reason": why} for m in cell.task.mcp_servers
+        ]
+    if cell.task.skills_dir and "skills" not in agent:
+        agent["skills"] = {"dir": cell.task.skills_dir, "handed": False, "reason": why}
