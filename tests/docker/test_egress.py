@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from pytest_maka.executors.docker.engines import Engine
 from pytest_maka.testing.servers import EGRESS_TOKEN
 
 from ..conftest import Cohort
+from .helpers import start_run, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -116,17 +115,9 @@ def test_ctrl_c_removes_egress_networks_and_proxies(
         executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [f"allowed.test:{port}"]},
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *cohort.args("-n", "2")],
-        cwd=cohort.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = start_run(cohort, "-n", "2")
     try:
-        deadline = time.monotonic() + 180
-        while len(_egress_leftovers(docker_api, prefix)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: len(_egress_leftovers(docker_api, prefix)) >= 4, 180)
         assert len(_egress_leftovers(docker_api, prefix)) == 4, "two networks and two proxies while running"
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
