@@ -6,9 +6,11 @@ attempt is its own compose project (``maka-<attempt id>``): the sidecars are sta
 healthchecks are Compose's own), on the project's network, made ``internal`` (no route out)
 by an override file; the main container is the executor's usual one (limits, keepers,
 restore), created on that network with the alias ``main``. A sidecar with a ``build`` is
-tagged by the digest of its context, so it is built once per digest. The override labels
-every container and the network like the executor's own, so ``maka docker-cleanup`` finds
-what a killed run left; ``down`` removes the project with the lease.
+tagged by the digest of its context, so it is built once per digest. The main service's own
+keys (``compose_file.main_service``) become the main container's create options
+(``main_options``), its named volumes are made here per project. The override labels every
+container, the network and the volumes like the executor's own, so ``maka docker-cleanup``
+finds what a killed run left; ``down`` removes the project, volumes included, with the lease.
 """
 
 from __future__ import annotations
