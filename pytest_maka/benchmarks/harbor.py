@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import CollectHook, Task, TaskPackage, Tpu, digest_tree
+from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree
+from ..executors.docker import compose_file
 from . import detect, harbor_parts, harbor_toml, ignore
 from .cache import materialize
 from .fields import Text, source_options
@@ -120,7 +121,15 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     agent, verifier, env = spec.agent, spec.verifier, spec.environment
 
     root = _filtered_root(path)
-    steps = harbor_parts.steps(spec, root, toml_path, env.workdir)
+    compose = harbor_parts.compose_file(root / "environment")
+    main = compose_file.main_service(compose, "main") if compose is not None else None
+    workdir = env.workdir
+    if main is not None and main.working_dir and "workdir" not in env.model_fields_set:
+        try:  # the main service's, when the task sets none
+            workdir = check_workdir(main.working_dir)
+        except ValueError as exc:
+            raise TaskError(compose, "services.main.working_dir", str(exc)) from None
+    steps = harbor_parts.steps(spec, root, toml_path, workdir)
     verifier_env = None if steps else harbor_parts.verifier_environment(spec, root, toml_path)  # per step then
     instruction_path = path / "instruction.md"
     if steps:
@@ -154,7 +163,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         instruction=instruction,
         digest=digest_tree(root, extra=FORMAT),
         format=FORMAT,
-        workdir=env.workdir,
+        workdir=workdir,
         agent_timeout_sec=agent.timeout_sec,
         verifier_timeout_sec=verifier.timeout_sec,
         build_timeout_sec=env.build_timeout_sec,
@@ -177,7 +186,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
             "allowed_hosts": list(agent_hosts or []),
             "multi_reward": options.grading(),
         },
-        unsupported=_unsupported(spec),
+        unsupported=_unsupported(spec) or (main.unsupported if main is not None else None),
         schema_version=spec.schema_version or spec.version,
         package=TaskPackage(
             name=package.name,
@@ -201,13 +210,13 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         verifier_network=verifier_network,
         verifier_allowed_hosts=tuple(verifier_hosts or ()),
         agent_allowed_hosts=tuple(agent_hosts or ()),
-        artifacts=harbor_parts.artifacts(spec.artifacts, env.workdir),
+        artifacts=harbor_parts.artifacts(spec.artifacts, workdir),
         verifier_environment=verifier_env,
         verifier_collect=tuple(
             CollectHook(command=c.command, service=c.service, timeout_sec=c.timeout_sec, user=c.user)
             for c in verifier.collect
         ),
-        compose_file=harbor_parts.compose_file(environment_dir),
+        compose_file=compose,
         steps=steps,
         multi_step_reward_strategy=spec.multi_step_reward_strategy or "mean",
         mcp_servers=harbor_parts.mcp_servers(env.mcp_servers),

@@ -15,6 +15,7 @@ from pydantic import Field
 from ..core import inputs
 from ..core.errors import TaskError
 from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree
+from ..executors.docker import compose_file
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
@@ -126,6 +127,8 @@ def _environment(path: Path) -> dict[str, Any]:
         raise TaskError(compose_path, "services.client", "missing: the task's environment is the 'client' service")
     if len(services) > 1:  # sidecars: the executor runs them with Docker Compose (Task.features)
         out["compose_file"] = compose_path
+        check = compose_file.compose_variables("maka-check", "client", Path("/nonexistent/logs"))
+        out["unsupported"] = compose_file.main_service(compose_path, "client", check).unsupported
     client = validate(ClientService, services["client"] or {}, compose_path, prefix="services.client")
     build = Build(context=client.build) if isinstance(client.build, str) else client.build
     if build is not None:

@@ -9,6 +9,7 @@ from ..core import hostpattern
 from ..core.hostpattern import HostPattern
 from ..core.spec import Policy
 from ..core.task import Task
+from ..executors.docker.compose_file import sidecar_names
 
 PHASES = ("setup", "agent", "verifier")
 #: none: no network; services: only the task's own sidecars; allowlist: through the egress
@@ -26,6 +27,8 @@ class PhasePlan:
     declared: str | None = None
     #: Task-declared hosts the policy did not grant (the phase ran without them).
     not_granted: tuple[str, ...] = ()
+    #: The task's sidecar services, reached directly on the attempt's internal network.
+    services: tuple[str, ...] = ()
 
     @property
     def network(self) -> bool:
@@ -36,6 +39,8 @@ class PhasePlan:
         out: dict[str, Any] = {"mode": self.mode, "declared": self.declared}
         if self.mode == "allowlist":
             out["allowed"] = [p.text for p in self.allow]
+        if self.services:
+            out["services"] = list(self.services)
         if self.not_granted:
             out["not_granted"] = list(self.not_granted)
         return out
@@ -132,4 +137,17 @@ def build_plan(
     )
     if bad:
         agent = PhasePlan(agent.mode, agent.allow, agent.declared, agent.not_granted + bad)
+    services = sidecar_names(task.compose_file, task.compose_service)
+    if services:
+        setup, agent = with_services(setup, services), with_services(agent, services)
+        if task.verifier_environment is None:  # a separate verifier's container is not on the project's network
+            verifier = with_services(verifier, services)
     return NetworkPlan(setup=setup, agent=agent, verifier=verifier)
+
+
+def with_services(plan: PhasePlan, services: tuple[str, ...]) -> PhasePlan:
+    """A phase of a task with sidecars: ``none`` becomes ``services`` (the sidecars and nothing
+    else, no proxy); an allowlist reaches the sidecars directly besides its hosts."""
+    if plan.mode == "all":
+        return plan
+    return replace(plan, mode="services" if plan.mode == "none" else plan.mode, services=services)

@@ -212,3 +212,22 @@ def check_cohort_survives_engine_loss(
     lost = [a for a in attempts if a["status"] == "infra_failure"]
     assert lost, "the cut engine had a cell running"
     assert all(second_url in a["error"]["message"] for a in lost), [a["error"] for a in lost]
+
+
+def start_run(cohort: Any, *extra: str) -> subprocess.Popen[bytes]:
+    """The cohort's pytest run in a session of its own (to be signalled as a group)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *cohort.args(*extra)],
+        cwd=cohort.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_until(done: Callable[[], bool], timeout_sec: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """Poll ``done`` until it holds, ``timeout_sec`` passes or ``proc`` exits; returns ``done()``."""
+    deadline = time.monotonic() + timeout_sec
+    while not done() and time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        time.sleep(0.2)
+    return done()

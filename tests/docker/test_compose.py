@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import textwrap
+import uuid
 
 import pytest
 
+from pytest_maka.benchmarks.harbor import load_task
+from pytest_maka.core.errors import TaskError
+from pytest_maka.executors.docker import DockerOptions
+from pytest_maka.executors.docker import labels as L
+from pytest_maka.executors.docker.cleanup import sweep
 from pytest_maka.executors.docker.compose import compose_command
+from pytest_maka.executors.docker.engines import Engine
 
 from ..conftest import Cohort
+from .helpers import start_run, wait_until
 from .test_image_run import harbor_task
 
 pytestmark = [
@@ -141,3 +151,157 @@ def test_a_legacy_terminal_bench_task_with_a_sidecar_runs(cohort: Cohort, docker
     result = cohort.run_subprocess(timeout=900)
     assert cohort.status() == {"count-log-lines[oracle-r0]": "agent_success"}, result.stdout.str()[-3000:]
     assert_project_gone(cohort, docker_api, 1)
+
+
+# --- the main service's own keys ----------------------------------------------------------
+MAIN_KEYS_COMPOSE = """\
+services:
+  main:
+    build:
+      context: .
+    environment:
+      - FROM_COMPOSE=yes
+      - HARBOR_STYLE=list
+    working_dir: /work
+    volumes:
+      - shared:/data
+      - ./seed:/seed
+    extra_hosts:
+      - "alias.test:10.9.8.7"
+    shm_size: "96m"
+    cap_drop: [CHOWN]
+    depends_on: [db]
+  db:
+    image: python:3.11-slim
+    command: ["sh", "-c", "echo from-sidecar > /data/sidecar.txt; exec sleep infinity"]
+    volumes: [shared:/data]
+    healthcheck:
+      test: ["CMD", "test", "-f", "/data/sidecar.txt"]
+      interval: 1s
+      retries: 60
+volumes:
+  shared: {}
+"""
+MAIN_KEYS_SOLVE = "cat /data/sidecar.txt > /work/out.txt\necho planted > /seed/planted.txt\n"
+CAP_CHOWN_BIT = "python3 -c \"print(int(open('/proc/self/status').read().split('CapBnd:')[1].split()[0], 16) & 1)\""
+MAIN_KEYS_TEST = f"""\
+fail() {{ echo "$1" >&2; echo 0 > /logs/verifier/reward.txt; exit 0; }}
+[ "$FROM_COMPOSE" = yes ] || fail "environment: FROM_COMPOSE=$FROM_COMPOSE"
+[ "$(pwd)" = /work ] || fail "working_dir: $(pwd)"
+getent hosts alias.test | grep -q 10.9.8.7 || fail "extra_hosts: $(cat /etc/hosts)"
+[ "$(df -k /dev/shm | awk 'NR==2 {{print $2}}')" = 98304 ] || fail "shm_size: $(df -k /dev/shm)"
+[ "$({CAP_CHOWN_BIT})" = 0 ] || fail "cap_drop: CHOWN still in the bounding set"
+[ "$(cat /seed/seed.txt)" = seeded ] || fail "bind: $(ls -la /seed)"
+[ "$(cat /work/out.txt)" = from-sidecar ] || fail "named volume: $(cat /work/out.txt)"
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_the_main_services_own_keys_reach_the_main_container(cohort: Cohort, docker_api, tmp_path_factory) -> None:
+    """environment, working_dir, a named volume shared with a sidecar, a bind (a copy: the task's
+    directory is not written), extra_hosts, shm_size, cap_drop; the volume goes with the lease."""
+    task = harbor_task(
+        cohort.tasks, "main-keys", dockerfile=MAIN_DOCKERFILE, solve=MAIN_KEYS_SOLVE, test=MAIN_KEYS_TEST
+    )
+    (task / "environment" / "docker-compose.yaml").write_text(MAIN_KEYS_COMPOSE)
+    (task / "environment" / "seed").mkdir()
+    (task / "environment" / "seed" / "seed.txt").write_text("seeded\n")
+    cohort.write(
+        subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}],
+        executor={"kind": "docker", "state_dir": str(tmp_path_factory.mktemp("state"))},
+        retries={"infra": 0},
+    )
+    result = cohort.run_subprocess("-n", "2", timeout=900)
+    assert cohort.status() == {"main-keys[oracle-r0]": "agent_success", "main-keys[nop-r0]": "agent_failure"}, (
+        result.stdout.str()[-3000:]
+    )
+    assert not (task / "environment" / "seed" / "planted.txt").exists(), "a writable bind wrote into the task"
+    assert_project_gone(cohort, docker_api, 2)
+    for log in cohort.out.glob("cells/*/attempt-1/compose.log"):
+        project = log.read_text().split()[4]
+        volumes = docker_api.volumes(filters={"label": f"com.docker.compose.project={project}"})["Volumes"]
+        assert not volumes, volumes
+
+
+def _harbor_compose(root, name: str, main: str):  # type: ignore[no-untyped-def]
+    test = "echo 1 > /logs/verifier/reward.txt\n"
+    task = harbor_task(root, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test=test)
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    build: {context: .}\n" + textwrap.indent(textwrap.dedent(main), "    ")
+    )
+    return task
+
+
+@pytest.mark.parametrize(
+    ("main", "expected"),
+    [
+        ("volumes: ['/:/host']", "services.main.volumes[0]: binds '/', outside the task's environment directory"),
+        ("volumes: ['../..:/up']", "services.main.volumes[0]: binds '../..', outside"),
+        ("volumes: ['nope:/data']", "services.main.volumes[0]: names volume 'nope', not declared"),
+    ],
+)
+def test_a_main_service_that_binds_outside_its_environment_is_an_invalid_task(tmp_path, main, expected) -> None:  # type: ignore[no-untyped-def]
+    task = _harbor_compose(tmp_path, "bad-bind", main)
+    with pytest.raises(TaskError) as err:
+        load_task(task)
+    message = str(err.value)
+    assert "docker-compose.yaml" in message and expected in message and "\n" not in message, message
+
+
+def test_an_unsupported_main_key_skips_the_task_with_its_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    privileged = load_task(_harbor_compose(tmp_path, "privileged", "privileged: true"))
+    assert privileged.unsupported and "services.main.privileged is not supported" in privileged.unsupported
+    admin = load_task(_harbor_compose(tmp_path, "admin", "cap_add: [SYS_ADMIN]"))
+    assert admin.unsupported and "services.main.cap_add: SYS_ADMIN is not granted" in admin.unsupported
+    fine = load_task(_harbor_compose(tmp_path, "fine", "cap_add: [NET_RAW]\nworking_dir: /srv\ncontainer_name: x"))
+    assert fine.unsupported is None and fine.workdir == "/srv"
+
+
+# --- Ctrl-C and killed runs: the project's volumes go too -------------------------------------
+KILLED_COMPOSE = """\
+services:
+  main:
+    build:
+      context: .
+    volumes: [state:/state]
+  db:
+    image: python:3.11-slim
+    command: ["sleep", "infinity"]
+    volumes: [cache:/cache]
+volumes:
+  state: {}
+  cache: {}
+"""
+
+
+def _volumes_of(docker_api, task_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    found = docker_api.volumes(filters={"label": f"{L.TASK}={task_id}"})["Volumes"] or []
+    return sorted(v["Name"] for v in found)
+
+
+def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, docker_api, tmp_path_factory) -> None:
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    task = harbor_task(cohort.tasks, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test="true\n")
+    (task / "environment" / "docker-compose.yaml").write_text(KILLED_COMPOSE)
+    state = tmp_path_factory.mktemp("state")
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": "sleep 300"}],
+        executor={"kind": "docker", "state_dir": str(state)},
+        retries={"infra": 0},
+    )
+    proc = start_run(cohort)
+    try:
+        running = wait_until(lambda: len(_volumes_of(docker_api, name)) == 2, 300, proc)
+        assert running, "the main service's and the sidecar's volume while running"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert len(_volumes_of(docker_api, name)) == 2, "a killed run removes nothing"
+        engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state, retry_sec=0)
+        sweep(engine)  # (a concurrent run's sweep may have removed them first)
+        assert _volumes_of(docker_api, name) == []
+        assert docker_api.containers(all=True, filters={"label": f"{L.TASK}={name}"}) == []
+        assert docker_api.networks(filters={"label": f"{L.TASK}={name}"}) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

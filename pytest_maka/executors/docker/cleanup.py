@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import docker.errors
@@ -97,6 +97,7 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
                 reap_shims([c["Id"]])
         removed.append(name)
     removed += _sweep_networks(engine, everything=everything, dry_run=dry_run)
+    removed += _sweep_volumes(engine, everything=everything, dry_run=dry_run)
     if images:
         with engine.guard("listing images"):
             found = api.images(filters={"label": f"{L.MANAGED}=1"})
@@ -112,23 +113,47 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
 
 
 def _sweep_networks(engine: Engine, *, everything: bool, dry_run: bool) -> list[str]:
-    """Remove the egress networks of dead runs (their containers are gone by now)."""
-    api, removed = engine.api, []
+    """Remove the egress and compose networks of dead runs (their containers are gone by now)."""
     with engine.guard("listing networks"):
-        networks = api.networks(filters={"label": f"{L.MANAGED}=1"})
-    for net in networks:
-        labels = net.get("Labels") or {}
+        found = engine.api.networks(filters={"label": f"{L.MANAGED}=1"})
+    return _remove_labelled(
+        "network", [(n["Name"], n["Id"], n.get("Labels") or {}) for n in found], engine.api.remove_network,
+        everything=everything, dry_run=dry_run,
+    )  # fmt: skip
+
+
+def _sweep_volumes(engine: Engine, *, everything: bool, dry_run: bool) -> list[str]:
+    """Remove the compose projects' volumes of dead runs (their containers are gone by now)."""
+    with engine.guard("listing volumes"):
+        found = engine.api.volumes(filters={"label": f"{L.MANAGED}=1"}).get("Volumes") or []
+    return _remove_labelled(
+        "volume", [(v["Name"], v["Name"], v.get("Labels") or {}) for v in found],
+        lambda name: engine.api.remove_volume(name, force=True), everything=everything, dry_run=dry_run,
+    )  # fmt: skip
+
+
+def _remove_labelled(
+    what: str,
+    found: list[tuple[str, str, dict[str, str]]],
+    remove: Callable[[str], object],
+    *,
+    everything: bool,
+    dry_run: bool,
+) -> list[str]:
+    """Remove each (name, id, labels) whose owner is dead (or all with ``everything``)."""
+    removed = []
+    for name, ident, labels in found:
         if not (everything or L.owner_is_dead(labels)):
             continue
-        name = f"network {net['Name']} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
+        line = f"{what} {name} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
         if not dry_run:
             try:
-                api.remove_network(net["Id"])
+                remove(ident)
             except docker.errors.NotFound:
                 continue
             except docker.errors.APIError as exc:
-                name += f": not removed: {one_line(exc)}"
-        removed.append(name)
+                line += f": not removed: {one_line(exc)}"
+        removed.append(line)
     return removed
 
 

@@ -6,9 +6,11 @@ attempt is its own compose project (``maka-<attempt id>``): the sidecars are sta
 healthchecks are Compose's own), on the project's network, made ``internal`` (no route out)
 by an override file; the main container is the executor's usual one (limits, keepers,
 restore), created on that network with the alias ``main``. A sidecar with a ``build`` is
-tagged by the digest of its context, so it is built once per digest. The override labels
-every container and the network like the executor's own, so ``maka docker-cleanup`` finds
-what a killed run left; ``down`` removes the project with the lease.
+tagged by the digest of its context, so it is built once per digest. The main service's own
+keys (``compose_file.main_service``) become the main container's create options
+(``main_options``), its named volumes are made here per project. The override labels every
+container, the network and the volumes like the executor's own, so ``maka docker-cleanup``
+finds what a killed run left; ``down`` removes the project, volumes included, with the lease.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker.errors
-import yaml
 from filelock import FileLock
 
-from ...core.errors import InfraError
+from ...core.errors import InfraError, TaskError
 from ...core.task import Task, digest_tree
 from . import labels as L
+from .compose_file import MainService, compose_variables, main_service, read
 from .engines import Engine
 
 MAIN = "main"
@@ -51,28 +54,24 @@ def compose_command() -> list[str] | None:
 def sidecars(compose_file: Path, main: str = MAIN) -> dict[str, dict[str, Any]]:
     """The services besides ``main`` (an InfraError names the file when it cannot be read)."""
     try:
-        data = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InfraError(f"{compose_file}: not a readable compose file: {exc}") from None
-    services = data.get("services") if isinstance(data, dict) else None
-    if not isinstance(services, dict) or main not in services:
+        services = read(compose_file)["services"]
+    except TaskError as exc:
+        raise InfraError(str(exc)) from None
+    if main not in services:
         raise InfraError(f"{compose_file}: services: expected a '{main}' service (the environment of the subject)")
     return {name: spec or {} for name, spec in services.items() if name != main}
 
 
-def compose_variables(project: str, main: str, logs: Path) -> dict[str, str]:
-    """Variables the compose files of Terminal-Bench use (Harbor's use none): names made per
-    project, log paths on the host under the attempt (``logs``), paths in the container."""
-    return {
-        "T_BENCH_TASK_DOCKER_NAME_PREFIX": project,
-        "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": f"{project}-{main}",
-        "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": f"{project}-{main}",
-        "T_BENCH_TASK_LOGS_PATH": str(logs),
-        "T_BENCH_TASK_AGENT_LOGS_PATH": str(logs / "agent"),
-        "T_BENCH_TEST_DIR": "/tests",
-        "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
-        "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
-    }
+@dataclass(frozen=True)
+class MainOptions:
+    """The main service's keys as the main container's create options."""
+
+    binds: dict[str, dict[str, str]] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    extra_hosts: dict[str, str] = field(default_factory=dict)
+    shm_size: str | int | None = None
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
 
 
 class ComposeProject:
@@ -91,6 +90,13 @@ class ComposeProject:
         self.services = sidecars(self.compose_file, self.main)
         self.labels = {**L.owner_labels(), L.RUN: L.run_id(), **labels}
         self.network = f"{name}_default"
+        variables = compose_variables(name, self.main, work_dir / "sidecar-logs")
+        try:
+            self.main_spec: MainService = main_service(self.compose_file, self.main, variables)
+            self.declared_volumes = read(self.compose_file).get("volumes") or {}
+        except TaskError as exc:
+            raise InfraError(str(exc), retryable=False) from None
+        self.volumes: list[str] = []  # the project's volumes made for the main container
         self.state_dir = state_dir
         self.images: dict[str, str] = {}  # sidecar service -> its image tag (by digest)
         self._argv = [*command, "--project-name", name, "-f", str(self.compose_file), "-f", str(self._override())]
@@ -111,6 +117,8 @@ class ComposeProject:
         override = {
             "services": services,
             "networks": {"default": {"internal": True, "labels": dict(self.labels)}},
+            # every volume of the project by the project's name (a fixed ``name:`` would be shared)
+            "volumes": {k: {"name": self.volume_name(k), "labels": dict(self.labels)} for k in self.declared_volumes},
         }
         self.work_dir.mkdir(parents=True, exist_ok=True)
         path = self.work_dir / "compose.override.json"
@@ -138,14 +146,74 @@ class ComposeProject:
             except subprocess.TimeoutExpired:
                 return subprocess.CompletedProcess(args, 124)
 
+    def volume_name(self, key: str) -> str:
+        """The engine's name of the project's volume ``key`` (as Compose names it)."""
+        return f"{self.name}_{key}"
+
+    def volume_labels(self, key: str) -> dict[str, str]:
+        """The harness's labels (for ``maka docker-cleanup``) and Compose's (so it owns the volume too)."""
+        return {**self.labels, "com.docker.compose.project": self.name, "com.docker.compose.volume": key}
+
+    def main_options(self) -> MainOptions:
+        """What the main container is created with, from the main service's own keys.
+
+        A writable bind gets a copy of its source under the attempt (links kept as links),
+        so nothing the subject writes reaches the task's directory or the next attempt.
+        """
+        spec = self.main_spec
+        binds: dict[str, dict[str, str]] = {}
+        for i, (host, target, read_only) in enumerate(spec.binds):
+            if "://" in self.engine.url and not self.engine.url.startswith("unix://"):
+                raise InfraError(f"{self.compose_file}: services.{self.main}.volumes: binds need a local engine")
+            source = host
+            if not read_only:
+                source = self.work_dir / "compose-binds" / str(i) / host.name
+                if host.is_dir():
+                    shutil.copytree(host, source, symlinks=True, dirs_exist_ok=True)
+                else:
+                    source.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(host, source, follow_symlinks=False)
+            binds[str(source)] = {"bind": target, "mode": "ro" if read_only else "rw"}
+        for key, target, read_only in spec.volumes:
+            binds[self.volume_name(key)] = {"bind": target, "mode": "ro" if read_only else "rw"}
+        return MainOptions(
+            binds=binds,
+            environment=dict(spec.environment),
+            extra_hosts=dict(spec.extra_hosts),
+            shm_size=spec.shm_size,
+            cap_add=spec.cap_add,
+            cap_drop=spec.cap_drop,
+        )
+
     def up(self) -> None:
-        """Build (once per digest) and start the sidecars; waits until each is healthy or running."""
+        """Make the main service's volumes, build (once per digest) and start the sidecars; waits
+        until each is healthy or running."""
+        for key, _, _ in self.main_spec.volumes:
+            name = self.volume_name(key)
+            if name not in self.volumes:
+                with self.engine.guard("creating a volume of the compose project"):
+                    self.engine.api.create_volume(name, labels=self.volume_labels(key))
+                self.volumes.append(name)
+        if not self.services:
+            return
         timeout = self.task.build_timeout_sec + 120
         for service, tag in self.images.items():
             self._build_once(service, tag, timeout)
         done = self._run("up", "--detach", "--wait", "--no-build", *self.services, timeout=timeout)
         if done.returncode != 0:
             raise InfraError(f"the task's sidecars did not come up ({self._failure(done)})")
+
+    def addresses(self) -> dict[str, str]:
+        """Each running sidecar's address on the project's network, by service name."""
+        out: dict[str, str] = {}
+        with self.engine.guard("reading the sidecars' addresses"):
+            found = self.engine.api.containers(filters={"label": f"com.docker.compose.project={self.name}"})
+        for c in found:
+            service = (c.get("Labels") or {}).get("com.docker.compose.service")
+            net = ((c.get("NetworkSettings") or {}).get("Networks") or {}).get(self.network) or {}
+            if service in self.services and net.get("IPAddress"):
+                out.setdefault(service, net["IPAddress"])
+        return out
 
     def _build_once(self, service: str, tag: str, timeout: float) -> None:
         """Build a sidecar's image unless its digest's tag is there (one builder per tag at a time)."""
@@ -167,5 +235,21 @@ class ComposeProject:
         return f"docker compose exit {done.returncode}: {tail} (log: {self.log})"
 
     def down(self) -> None:
-        """Remove every container, network and volume of the project (errors noted in the log)."""
-        self._run("down", "--volumes", "--remove-orphans", "--timeout", "0", timeout=120)
+        """Remove every container, network and volume of the project (after the main container).
+
+        ``down --volumes`` removes what Compose made; then every volume labelled with the
+        project (the main service's are there even without a sidecar) goes; a failure is
+        noted in the log and the labels leave it to ``maka docker-cleanup``.
+        """
+        if self.services:
+            self._run("down", "--volumes", "--remove-orphans", "--timeout", "0", timeout=120)
+        with self.engine.guard("listing the compose project's volumes"):
+            found = self.engine.api.volumes(filters={"label": f"com.docker.compose.project={self.name}"})
+        for name in {*self.volumes, *(v["Name"] for v in found.get("Volumes") or [])}:
+            try:
+                self.engine.api.remove_volume(name, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                with self.log.open("a") as log:
+                    log.write(f"volume {name} not removed: {exc}\n")

@@ -53,6 +53,8 @@ START_SCRIPT = (
     "done\n"
 )
 SEPARATOR = "@@maka-egress-relay-log@@"
+#: Ends the /etc/hosts lines naming the sidecars during an allowlist phase.
+HOSTS_MARK = "# maka-sidecar"
 #: Stop the relay (it records the connections it cuts), then tinyproxy; wait until both are gone.
 STOP_SCRIPT = (
     "for f in relay tinyproxy; do p=$(cat /run/maka/$f.pid 2>/dev/null) || continue; kill $p 2>/dev/null; "
@@ -128,8 +130,12 @@ class DockerEgress:
         hosts: Mapping[str, str],
         state_dir: Path,
         attempt_dir: Path | None = None,
+        direct: Mapping[str, str] | None = None,
     ) -> None:
         self.engine = engine
+        #: The task's sidecars (name -> address on the project's network): reached directly, not
+        #: through the proxy (NO_PROXY), and named in /etc/hosts while the resolver is the proxy's.
+        self.direct = dict(direct or {})
         self.labels = dict(labels)
         self.egress_network = egress_network
         self.hosts = {"host.docker.internal": "host-gateway", **hosts}
@@ -209,17 +215,23 @@ class DockerEgress:
                 self._setup()
             self._start_phase(name, plan)
             self._resolver(container, f"nameserver {self.proxy_ip}\n")
+            self._hosts(container, add=True)
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {name} phase: {one_line(exc)}") from None
         assert self.network_id is not None
         url = f"http://{self.proxy_ip}:{tinyproxy.PROXY_PORT}"
-        self.current = ProxiedExec(self.network_id, host.proxy_env(plan.allow, url, LOOPBACK_NAMES))
+        env = host.proxy_env(plan.allow, url, LOOPBACK_NAMES)
+        if self.direct:
+            names = [n for n in env.get("NO_PROXY", "").split(",") if n] + sorted(self.direct)
+            env["NO_PROXY"] = env["no_proxy"] = ",".join(names)
+        self.current = ProxiedExec(self.network_id, env)
         try:
             yield
         finally:
             self.current = None
             with suppress(docker.errors.APIError):
                 self._resolver(container, self._resolv)
+                self._hosts(container, add=False)
             log.extend(self._stop_phase(name, plan))
 
     def _resolver(self, container: str | None, text: str | None) -> None:
@@ -239,6 +251,18 @@ class DockerEgress:
                 self.engine.api.connect_container_to_network(container, self.network_id)
                 self.engine.api.disconnect_container_from_network(container, self.network_id, force=True)
             self._exec(["sh", "-c", 'printf %s "$1" > /etc/resolv.conf', "maka", text], container)
+
+    def _hosts(self, container: str | None, *, add: bool) -> None:
+        """Name the sidecars in the container's /etc/hosts for the phase (the proxy's resolver
+        answers only for allowed names), or take those lines out again."""
+        if container is None or not self.direct:
+            return
+        lines = "".join(f"{ip}\t{name} {HOSTS_MARK}\n" for name, ip in sorted(self.direct.items()))
+        script = f'h=$(grep -v "{HOSTS_MARK}" /etc/hosts); printf "%s\\n" "$h" > /etc/hosts'
+        if add:
+            script += '; printf %s "$1" >> /etc/hosts'
+        with self.engine.guard("naming the sidecars in the sandbox's /etc/hosts"):
+            self._exec(["sh", "-c", script, "maka", lines], container)
 
     def _start_phase(self, name: str, plan: PhasePlan) -> None:
         conf = tinyproxy.render_config(

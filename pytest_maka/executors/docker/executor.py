@@ -6,34 +6,34 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
-import docker.errors
 from pydantic import BaseModel
 
 from ...core.errors import DeadlineReached, ExecutorUnavailable, InfraError
 from ...core.interrupts import sigint_deferred
-from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
+from ...core.task import Task
 from ..base import LeaseRequest
 from . import labels as L
 from .cleanup import is_local, reap_shims, sweep
-from .compose import MAIN, ComposeProject, compose_command, sidecars
+from .compose import ComposeProject, compose_command
+from .containers import Containers, EnvKey, cell_labels, check_started, first_entries
+from .containers import storage_support as storage_support  # re-exported
 from .egress import DockerEgress
 from .engines import Engine, make_engines
 from .images import ImageStore
 from .layers import layered_image
 from .leases import SlotPool, acquire
-from .options import DEFAULT_CAPABILITIES, DockerOptions
-from .processes import KEEP_ALIVE
+from .options import DockerOptions
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
 from .verifier_env import SEPARATE_FEATURES, SeparateVerifier
 
 
-class DockerExecutor(SeparateVerifier):
+class DockerExecutor(SeparateVerifier, Containers):
     """Runs each attempt in a new container with limits, no network and dropped capabilities."""
 
     kind: ClassVar[str] = "docker"
@@ -145,17 +145,14 @@ class DockerExecutor(SeparateVerifier):
                 project = self._project(stack, engine, request)
                 plain = project is None and not mounts
                 spare = self.spares.take(key) if self.options.prestart and plain else None
+                main = project.main_options() if project else None
                 if spare is None:
                     cid, info = self._create(
                         key,
-                        {
-                            L.CELL: request.cell.id,
-                            L.CELL_KEY: request.cell.key,
-                            L.ATTEMPT: str(request.attempt),
-                            L.TASK: task.id,
-                        },
+                        cell_labels(request),
                         mounts=mounts,
-                        network=project.network if project else None,
+                        network=project.network if project and project.services else None,
+                        main=main,
                     )
                 else:
                     cid, info = spare.container_id, spare.info
@@ -163,18 +160,20 @@ class DockerExecutor(SeparateVerifier):
                     info = {**info, "mounts": [f"{d} (image layer, {Path(src).name})" for d, src in layers.items()]}
                 slot.record(cid)
                 failed = True
-                egress = self._egress(engine, request)
+                egress = self._egress(engine, request, project.addresses() if project and project.services else {})
                 try:
-                    sandbox = DockerSandbox(
+                    config = self._image_config(engine, image_id)
+                    if main and main.environment:  # the service's environment over the image's ENV
+                        added = [f"{k}={v}" for k, v in main.environment.items()]
+                        config = {**config, "Env": [*(config.get("Env") or []), *added]}
+                    sandbox = self._sandbox(
                         engine,
                         cid,
                         workdir=task.workdir,
-                        network=self.options.network,
-                        kill_grace_sec=self.options.kill_grace_sec,
                         info=info,
+                        image_id=image_id,
                         baseline=lambda: self.images.baseline(engine, image_id, task),
-                        protected_check=self.options.protected_check,
-                        image_config=self._image_config(engine, image_id),
+                        image_config=config,
                         mounts=tuple(mounts),
                     )
                     sandbox.egress = egress
@@ -185,14 +184,7 @@ class DockerExecutor(SeparateVerifier):
                         sandbox.adopt(spare.keepers, name=_container_name(request))
                     if self.options.prestart and plain:
                         self.spares.refill(key)
-                    entries: list[tuple[Path | None, str]] = [
-                        (None, AGENT_LOGS_DIR),
-                        (None, VERIFIER_LOGS_DIR),
-                        (None, ARTIFACTS_DIR),
-                    ]
-                    if task.workspace_dir is not None:
-                        entries.append((task.workspace_dir, task.workdir))
-                    entries += [(Path(src), dest) for dest, src in request.uploads.items()]
+                    entries = first_entries(task) + [(Path(src), dest) for dest, src in request.uploads.items()]
                     sandbox.put_many(entries)
                     yield sandbox
                     failed = False
@@ -208,20 +200,15 @@ class DockerExecutor(SeparateVerifier):
             slot.release()
 
     def _project(self, stack: contextlib.ExitStack, engine: Engine, request: LeaseRequest) -> ComposeProject | None:
-        """The attempt's sidecars (a compose project, removed when ``stack`` closes), if the task has any."""
+        """The attempt's compose project (sidecars, volumes; removed when ``stack`` closes), if the task has one."""
         task = request.cell.task
-        if task.compose_file is None or not sidecars(task.compose_file, task.compose_service):
+        if task.compose_file is None:
             return None
         project = ComposeProject(
             engine,
             task,
             name=f"maka-{uuid.uuid4().hex[:12]}",
-            labels={
-                L.CELL: request.cell.id,
-                L.CELL_KEY: request.cell.key,
-                L.ATTEMPT: str(request.attempt),
-                L.TASK: task.id,
-            },
+            labels=cell_labels(request),
             work_dir=request.attempt_dir,
             state_dir=self.options.resolved_state_dir(),
         )
@@ -234,39 +221,24 @@ class DockerExecutor(SeparateVerifier):
         project.up()
         return project
 
-    def _egress(self, engine: Engine, request: LeaseRequest) -> DockerEgress:
-        """The attempt's egress: nothing is created until a phase needs its allowlist."""
+    def _egress(self, engine: Engine, request: LeaseRequest, services: dict[str, str]) -> DockerEgress:
+        """The attempt's egress: nothing is created until a phase needs its allowlist;
+        ``services`` (the sidecars, reached directly) go in NO_PROXY."""
         return DockerEgress(
             engine,
-            labels={L.CELL: request.cell.id, L.CELL_KEY: request.cell.key, L.ATTEMPT: str(request.attempt)},
+            labels=cell_labels(request),
+            direct=services,
             egress_network=self.options.egress_network,
             hosts=self.options.egress_hosts,
             state_dir=self.options.resolved_state_dir(),
             attempt_dir=request.attempt_dir,
         )
 
-    def _env_key(self, engine: Engine, image_id: str, task: Task) -> EnvKey:
-        cpus = task.cpus or self.options.cpus
-        if cpus is not None:
-            cpus = min(cpus, self._engine_cpus(engine))
-        memory = task.memory_mb or self.options.memory_mb
-        storage = int(task.storage_mb) if task.storage_mb else None
-        return EnvKey(engine.key, image_id, cpus, memory, task.workdir, storage)
-
     def _make_spare(self, key: Hashable) -> Spare:
         assert isinstance(key, EnvKey)
         cid, info = self._create(key, {L.CELL: "spare", L.ROLE: "spare"})
         engine = self._engine(key.engine)
-        sandbox = DockerSandbox(
-            engine,
-            cid,
-            workdir=key.workdir,
-            network=self.options.network,
-            kill_grace_sec=0,
-            info=info,
-            baseline=lambda: None,
-            image_config=self._image_config(engine, key.image_id),
-        )
+        sandbox = self._sandbox(engine, cid, workdir=key.workdir, info=info, image_id=key.image_id, kill_grace_sec=0)
         try:
             sandbox.start()
             check_started(sandbox)
@@ -274,163 +246,6 @@ class DockerExecutor(SeparateVerifier):
             self._dispose(engine, cid, keep=False)
             raise
         return Spare(cid, info, sandbox.keepers)
-
-    def _image_config(self, engine: Engine, image_id: str) -> dict[str, Any]:
-        """The image's ``Config`` (ENV, ENTRYPOINT, USER), read once per image."""
-        key = (engine.key, image_id)
-        if key not in self._configs:
-            with engine.guard("inspecting the image"):
-                self._configs[key] = engine.api.inspect_image(image_id).get("Config") or {}
-        return self._configs[key]
-
-    def _engine(self, engine_key: str) -> Engine:
-        return next(e for e in self.engines if e.key == engine_key)
-
-    def _create(
-        self,
-        key: EnvKey,
-        cell_labels: dict[str, str],
-        mounts: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        service: str = MAIN,
-    ) -> tuple[str, dict[str, Any]]:
-        """``network``: a compose project's (internal) network, joined for good as ``service``."""
-        opts, engine = self.options, self._engine(key.engine)
-        caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add})
-        net = network or ("none" if opts.network == "none" else opts.network)
-        api = engine.api
-        storage, storage_opt = self._storage(engine, key.storage_mb)
-        with engine.guard("creating the container"):
-            host_config = api.create_host_config(
-                init=True,
-                network_mode=net,
-                privileged=False,
-                cap_drop=["ALL"],
-                cap_add=caps,
-                security_opt=["no-new-privileges:true"] if opts.no_new_privileges else None,
-                pids_limit=opts.pids_limit,
-                nano_cpus=int(key.cpus * 1e9) if key.cpus else None,
-                mem_limit=f"{key.memory_mb}m" if key.memory_mb else None,
-                memswap_limit=f"{key.memory_mb}m" if key.memory_mb else None,
-                storage_opt=storage_opt,
-                binds={str(src): {"bind": dest, "mode": "ro"} for dest, src in (mounts or {}).items()} or None,
-            )
-            labels = {**L.owner_labels(), L.RUN: L.run_id(), **cell_labels}
-            cid = api.create_container(
-                key.image_id,
-                command=KEEP_ALIVE,  # the image's ENTRYPOINT runs it, as in Harbor
-                labels=labels,
-                host_config=host_config,
-                working_dir=key.workdir,
-                hostname="sandbox",
-                networking_config=(
-                    api.create_networking_config({network: api.create_endpoint_config(aliases=[service])})
-                    if network
-                    else None
-                ),
-            )["Id"]
-            if net != "none" and network is None:
-                api.disconnect_container_from_network(cid, net, force=True)
-        info = {
-            "executor": "docker",
-            "sandbox": "container",
-            "engine": engine.url,
-            "image": key.image_id,
-            "container": cid[:12],
-            "env": "allowlist (plus the image's ENV)",
-            "pid_namespace": True,
-            "privileged": False,
-            "capabilities": caps,
-            "no_new_privileges": opts.no_new_privileges,
-            "limits": {"cpus": key.cpus, "memory_mb": key.memory_mb, "pids": opts.pids_limit, "storage": storage},
-            "kill": "every process in the container but its init (SIGTERM, grace, SIGKILL)",
-            "filesystem": "container root (writable layer), removed after the attempt",
-            "mounts": [f"{dest} (ro, {Path(src).name})" for dest, src in (mounts or {}).items()],
-        }
-        return cid, info
-
-    def _storage(self, engine: Engine, storage_mb: int | None) -> tuple[dict[str, Any], dict[str, str] | None]:
-        """The record's storage entry and the ``storage_opt`` to create with (None: not enforced)."""
-        if storage_mb is None:
-            return {"storage_mb": None, "enforced": False, "note": "the task sets no storage_mb"}, None
-        if engine.key not in self._driver:
-            with engine.guard("reading engine info"):
-                self._driver[engine.key] = storage_support(engine.api.info())
-        why = self._driver[engine.key]
-        if why is not None:
-            return {"storage_mb": storage_mb, "enforced": False, "note": why}, None
-        return {"storage_mb": storage_mb, "enforced": True, "mechanism": "storage_opt size"}, {"size": f"{storage_mb}M"}
-
-    def _engine_cpus(self, engine: Engine) -> float:
-        if engine.key not in self._ncpu:
-            with engine.guard("reading engine info"):
-                self._ncpu[engine.key] = float(engine.api.info().get("NCPU") or 1)
-        return self._ncpu[engine.key]
-
-    def _dispose_spare(self, spare: Spare) -> None:
-        url = spare.info["engine"]
-        engine = next(e for e in self.engines if e.url == url)
-        self._dispose(engine, spare.container_id, keep=False)
-
-    def _dispose(self, engine: Engine, cid: str, *, keep: bool) -> bool:
-        """Remove (or, when kept, stop) a container; False when the engine could not be reached."""
-        try:
-            api = engine.api
-            if keep:
-                api.kill(cid)
-            else:
-                api.remove_container(cid, force=True, v=True)
-        except docker.errors.NotFound:
-            return True
-        except docker.errors.APIError as exc:
-            return exc.status_code == 409 or keep  # removal already in progress / already stopped
-        except Exception:
-            return False  # engine gone: the next holder of this slot removes it
-        return True
-
-
-def check_started(sandbox: DockerSandbox) -> None:
-    """InfraError when the container did not come up: its ENTRYPOINT exited (named, with its output)."""
-    if len(sandbox.keepers.host) >= 2:
-        return
-    api = sandbox.api
-    with sandbox.engine.guard("reading why the container stopped"):
-        state = api.inspect_container(sandbox.id).get("State") or {}
-        logs = api.logs(sandbox.id, tail=5).decode("utf-8", "replace").strip()
-    entry = sandbox.entrypoint() or ["(none)"]
-    last = " | ".join(line for line in logs.splitlines()[-3:] if line.strip()) or "no output"
-    raise InfraError(
-        f"the container did not start: the image's ENTRYPOINT {entry} with the keep-alive {KEEP_ALIVE} "
-        f"exited (code {state.get('ExitCode')}): {last}"
-    )
-
-
-class EnvKey(NamedTuple):
-    """What makes two containers interchangeable before their first command."""
-
-    engine: str
-    image_id: str
-    cpus: float | None
-    memory_mb: int | None
-    workdir: str
-    storage_mb: int | None = None
-
-
-def storage_support(info: dict[str, Any]) -> str | None:
-    """Why this engine cannot cap a container's writable layer, or None when it can.
-
-    overlay2 needs a backing xfs mounted with ``pquota`` (the engine says "xfs" and then
-    refuses at create time without pquota: that refusal is reported as an infra failure
-    naming the cause); btrfs, zfs and devicemapper take a size as well.
-    """
-    driver = info.get("Driver") or "unknown"
-    status = dict(info.get("DriverStatus") or [])
-    if driver == "overlay2":
-        backing = status.get("Backing Filesystem", "unknown")
-        return None if backing == "xfs" else f"storage driver overlay2 on {backing} (needs xfs with pquota)"
-    if driver in ("btrfs", "zfs", "devicemapper"):
-        return None
-    return f"storage driver {driver} cannot cap a container's size"
 
 
 def _container_name(request: LeaseRequest) -> str:

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 import docker.errors
 
 from ...core.interrupts import sigint_deferred
-from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task, VerifierEnvironment
+from ...core.task import Task, VerifierEnvironment
 from ..base import LeaseRequest, Sandbox
 from ..hostfs import remove_path
 from ..separate import ArtifactReport
 from . import labels as L
+from .containers import cell_labels, first_entries
 from .protect_paths import GO_MODE_DIR, GO_MODE_SYMLINK, stat_path
 from .sandbox import DockerSandbox
 
@@ -108,35 +109,12 @@ class SeparateVerifier:
         task = verifier_task(request.cell.task, environment)
         image_id = self.images.resolve(engine, task, request.attempt_dir / "verifier-build.log")
         key = self._env_key(engine, image_id, task)
-        cid, info = self._create(
-            key,
-            {
-                L.CELL: request.cell.id,
-                L.CELL_KEY: request.cell.key,
-                L.ATTEMPT: str(request.attempt),
-                L.TASK: task.id,
-                L.ROLE: "verifier",
-            },
-        )
+        cid, info = self._create(key, cell_labels(request, **{L.ROLE: "verifier"}))
         try:
-            box = DockerSandbox(
-                engine,
-                cid,
-                workdir=task.workdir,
-                network=self.options.network,
-                kill_grace_sec=self.options.kill_grace_sec,
-                info={**info, "role": "verifier"},
-                baseline=lambda: None,
-                protected_check=self.options.protected_check,
-            )
+            box = self._sandbox(engine, cid, workdir=task.workdir, info={**info, "role": "verifier"}, image_id=None)
             box.egress = getattr(sandbox, "egress", None)  # the attempt's proxy serves both phases
             box.start()
-            entries: list[tuple[Path | None, str]] = [
-                (None, d) for d in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR)
-            ]
-            if task.workspace_dir is not None:
-                entries.append((task.workspace_dir, task.workdir))
-            box.put_many(entries)
+            box.put_many(first_entries(task))
             yield box
         finally:
             with sigint_deferred():
