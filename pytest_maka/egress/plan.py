@@ -61,16 +61,26 @@ class NetworkPlan:
         return plan
 
 
-def _task_hosts(task: Task) -> tuple[tuple[HostPattern, ...], tuple[str, ...]]:
-    """The task's ``allowed_hosts``, parsed; entries that are not host patterns come back unparsed."""
+def _task_hosts(entries: list[str] | tuple[str, ...]) -> tuple[tuple[HostPattern, ...], tuple[str, ...]]:
+    """A phase's ``allowed_hosts``, parsed; entries that are not host patterns come back unparsed."""
     good: list[HostPattern] = []
     bad: list[str] = []
-    for entry in task.grading_options.get("allowed_hosts") or []:
+    for entry in entries:
         try:
             good.append(hostpattern.parse(entry))
         except ValueError:
             bad.append(f"{entry} (not a host pattern)")
     return tuple(good), tuple(bad)
+
+
+def _hosts_of(task: Task) -> tuple[list[str], list[str]]:
+    """The agent's and the verifier's declared hosts: a format that declares them per phase
+    (Harbor's ``[agent]`` / ``[verifier]``, or a step's) says so on the task; otherwise
+    both phases share the task's ``allowed_hosts``."""
+    shared = list(task.grading_options.get("allowed_hosts") or [])
+    agent = list(task.agent_allowed_hosts) or shared
+    verifier = list(task.verifier_allowed_hosts) or shared
+    return agent, verifier
 
 
 def _phase(
@@ -111,7 +121,9 @@ def build_plan(
     ``policy.setup_egress`` plus what the subject needs to set up (``setup_egress``) and
     ``policy.setup_network``, against what the task's environment declares.
     """
-    task_hosts, bad = _task_hosts(task)
+    agent_declared, verifier_declared = _hosts_of(task)
+    task_hosts, bad = _task_hosts(agent_declared)
+    verifier_hosts, verifier_bad = _task_hosts(verifier_declared)
     environment = task.grading_options.get("network", task.network)
     setup = _phase(
         environment,
@@ -132,11 +144,13 @@ def build_plan(
         environment,
         policy.verifier_network,
         hostpattern.parse_all(policy.verifier_egress),
-        task_hosts,
+        verifier_hosts,
         honour_none=False,  # an explicit verifier_network grant stands, as before allowlists
     )
     if bad:
-        agent = PhasePlan(agent.mode, agent.allow, agent.declared, agent.not_granted + bad)
+        agent = replace(agent, not_granted=agent.not_granted + bad)
+    if verifier_bad:
+        verifier = replace(verifier, not_granted=verifier.not_granted + verifier_bad)
     services = sidecar_names(task.compose_file, task.compose_service)
     if services:
         setup, agent = with_services(setup, services), with_services(agent, services)

@@ -192,3 +192,24 @@ def test_bad_subject_entry_names_the_subject_key(cohort: Cohort) -> None:
     result = cohort.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "cohort.yaml: subjects[0].egress[1]:" in result.stderr.str()
+
+
+def test_each_phase_gets_its_own_declared_hosts(tmp_path: Path) -> None:
+    """Harbor's [agent] and [verifier] allowed_hosts (and a step's) are per phase: the
+    verifier's hosts are not the agent's, and the agent's do not leak into the verifier."""
+    from dataclasses import replace
+
+    task = replace(
+        _task(tmp_path, "allowlist", ["shared.test"], verifier="allowlist"),
+        agent_allowed_hosts=("api.model.test",),
+        verifier_allowed_hosts=("pypi.test", "not a host"),
+    )
+    plan = build_plan(task, Policy(agent_network=True, verifier_network=True))
+    assert [p.text for p in plan.agent.allow] == ["api.model.test"]
+    assert [p.text for p in plan.verifier.allow] == ["pypi.test"]
+    assert plan.verifier.record()["not_granted"] == ["not a host (not a host pattern)"]
+    shared = build_plan(
+        _task(tmp_path, "allowlist", ["shared.test"], verifier="allowlist"),
+        Policy(agent_network=True, verifier_network=True),
+    )
+    assert [p.text for p in shared.verifier.allow] == ["shared.test"] == [p.text for p in shared.agent.allow]
