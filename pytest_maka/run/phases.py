@@ -132,6 +132,7 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
     ):
         if value:
             work.agent_info[key] = value
+    work.agent_info.update(result.handoff)
     facts = telemetry(result.trajectory, started)
     if facts:
         work.agent_info["telemetry"] = facts

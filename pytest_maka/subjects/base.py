@@ -52,6 +52,8 @@ class SubjectResult:
     limits_hit: tuple[str, ...] = ()
     #: Where ``usage.cost_usd`` came from: ``subject``, ``price_table:DATE``, or None.
     cost_source: str | None = None
+    #: What the task offered and this run was handed (``mcp_servers``, ``skills``), for the record.
+    handoff: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,41 +101,13 @@ def _tail(path: Path, limit: int = 400) -> str:
 
 # -- from the subject run to the attempt's record -----------------------------------------------
 
-_NOTES: dict[tuple[str, str], Handoff] = {}
-_LOCK = threading.Lock()
-
-
-def _key(stdout_path: Path) -> tuple[str, str] | None:
-    """(cell key, attempt-N) from the attempt's layout ``cells/<cell-key>/attempt-<n>/...``."""
-    parts = stdout_path.parts
-    for i in range(len(parts) - 2, 0, -1):
-        if parts[i - 1] == "cells" and parts[i + 1].startswith("attempt-"):
-            return parts[i], parts[i + 1]
-    return None
-
-
-def note(stdout_path: Path, handoff: Handoff) -> None:
-    """Keep ``handoff`` for the attempt whose agent output goes to ``stdout_path`` (steps add up)."""
-    key = _key(stdout_path)
-    if key is None or not handoff.as_record():
-        return
-    with _LOCK:
-        kept = _NOTES.setdefault(key, Handoff())
-        seen = {(m["name"], m["handed"]) for m in kept.mcp_servers}
-        kept.mcp_servers += [m for m in handoff.mcp_servers if (m["name"], m["handed"]) not in seen]
-        kept.skills = handoff.skills or kept.skills
-
 
 def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
-    """Put what the subject was handed on the attempt's record (``agent.mcp_servers``, ``agent.skills``)."""
-    with _LOCK:
-        kept = _NOTES.pop((cell.key, f"attempt-{record.get('attempt', 1)}"), None)
-    declared = bool(cell.task.mcp_servers or cell.task.skills_dir)
-    if kept is None and not declared:
+    """Say on the record what a subject that handed nothing (it takes nothing, or never ran)
+    was offered: the subject's own ``SubjectResult.handoff`` is already in ``record["agent"]``."""
+    if not (cell.task.mcp_servers or cell.task.skills_dir):
         return
     agent = record.setdefault("agent", {})
-    if kept is not None:
-        agent.update(kept.as_record())
     why = (
         "the subject did not run"
         if "exit_code" not in agent

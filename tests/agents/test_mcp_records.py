@@ -109,3 +109,15 @@ def test_a_subject_that_takes_no_mcp_says_so_on_every_record(cohort: Cohort) -> 
     assert [m["name"] for m in agent["mcp_servers"]] == ["local-tool", "web", "events"]
     assert all(m["handed"] is False and "'oracle' takes no MCP" in m["reason"] for m in agent["mcp_servers"])
     assert agent["skills"]["handed"] is False and agent["skills"]["dir"] == "/app/skills"
+
+
+def test_an_agent_that_never_started_was_handed_nothing(cohort: Cohort) -> None:
+    """The hand-off travels with the subject's result: an ACP agent whose program is missing
+    is recorded with every server not handed, never as handed beside a run that did not happen."""
+    cohort.task("t", workspace={"skills/demo/SKILL.md": SKILL}, extra_toml=SERVERS, agent_timeout=30)
+    subject = {"name": "gone", "kind": "acp", "command": "python3 no-such-agent.py"}
+    cohort.write(subjects=[subject], retries={"infra": 0})
+    cohort.run()
+    agent = cohort.results()["t[gone-r0]"]["agent"]
+    assert [m["name"] for m in agent["mcp_servers"]] == ["local-tool", "web", "events"], agent
+    assert not any(m["handed"] for m in agent["mcp_servers"]), agent["mcp_servers"]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from ...core.task import Task
 from ...core.trajectory import Trajectory
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
-from ..handoff import Handoff, hand_skills, note
+from ..handoff import Handoff, hand_skills
 from .client import Budget, SandboxClient
 from .mcp import mcp_servers
 from .streams import connect, drain_to_file
@@ -149,10 +150,10 @@ class AcpSubject(SubjectBase):
             proc.kill(1.0)
             if task.mcp_servers and not handoff.mcp_servers:
                 handoff.refuse_all(task.mcp_servers, "the ACP session never started")
-            note(ctx.stdout_path, handoff)
         code = proc.wait(5)
         ctx.stdout_path.write_text(session.log(), encoding="utf-8")
-        return self._result(outcome, session, code, time.monotonic() - started)
+        result = self._result(outcome, session, code, time.monotonic() - started)
+        return replace(result, handoff=handoff.as_record())
 
     def _result(self, outcome: dict[str, Any], session: _Session, code: int | None, duration: float) -> SubjectResult:
         reason = outcome.get("stop_reason")

@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -27,7 +27,7 @@ from ...core.task import AGENT_LOGS_DIR, Task
 from ...core.usage import with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
-from ..handoff import Handoff, hand_skills, note, resolve_headers
+from ..handoff import Handoff, hand_skills, resolve_headers
 from .mcp import McpFormat, McpPlan, merge_json, plan
 from .prices import price_table
 
@@ -227,7 +227,6 @@ class PresetSubject(SubjectBase):
             handoff.skills = hand_skills(sandbox, ctx, task.skills_dir, where, task.workdir)
             if not where:
                 handoff.skills["reason"] = f"{self.preset.kind} reads no skills directory"
-        note(ctx.stdout_path, handoff)
         result = self._exec(sandbox, self.command(task, tuple(mcp.args)), task, ctx)
         stderr = _head(ctx.stderr_path, 8192)
         if result.exit_code == 127 and f"maka: {self.preset.binary}: not found" in stderr:
@@ -235,7 +234,7 @@ class PresetSubject(SubjectBase):
                 f"{self.preset.binary} is not installed in the sandbox (expected under {AGENT_DIR})"
             )
         parsed = self.preset.parse(_head(ctx.stdout_path, MAX_STDOUT), lambda p: _read(sandbox, p))
-        return self._result(result, parsed, inv)
+        return replace(self._result(result, parsed, inv), handoff=handoff.as_record())
 
     def _result(self, result: Any, parsed: Parsed, inv: Invocation) -> SubjectResult:
         table = price_table(self.opts.prices)
