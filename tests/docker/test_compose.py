@@ -305,3 +305,37 @@ def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, doc
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_ctrl_c_removes_the_whole_project_volumes_included(cohort: Cohort, docker_api, tmp_path_factory) -> None:
+    """Ctrl-C mid-attempt: the run ends on its own and the project (main container, sidecar,
+    network, both named volumes) is gone without any sweep."""
+    name = f"sigint-{uuid.uuid4().hex[:8]}"
+    task = harbor_task(cohort.tasks, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test="true\n")
+    (task / "environment" / "docker-compose.yaml").write_text(KILLED_COMPOSE)
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": "sleep 300"}],
+        executor={"kind": "docker", "state_dir": str(tmp_path_factory.mktemp("state"))},
+        retries={"infra": 0},
+    )
+    proc = start_run(cohort)
+    try:
+        running = wait_until(
+            lambda: (
+                len(_volumes_of(docker_api, name)) == 2
+                and len(docker_api.containers(filters={"label": f"{L.TASK}={name}"})) >= 2
+            ),
+            300,
+            proc,
+        )
+        assert running, "the project's volumes and containers while the subject runs"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+        assert b"Traceback" not in out, out.decode(errors="replace")[-2000:]
+        assert _volumes_of(docker_api, name) == []
+        assert docker_api.containers(all=True, filters={"label": f"{L.TASK}={name}"}) == []
+        assert docker_api.networks(filters={"label": f"{L.TASK}={name}"}) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
