@@ -279,6 +279,12 @@ def _volumes_of(docker_api, task_id: str) -> list[str]:  # type: ignore[no-untyp
     return sorted(v["Name"] for v in found)
 
 
+def _project_up(docker_api, task_id: str) -> bool:  # type: ignore[no-untyped-def]
+    """Both named volumes exist and the sidecar and the main container run."""
+    running = docker_api.containers(filters={"label": f"{L.TASK}={task_id}"})
+    return len(_volumes_of(docker_api, task_id)) == 2 and len(running) >= 2
+
+
 def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, docker_api, tmp_path_factory) -> None:
     name = f"killed-{uuid.uuid4().hex[:8]}"
     task = harbor_task(cohort.tasks, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test="true\n")
@@ -291,8 +297,10 @@ def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, doc
     )
     proc = start_run(cohort)
     try:
-        running = wait_until(lambda: len(_volumes_of(docker_api, name)) == 2, 300, proc)
-        assert running, "the main service's and the sidecar's volume while running"
+        # both containers up, not only the volumes: killed while compose still creates the
+        # sidecar, the engine can finish making it after a sweep listed the containers
+        running = wait_until(lambda: _project_up(docker_api, name), 300, proc)
+        assert running, "the main service's and the sidecar's volume and containers while running"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         assert len(_volumes_of(docker_api, name)) == 2, "a killed run removes nothing"
@@ -320,14 +328,7 @@ def test_ctrl_c_removes_the_whole_project_volumes_included(cohort: Cohort, docke
     )
     proc = start_run(cohort)
     try:
-        running = wait_until(
-            lambda: (
-                len(_volumes_of(docker_api, name)) == 2
-                and len(docker_api.containers(filters={"label": f"{L.TASK}={name}"})) >= 2
-            ),
-            300,
-            proc,
-        )
+        running = wait_until(lambda: _project_up(docker_api, name), 300, proc)
         assert running, "the project's volumes and containers while the subject runs"
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=300)
