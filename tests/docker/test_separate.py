@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import textwrap
 from pathlib import Path
 
@@ -91,11 +92,15 @@ def _remove_images(docker_api, task: str) -> None:  # type: ignore[no-untyped-de
 
 def test_verifier_image_from_tests_dockerfile_sees_only_the_artifacts(docker_cohort: Cohort, docker_api) -> None:  # type: ignore[no-untyped-def]
     c = docker_cohort
+    token = os.urandom(8).hex()  # a fresh image: one left by an interrupted run would hide the build
     harbor_task(
         c.tasks,
         "own-image",
         toml_extra='artifacts = ["/app/out"]',
-        tests_dockerfile=f"FROM {BASE}\nRUN echo verifier-image > /verifier-marker\nWORKDIR /app\nCOPY . /tests/\n",
+        tests_dockerfile=(
+            f"FROM {BASE}\nRUN echo verifier-image > /verifier-marker && echo {token} > /token\n"
+            "WORKDIR /app\nCOPY . /tests/\n"
+        ),
         solve="""\
             mkdir -p /app/out && echo 42 > /app/out/answer.txt
             echo planted > /app/planted.txt
