@@ -99,6 +99,9 @@ def test_verifier_image_from_tests_dockerfile_sees_only_the_artifacts(docker_coh
         toml_extra='artifacts = ["/app/out"]',
         tests_dockerfile=(
             f"FROM {BASE}\nRUN echo verifier-image > /verifier-marker && echo {token} > /token\n"
+            "RUN mkdir -p /opt/vtools/bin && printf '#!/bin/sh\\necho tool-ok\\n' > /opt/vtools/bin/vtool"
+            " && chmod +x /opt/vtools/bin/vtool\n"
+            "ENV VERIFIER_IMAGE_VAR=from-image PATH=/opt/vtools/bin:$PATH\n"
             "WORKDIR /app\nCOPY . /tests/\n"
         ),
         solve="""\
@@ -114,6 +117,9 @@ def test_verifier_image_from_tests_dockerfile_sees_only_the_artifacts(docker_coh
             [ -e /app/planted.txt ] && ok=0
             [ -e /tmp/planted.txt ] && ok=0
             [ -f /tests/test.sh ] || ok=0
+            # the verifier image's own ENV holds in its container (a venv on PATH, its variables)
+            [ "$VERIFIER_IMAGE_VAR" = from-image ] || ok=0
+            [ "$(vtool)" = tool-ok ] || ok=0
             echo $ok > /logs/verifier/reward.txt
             """,
     )

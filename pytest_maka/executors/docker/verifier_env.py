@@ -111,7 +111,7 @@ class SeparateVerifier:
         key = self._env_key(engine, image_id, task)
         cid, info = self._create(key, cell_labels(request, **{L.ROLE: "verifier"}))
         try:
-            box = self._sandbox(engine, cid, workdir=task.workdir, info={**info, "role": "verifier"}, image_id=None)
+            box = self._sandbox(engine, cid, workdir=task.workdir, info={**info, "role": "verifier"}, image_id=image_id)
             box.egress = getattr(sandbox, "egress", None)  # the attempt's proxy serves both phases
             box.start()
             box.put_many(first_entries(task))
