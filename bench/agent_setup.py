@@ -172,9 +172,7 @@ def main() -> None:
     t = installed_once(args.preset, args.cells)
     bare, agent = t["bare"], t["layer"]
     print(f"setup per cell, bare environment:        {bare:.3f} s (median of {args.cells})")
-    print(
-        f"first cell with {args.preset} as an image layer (built once per environment): {t['layer_first']:.1f} s"
-    )
+    print(f"first cell with {args.preset} as an image layer (built once per environment): {t['layer_first']:.1f} s")
     for mode in ("layer", "mount"):
         print(
             f"setup per cell, {args.preset} as {mode}:   {t[mode]:.3f} s (median of {args.cells}; "
