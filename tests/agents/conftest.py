@@ -162,3 +162,29 @@ def docker_model_server(api, script: Script, workdir: Path) -> Iterator[DockerMo
         if cid is not None:
             api.remove_container(cid, force=True)
         api.remove_network(net)
+
+
+def mcp_servers_toml(
+    stdio: str, stdio_args: str, http: str, *, header_var: str = "MCP_TOKEN", sse: bool = False
+) -> str:
+    """task.toml lines declaring a skills dir, a stdio MCP server ``stdio`` (``stdio_args``: a TOML
+    list) and a streamable-http server ``http`` whose bearer header comes from ``header_var``
+    (and, with ``sse``, an SSE server ``events``)."""
+    text = f"""\
+skills_dir = "/app/skills"
+
+[[environment.mcp_servers]]
+name = "{stdio}"
+transport = "stdio"
+command = "python3"
+args = {stdio_args}
+
+[[environment.mcp_servers]]
+name = "{http}"
+transport = "streamable-http"
+url = "http://127.0.0.1:9/mcp"
+headers = {{ Authorization = "Bearer ${{{header_var}}}" }}
+"""
+    if sse:
+        text += '\n[[environment.mcp_servers]]\nname = "events"\ntransport = "sse"\nurl = "http://127.0.0.1:9/sse"\n'
+    return text

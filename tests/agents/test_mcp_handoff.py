@@ -9,7 +9,6 @@ makes its first reply a call of the MCP tool, under whatever name the agent gave
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from pytest_maka.testing.model_server import Action, Script, ScriptedModel, mode
 from pytest_maka.testing.model_wire import Reply, ToolCall
 from tests.conftest import Cohort, needs_bwrap
 
-from .conftest import SECRET, installed, tree_contains
+from .conftest import SECRET, installed, mcp_servers_toml, tree_contains
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.agent, needs_bwrap]
 
@@ -44,23 +43,7 @@ class CallsMcpFirst(ScriptedModel):
 
 
 def mcp_task(cohort: Cohort, name: str, *, header_var: str = "MCP_TOKEN") -> None:
-    extra = textwrap.dedent(
-        f"""\
-        skills_dir = "/app/skills"
-
-        [[environment.mcp_servers]]
-        name = "marker"
-        transport = "stdio"
-        command = "python3"
-        args = ["/app/mcp_marker_server.py", "/app"]
-
-        [[environment.mcp_servers]]
-        name = "remote"
-        transport = "streamable-http"
-        url = "http://127.0.0.1:9/mcp"
-        headers = {{ Authorization = "Bearer ${{{header_var}}}" }}
-        """
-    )
+    extra = mcp_servers_toml("marker", '["/app/mcp_marker_server.py", "/app"]', "remote", header_var=header_var)
     cohort.task(
         name,
         agent_timeout=240,

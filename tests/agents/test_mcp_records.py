@@ -4,40 +4,18 @@ that takes none says so with a reason; a header's secret never reaches a record 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Cohort, needs_bwrap
 
-from .conftest import tree_contains
+from .conftest import mcp_servers_toml, tree_contains
 
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
 AGENT = (Path(__file__).parent / "fake_acp_agent.py").read_text()
 TOKEN = "hdr-secret-41d2e8b0a7"
-SERVERS = textwrap.dedent(
-    """\
-    skills_dir = "/app/skills"
-
-    [[environment.mcp_servers]]
-    name = "local-tool"
-    transport = "stdio"
-    command = "python3"
-    args = ["/app/server.py", "--flag"]
-
-    [[environment.mcp_servers]]
-    name = "web"
-    transport = "streamable-http"
-    url = "http://127.0.0.1:9/mcp"
-    headers = { Authorization = "Bearer ${MCP_TOKEN}" }
-
-    [[environment.mcp_servers]]
-    name = "events"
-    transport = "sse"
-    url = "http://127.0.0.1:9/sse"
-    """
-)
+SERVERS = mcp_servers_toml("local-tool", '["/app/server.py", "--flag"]', "web", sse=True)
 SKILL = "---\nname: demo\ndescription: a demo skill\n---\nbody\n"
 
 

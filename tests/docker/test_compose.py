@@ -285,16 +285,28 @@ def _project_up(docker_api, task_id: str) -> bool:  # type: ignore[no-untyped-de
     return len(_volumes_of(docker_api, task_id)) == 2 and len(running) >= 2
 
 
-def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, docker_api, tmp_path_factory) -> None:
-    name = f"killed-{uuid.uuid4().hex[:8]}"
+def _sleeping_project(cohort: Cohort, prefix: str, state):  # type: ignore[no-untyped-def]
+    """A compose task (main service and a sidecar, each with a named volume) whose subject sleeps."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     task = harbor_task(cohort.tasks, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test="true\n")
     (task / "environment" / "docker-compose.yaml").write_text(KILLED_COMPOSE)
-    state = tmp_path_factory.mktemp("state")
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": "sleep 300"}],
         executor={"kind": "docker", "state_dir": str(state)},
         retries={"infra": 0},
     )
+    return name
+
+
+def _assert_no_project_left(docker_api, name: str) -> None:  # type: ignore[no-untyped-def]
+    assert _volumes_of(docker_api, name) == []
+    assert docker_api.containers(all=True, filters={"label": f"{L.TASK}={name}"}) == []
+    assert docker_api.networks(filters={"label": f"{L.TASK}={name}"}) == []
+
+
+def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, docker_api, tmp_path_factory) -> None:
+    state = tmp_path_factory.mktemp("state")
+    name = _sleeping_project(cohort, "killed", state)
     proc = start_run(cohort)
     try:
         # both containers up, not only the volumes: killed while compose still creates the
@@ -306,9 +318,7 @@ def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, doc
         assert len(_volumes_of(docker_api, name)) == 2, "a killed run removes nothing"
         engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state, retry_sec=0)
         sweep(engine)  # (a concurrent run's sweep may have removed them first)
-        assert _volumes_of(docker_api, name) == []
-        assert docker_api.containers(all=True, filters={"label": f"{L.TASK}={name}"}) == []
-        assert docker_api.networks(filters={"label": f"{L.TASK}={name}"}) == []
+        _assert_no_project_left(docker_api, name)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -318,14 +328,7 @@ def test_a_killed_runs_volumes_are_removed_by_docker_cleanup(cohort: Cohort, doc
 def test_ctrl_c_removes_the_whole_project_volumes_included(cohort: Cohort, docker_api, tmp_path_factory) -> None:
     """Ctrl-C mid-attempt: the run ends on its own and the project (main container, sidecar,
     network, both named volumes) is gone without any sweep."""
-    name = f"sigint-{uuid.uuid4().hex[:8]}"
-    task = harbor_task(cohort.tasks, name, dockerfile=MAIN_DOCKERFILE, solve="true\n", test="true\n")
-    (task / "environment" / "docker-compose.yaml").write_text(KILLED_COMPOSE)
-    cohort.write(
-        subjects=[{"name": "a", "kind": "command", "command": "sleep 300"}],
-        executor={"kind": "docker", "state_dir": str(tmp_path_factory.mktemp("state"))},
-        retries={"infra": 0},
-    )
+    name = _sleeping_project(cohort, "sigint", tmp_path_factory.mktemp("state"))
     proc = start_run(cohort)
     try:
         running = wait_until(lambda: _project_up(docker_api, name), 300, proc)
@@ -333,9 +336,7 @@ def test_ctrl_c_removes_the_whole_project_volumes_included(cohort: Cohort, docke
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=300)
         assert b"Traceback" not in out, out.decode(errors="replace")[-2000:]
-        assert _volumes_of(docker_api, name) == []
-        assert docker_api.containers(all=True, filters={"label": f"{L.TASK}={name}"}) == []
-        assert docker_api.networks(filters={"label": f"{L.TASK}={name}"}) == []
+        _assert_no_project_left(docker_api, name)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
