@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,9 +26,11 @@ from ...core.trajectory import Trajectory
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills
-from .client import Budget, SandboxClient
 from .mcp import mcp_servers
 from .streams import connect, drain_to_file
+
+if TYPE_CHECKING:  # the acp package (its pydantic schema: ~2 s of CPU) loads when a session starts
+    from .client import Budget
 
 #: How the protocol's stop reasons read in the taxonomy (end_turn: the verifier decides).
 STOP_REASONS = {
@@ -132,6 +134,8 @@ class AcpSubject(SubjectBase):
         allow = self.opts.permissions == "allow" or (self.opts.permissions == "policy" and ctx.isolated)
         trajectory = Trajectory(agent=self.spec.name)
         trajectory.step("user", task.instruction, ts=time.time())
+        from .client import Budget
+
         budget = Budget(max_tokens=ctx.max_tokens, max_cost_usd=ctx.max_cost_usd)
         handoff = Handoff()
         if task.skills_dir:
@@ -217,6 +221,8 @@ class _Session:
         self.subject, self.task, self.ctx, self.proc = subject, task, ctx, proc
         self.budget = budget
         self._cancel: asyncio.Event | None = None
+        from .client import SandboxClient
+
         self.client = SandboxClient(
             sandbox,
             env=dict(ctx.env),
