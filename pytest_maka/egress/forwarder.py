@@ -35,7 +35,7 @@ DNS_TIMEOUT = 5.0
 #: Exit status when the forwarder cannot listen: the command never starts without it.
 FAILED = 125
 HERE = __file__.rpartition("/")[0] or "."
-IN, OUT = select.EPOLLIN, select.EPOLLOUT
+IN, OUT, ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR
 Socket = _socket.socket
 
 
@@ -96,6 +96,9 @@ class _Pair:
         return lambda events: self.ready(s, events)
 
     def ready(self, s: Socket, events: int) -> None:
+        if events & ERR:  # reset or refused: what is pending cannot arrive any more
+            self.close()
+            return
         try:
             if events & OUT:
                 self._flush(self.peer[s])
