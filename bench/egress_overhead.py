@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,7 @@ def one_lease(
     name, port = target
     plan = PhasePlan("allowlist", hostpattern.parse_all([f"{name}:{port}"]))
     log = EgressLog(root / "a" / "egress.log")
-    out: dict[str, list[float]] = {"first_phase": [], "phase": [], "proxied": [], "direct": []}
+    out: dict[str, list[float]] = {k: [] for k in ("first_phase", "phase", "proxied", "direct", "cmd", "cmd_proxied")}
     env = {**ENV, "T": TIMER}
     with executor.lease(req) as sandbox:
         for i in range(phases):
@@ -80,6 +82,11 @@ def one_lease(
                 pass
             out["first_phase" if i == 0 else "phase"].append(time.perf_counter() - t)
         with sandbox.egress_phase("agent", plan, log):
+            for _ in range(phases):  # a command's start, without and behind the forwarder
+                for key, network in (("cmd", False), ("cmd_proxied", True)):
+                    t = time.perf_counter()
+                    _run(sandbox, root, "true", env, network)
+                    out[key].append(time.perf_counter() - t)
             text = _run(sandbox, root, f'python3 -c "$T" http://{name}:{port}/ {requests}', env, True)
         out["proxied"] = [float(x) for x in text.split()]
         if direct_url is not None:
@@ -112,9 +119,11 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
         merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}
         baseline = direct() if direct is not None else merged["direct"]
         added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
+        cmd = statistics.median(merged["cmd_proxied"]) - statistics.median(merged["cmd"])
         print(
             f"{label:6} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
-            f"later phase {ms(merged['phase'])}; request via proxy {ms(merged['proxied'])}, "
+            f"later phase {ms(merged['phase'])}; command start {ms(merged['cmd'])}, behind the forwarder "
+            f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
     executor.close()
@@ -159,10 +168,39 @@ def _get(connect: Callable[[], socket.socket], request: bytes) -> float:
     return time.perf_counter() - t
 
 
-def hops(n: int) -> None:
-    """Median time of a GET: direct, through tinyproxy alone, and through the relay's unix socket in front of it."""
-    from pytest_maka.egress.host import HostProxy
+@contextmanager
+def _forwarder(argv: list[str], port: int) -> Iterator[None]:
+    """A forwarder on the host's ``127.0.0.1:port`` (what the sandbox runs on its own loopback)."""
+    from pytest_maka.egress.host import _listening
 
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not _listening(port) and proc.poll() is None:
+            time.sleep(0.001)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _started(argv: list[str], n: int = 20) -> list[float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def hops(n: int) -> None:
+    """Median time of a GET: direct, through tinyproxy alone, through the relay's unix socket in front of it,
+    and through each forwarder in front of the relay; and the start of each forwarder's program."""
+    from pytest_maka.egress import forwarder
+    from pytest_maka.egress.host import PYTHON, HostProxy, _free_port
+
+    imports = "import __future__, _socket, posix, select, sys, time"
+    python, socat = ms(_started([PYTHON, "-I", "-S", "-c", imports])), ms(_started(["socat", "-V"]))
+    print(f"hops   start: {PYTHON} -I -S with the forwarder's imports {python}, socat -V {socat}")
     with http_server() as server, tempfile.TemporaryDirectory(prefix="maka-egress-hops-") as tmp:
         proxy = HostProxy(Path(tmp), hostpattern.parse_all([f"allowed.test:{server.port}"]),
                           {"allowed.test": "127.0.0.1"}, "agent")  # fmt: skip
@@ -172,11 +210,11 @@ def hops(n: int) -> None:
             proxied = f"GET {url} HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n".encode()
             plain = b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
             assert proxy.port is not None
-            port = proxy.port
+            port, sock = proxy.port, str(proxy.socket_path)
 
             def unix() -> socket.socket:
                 s = socket.socket(socket.AF_UNIX)
-                s.connect(str(proxy.socket_path))
+                s.connect(sock)
                 return s
 
             paths: list[tuple[str, Callable[[], socket.socket], bytes]] = [
@@ -185,7 +223,18 @@ def hops(n: int) -> None:
                 ("relay + tinyproxy", unix, proxied),
             ]
             for label, connect, request in paths:
-                print(f"hops   {label:18} {ms([_get(connect, request) for _ in range(n)])}")
+                print(f"hops   {label:32} {ms([_get(connect, request) for _ in range(n)])}")
+            fwd_port = _free_port()
+            forwarders = {
+                "python forwarder + relay + tiny.": [PYTHON, "-I", "-S", forwarder.__file__, "--listen",
+                                                     f"127.0.0.1:{fwd_port}", "--unix", sock],
+                "socat (fork) + relay + tinyproxy": ["socat", f"TCP-LISTEN:{fwd_port},bind=127.0.0.1,fork,reuseaddr",
+                                                     f"UNIX-CONNECT:{sock}"],
+            }  # fmt: skip
+            for label, argv in forwarders.items():
+                with _forwarder(argv, fwd_port):
+                    times = [_get(lambda: socket.create_connection(("127.0.0.1", fwd_port)), proxied) for _ in range(n)]
+                print(f"hops   {label:32} {ms(times)}")
         finally:
             proxy.stop()
 

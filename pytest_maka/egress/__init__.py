@@ -2,7 +2,8 @@
 
 ``plan`` decides what each phase of an attempt may reach, ``tinyproxy`` renders the rules
 for Debian's tinyproxy and reads its log back, ``relay`` sits in front of tinyproxy (bytes,
-the SNI of TLS tunnels, DNS questions), ``join`` makes one event per request of the two,
-``log`` keeps every connection attempt in the attempt's ``egress.log``, ``host`` runs the
-proxy for the local (bubblewrap) executor.
+the SNI of TLS tunnels, DNS questions; ``wire`` parses what it reads), ``join`` makes one
+event per request of the two, ``log`` keeps every connection attempt in the attempt's
+``egress.log``, ``host`` runs the proxy for the local (bubblewrap) executor, and
+``forwarder`` is what listens inside its sandboxes.
 """

@@ -5,8 +5,9 @@ Per phase that needs it: Debian's tinyproxy listens on a free port of the host's
 resolve as mapped and a dead harness takes it along), and the harness's relay
 (``egress.relay``, on a loop thread: bytes, SNI) listens on a unix socket in front of it.
 The socket's directory is bound into the sandbox, whose network stays unshared; a
-forwarder started inside each command (``FORWARDER``) listens on the sandbox's loopback,
-so processes there see an ordinary ``http://127.0.0.1:3128`` proxy.
+forwarder started inside each command (``wrapper()``: ``egress.forwarder``, copied into that
+directory and run by the host's python, else socat) listens on the sandbox's loopback, so
+processes there see an ordinary ``http://127.0.0.1:3128`` proxy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from ..core.hostpattern import HostPattern
-from . import relay, tinyproxy
+from . import forwarder, relay, tinyproxy
 from .join import joined
 from .log import EgressEvent
 
@@ -40,24 +41,52 @@ TINYPROXY = "tinyproxy"
 UNPRIVILEGED = "nobody"
 MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
 DNS_SOCKET = "dns.sock"
-#: Started in front of every command of an allowlist phase: the forwarder on the sandbox's
-#: loopback, a wait until it listens (0C38 = port 3128), then the command itself ("$1").
-FORWARDER = (
-    f"socat TCP-LISTEN:{tinyproxy.PROXY_PORT},bind=127.0.0.1,fork,reuseaddr "
-    f"UNIX-CONNECT:{SANDBOX_DIR}/{SOCKET_NAME} </dev/null >/dev/null 2>&1 &\n"
-    "i=0; until grep -q '0100007F:0C38 00000000:0000 0A' /proc/net/tcp 2>/dev/null; do\n"
-    "  i=$((i+1)); if [ $i -gt 20000 ]; then echo 'maka: the egress forwarder did not start' >&2; exit 125; fi\n"
-    "done\n"
-    'exec /bin/sh -c "$1"\n'
-)
-#: Also answers DNS on the sandbox's 127.0.0.1:53 (0035), through the relay, which logs each question.
-DNS_FORWARDER = (
-    f"socat -T5 UDP4-RECVFROM:53,bind=127.0.0.1,fork UNIX-CONNECT:{SANDBOX_DIR}/{DNS_SOCKET} "
-    "</dev/null >/dev/null 2>&1 &\n"
-    "i=0; until grep -q '0100007F:0035 00000000:0000 07' /proc/net/udp 2>/dev/null; do\n"
-    "  i=$((i+1)); if [ $i -gt 20000 ]; then echo 'maka: the egress DNS forwarder did not start' >&2; exit 125; fi\n"
-    "done\n"
-) + FORWARDER
+FORWARDER_NAME = "forwarder.py"
+#: The interpreter that runs the forwarder inside the sandbox (the host's, bound in with /usr).
+PYTHON = "/usr/bin/python3"
+
+
+def _socat(command: str, table: str, entry: str, what: str) -> str:
+    """The fallback: socat in the background, and a wait until ``entry`` (a listening socket) is in ``table``."""
+    return (
+        f"  {command} </dev/null >/dev/null 2>&1 &\n"
+        f"  i=0; until grep -q '{entry}' /proc/net/{table} 2>/dev/null; do i=$((i+1))\n"
+        "    kill -0 $! 2>/dev/null && [ $i -le 20000 ] ||"
+        f" {{ echo 'maka: the egress {what} did not start' >&2; exit 125; }}\n"
+        "  done\n"
+    )
+
+
+#: 0C38 = port 3128 in /proc/net/tcp (0A: listening), 0035 = 53 in /proc/net/udp (07: bound).
+_SOCAT_TCP = _socat(
+    f"socat TCP-LISTEN:{tinyproxy.PROXY_PORT},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{SANDBOX_DIR}/{SOCKET_NAME}",
+    "tcp", "0100007F:0C38 00000000:0000 0A", "forwarder",
+)  # fmt: skip
+_SOCAT_DNS = _socat(
+    f"socat -T5 UDP4-RECVFROM:53,bind=127.0.0.1,fork UNIX-CONNECT:{SANDBOX_DIR}/{DNS_SOCKET}",
+    "udp", "0100007F:0035 00000000:0000 07", "DNS forwarder",
+)  # fmt: skip
+
+
+def wrapper(dns: bool) -> str:
+    """The shell script started in front of every command of an allowlist phase (the command is "$1").
+
+    It starts the forwarder on the sandbox's loopback (with ``dns``, also on its 127.0.0.1:53,
+    passing each question to the relay, which logs it), then the command. The forwarder
+    (``egress.forwarder``, one process for every connection of the command) is run by the
+    host's python and returns once it listens. Where that interpreter is missing or fails,
+    socat takes its place (one fork per connection, and a wait until it listens).
+    """
+    flags = " --dns 127.0.0.1:53" if dns else ""
+    return (
+        f"if ! {{ [ -x {PYTHON} ] && {PYTHON} -I -S {SANDBOX_DIR}/{FORWARDER_NAME} --detach{flags}; }}; then\n"
+        + (_SOCAT_DNS if dns else "")
+        + _SOCAT_TCP
+        + "fi\n"
+        'exec /bin/sh -c "$1"\n'
+    )
+
+
 #: The sandbox's resolv.conf while its DNS goes to the relay.
 RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n"
 
@@ -121,9 +150,10 @@ class HostProxy:
 
     def start(self) -> None:
         """Start tinyproxy and the relay; EgressUnavailable with the reason when either fails."""
-        if shutil.which(TINYPROXY) is None or shutil.which("socat") is None:
+        if shutil.which(TINYPROXY) is None or (shutil.which("socat") is None and not os.access(PYTHON, os.X_OK)):
             raise EgressUnavailable(MISSING)
         self.dir.mkdir(parents=True, exist_ok=True)
+        (self._socket_dir / FORWARDER_NAME).write_bytes(_forwarder_source())
         (self.dir / "filter").write_text("\n".join(tinyproxy.filter_lines(self.patterns)) + "\n")
         (self.dir / "hosts").write_text(self._hosts_file())
         for _ in range(5):  # a free port can be taken between choosing and binding it
@@ -232,13 +262,18 @@ class HostProxy:
         for copier in self._copiers:
             copier.join(5)
         self._copiers.clear()
-        for name in (SOCKET_NAME, DNS_SOCKET, "resolv.conf"):
+        for name in (SOCKET_NAME, DNS_SOCKET, "resolv.conf", FORWARDER_NAME):
             with contextlib.suppress(OSError):
                 (self._socket_dir / name).unlink()
         with contextlib.suppress(OSError):
             self._socket_dir.rmdir()
         text = self._log.read_text(errors="replace") if self._log.exists() else ""
         return joined(tinyproxy.parse_requests(text, self.phase, self.patterns), list(self._records), self.phase)
+
+
+@functools.cache
+def _forwarder_source() -> bytes:
+    return Path(forwarder.__file__).read_bytes()
 
 
 def _copy(pipe: IO[bytes], path: Path) -> None:

@@ -1,7 +1,8 @@
 """The relay in front of tinyproxy: counts bytes per connection, checks the SNI of TLS tunnels, logs DNS.
 
-Standard library only, so the same file runs in the harness (``Relay`` on a loop thread,
-local executor) and as a script inside the Docker proxy container (``python3 relay.py``).
+Standard library only (and ``wire``, for what it parses), so the same file runs in the harness
+(``Relay`` on a loop thread, local executor) and as a script inside the Docker proxy container
+(``python3 relay.py``, with ``wire.py`` beside it).
 It is not a proxy: every connection is passed to tinyproxy unchanged, which decides.
 The relay only reads what it must: the request line (to name the connection), tinyproxy's
 answer to a CONNECT, and the first TLS record of a tunnel, whose ClientHello must name the
@@ -24,83 +25,19 @@ import socket
 import struct
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+try:
+    from .wire import NeedMore, Record, answer, client_hello_sni, now
+except ImportError:  # a script in the proxy container, with wire.py beside it
+    from wire import NeedMore, Record, answer, client_hello_sni, now  # type: ignore[no-redef]
+
 #: Bytes of the request line read before giving up on naming the connection.
 MAX_LINE = 8192
-#: Bytes of a ClientHello waited for (it may span records).
-MAX_HELLO = 65536
 HELLO_TIMEOUT = 10.0
 CHUNK = 65536
-Record = dict[str, Any]
-
-
-def _now() -> str:
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
-
-
-# --- TLS ClientHello --------------------------------------------------------------------
-class NeedMore(Exception):
-    """The ClientHello is not complete yet."""
-
-
-def client_hello_sni(data: bytes) -> str | None:
-    """The server name a TLS ClientHello asks for (None when it names none).
-
-    ValueError when ``data`` is not a TLS handshake starting with a ClientHello,
-    NeedMore when it is the start of one.
-    """
-    body = b""
-    pos = 0
-    while True:  # gather handshake bytes from consecutive records
-        if len(data) < pos + 5:
-            raise NeedMore
-        ctype, _major, length = data[pos], data[pos + 1], struct.unpack(">H", data[pos + 3 : pos + 5])[0]
-        if ctype != 0x16 or _major != 3:
-            raise ValueError("not a TLS handshake record")
-        if len(data) < pos + 5 + length:
-            raise NeedMore
-        body += data[pos + 5 : pos + 5 + length]
-        pos += 5 + length
-        if len(body) >= 4:
-            if body[0] != 0x01:
-                raise ValueError("the first handshake message is not a ClientHello")
-            need = 4 + int.from_bytes(body[1:4], "big")
-            if len(body) >= need:
-                return _sni(body[4:need])
-        if pos >= MAX_HELLO:
-            raise ValueError("ClientHello too long")
-
-
-def _sni(hello: bytes) -> str | None:
-    try:
-        p = 2 + 32  # version, random
-        p += 1 + hello[p]  # session id
-        p += 2 + struct.unpack(">H", hello[p : p + 2])[0]  # cipher suites
-        p += 1 + hello[p]  # compression methods
-        if p >= len(hello):
-            return None  # no extensions
-        end = p + 2 + struct.unpack(">H", hello[p : p + 2])[0]
-        p += 2
-        while p + 4 <= end:
-            etype, elen = struct.unpack(">HH", hello[p : p + 4])
-            p += 4
-            if etype == 0:  # server_name: list length, then (type, length, name)
-                q = p + 2
-                while q + 3 <= p + elen:
-                    ntype, nlen = hello[q], struct.unpack(">H", hello[q + 1 : q + 3])[0]
-                    if ntype == 0:
-                        return hello[q + 3 : q + 3 + nlen].decode("ascii", "replace")
-                    q += 3 + nlen
-                return None
-            p += elen
-    except (IndexError, struct.error):
-        raise ValueError("malformed ClientHello") from None
-    return None
 
 
 def _target(line: str) -> tuple[str, int] | None:
@@ -110,35 +47,6 @@ def _target(line: str) -> tuple[str, int] | None:
         return None
     host, _, port = parts[1].rpartition(":")
     return (host.strip("[]").lower(), int(port)) if host and port.isdigit() else None
-
-
-# --- DNS --------------------------------------------------------------------------------
-def dns_question(query: bytes) -> tuple[str, int] | None:
-    """(name, qtype) of a DNS query, None when it does not parse."""
-    if len(query) < 12:
-        return None
-    labels, p = [], 12
-    try:
-        while query[p]:
-            n = query[p]
-            if n & 0xC0:
-                return None
-            labels.append(query[p + 1 : p + 1 + n].decode("ascii", "replace"))
-            p += 1 + n
-        qtype = struct.unpack(">H", query[p + 1 : p + 3])[0]
-    except (IndexError, struct.error):
-        return None
-    return ".".join(labels) or ".", qtype
-
-
-def dns_refused(query: bytes) -> bytes:
-    """A REFUSED answer to ``query`` (same id and question, no records)."""
-    flags = 0x8000 | (struct.unpack(">H", query[2:4])[0] & 0x0100) | 5  # QR, RD copied, RCODE=REFUSED
-    end = 12
-    while end < len(query) and query[end]:
-        end += 1 + query[end]
-    question = query[12 : end + 5] if end + 5 <= len(query) else b""
-    return query[:2] + struct.pack(">HHHHH", flags, 1 if question else 0, 0, 0, 0) + question
 
 
 class _Dns(asyncio.DatagramProtocol):
@@ -151,15 +59,6 @@ class _Dns(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         answer(data, self.record, lambda out: self.transport.sendto(out, addr) if self.transport else None)
-
-
-def answer(data: bytes, record: Callable[[Record], None], send: Callable[[bytes], object]) -> None:
-    """Log one DNS query and send REFUSED back."""
-    q = dns_question(data)
-    record({"time": _now(), "kind": "dns", "name": q[0] if q else None, "qtype": q[1] if q else None,
-            "bytes_out": len(data), "bytes_in": 0})  # fmt: skip
-    if q is not None:
-        send(dns_refused(data))
 
 
 # --- the relay --------------------------------------------------------------------------
@@ -237,7 +136,7 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        rec: Record = {"time": _now(), "kind": "proxy", "request": None, "bytes_out": 0, "bytes_in": 0,
+        rec: Record = {"time": now(), "kind": "proxy", "request": None, "bytes_out": 0, "bytes_in": 0,
                        "sni": None, "reason": None}  # fmt: skip
         up_w: asyncio.StreamWriter | None = None
         streams: _Streams | None = None

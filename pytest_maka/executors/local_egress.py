@@ -1,7 +1,7 @@
 """The local executor's egress: an allowlist phase runs its commands behind the host-side proxy.
 
 The sandbox keeps ``--unshare-net``; only the proxy's unix socket directory is bound in
-(read-only), and every command starts behind the forwarder of ``egress.host``.
+(read-only), and every command starts behind the forwarder of ``egress.host.wrapper``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class ProxiedExec:
 
     extra_args: tuple[str, ...]
     env: Mapping[str, str]
-    wrapper: str = host.FORWARDER
+    wrapper: str
 
 
 class LocalEgress:
@@ -62,12 +62,12 @@ class LocalEgress:
             raise InfraError(f"egress proxy for the {name} phase: {exc}") from None
         sock_dir = proxy.socket_path.parent
         args = ("--ro-bind", str(sock_dir), host.SANDBOX_DIR)
-        if dns:  # the sandbox's resolver asks its own 127.0.0.1:53, where socat passes it to the relay
+        if dns:  # the sandbox's resolver asks its own 127.0.0.1:53, where the forwarder passes it to the relay
             args += ("--ro-bind", str(sock_dir / "resolv.conf"), RESOLV_CONF, "--cap-add", "CAP_NET_BIND_SERVICE")
         self.current = ProxiedExec(
             extra_args=args,
             env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
-            wrapper=host.DNS_FORWARDER if dns else host.FORWARDER,
+            wrapper=host.wrapper(dns),
         )
         try:
             yield

@@ -99,17 +99,28 @@ class HttpServer:
 
 
 @contextmanager
-def http_server() -> Iterator[HttpServer]:
-    """Serve HTTP on 127.0.0.1 until the block ends."""
+def http_server(together: int | None = None) -> Iterator[HttpServer]:
+    """Serve HTTP on 127.0.0.1 until the block ends.
+
+    ``together``: answer no request until that many wait at once (500 when they never do, in 60 s),
+    so a client that passes serves that many connections concurrently.
+    """
     import http.server
 
     server_state = HttpServer(port=0)
+    barrier = threading.Barrier(together, timeout=60) if together else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            code = 200
+            if barrier is not None:
+                try:
+                    barrier.wait()
+                except threading.BrokenBarrierError:
+                    code = 500
             server_state.paths.append(self.path)
             body = f"{EGRESS_TOKEN} {self.path}".encode()
-            self.send_response(200)
+            self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -124,6 +135,8 @@ def http_server() -> Iterator[HttpServer]:
     try:
         yield server_state
     finally:
+        if barrier is not None:
+            barrier.abort()
         httpd.shutdown()
         httpd.server_close()
         thread.join(2)

@@ -18,6 +18,7 @@ from pytest_maka.egress import host
 from pytest_maka.testing.servers import EGRESS_TOKEN, HttpServer, http_server
 
 from ..conftest import Cohort, needs_bwrap
+from .procs import processes_with_env
 
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
 
@@ -163,8 +164,8 @@ def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: 
     marker = f"egress-{uuid.uuid4().hex[:10]}"  # the subject's name, hence in the proxy's paths
     cohort.task("t", agent_timeout=120)
     cmd = fetch(f"http://allowed.test:{server.port}/started", "$MAKA_LOGS_DIR/net.txt") + "sleep 120"
-    cohort.write(
-        subjects=[{"name": marker, "kind": "command", "command": cmd}],
+    cohort.write(  # the marker is in the environment of what runs in the sandbox, the forwarder included
+        subjects=[{"name": marker, "kind": "command", "command": cmd, "set_env": {"FWD_MARK": marker}}],
         executor=LOCAL,
         policy={"egress": [f"allowed.test:{server.port}"]},
     )
@@ -183,6 +184,8 @@ def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: 
         assert any("tinyproxy -d" in p for p in running), running
         sockets = list(Path("/tmp").glob(f"maka-egress-*{marker}*/{host.SOCKET_NAME}"))
         assert sockets and sockets[0].is_socket(), "the relay listens on the proxy's socket"
+        in_sandbox = processes_with_env(marker)
+        assert any(f"{host.PYTHON} -I -S {host.SANDBOX_DIR}/forwarder.py" in p for p in in_sandbox), in_sandbox
         proc.send_signal(sig)
         proc.wait(60)
     finally:
@@ -190,9 +193,10 @@ def test_no_proxy_outlives_its_harness(cohort: Cohort, server: HttpServer, sig: 
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 10
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
+    while (_processes_mentioning(marker) or processes_with_env(marker)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_mentioning(marker) == []
+    assert processes_with_env(marker) == [], "no forwarder outlives the run"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's DNS reaches the relay only when bwrap runs as root")

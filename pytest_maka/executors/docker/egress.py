@@ -25,7 +25,7 @@ import docker.errors
 from filelock import FileLock
 
 from ...core.errors import InfraError
-from ...egress import host, relay, tinyproxy
+from ...egress import host, relay, tinyproxy, wire
 from ...egress.join import joined, relay_records
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
@@ -183,7 +183,8 @@ class DockerEgress:
                 host_config=host_config,
                 name=f"{name}-proxy",
             )["Id"]
-            api.put_archive(self.proxy_id, "/etc/maka", _tar({"relay.py": Path(relay.__file__).read_text()}))
+            files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in (relay, wire)}
+            api.put_archive(self.proxy_id, "/etc/maka", _tar(files))
             api.start(self.proxy_id)
             api.connect_container_to_network(self.proxy_id, self.network_id)
             info = api.inspect_container(self.proxy_id)

@@ -1,0 +1,120 @@
+"""What the relay reads on the wire: the server name of a TLS ClientHello, DNS questions and REFUSED answers.
+
+Standard library only, and no import of the package: the relay runs as a script in the Docker
+proxy container with this file beside it.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: Bytes of a ClientHello waited for (it may span records).
+MAX_HELLO = 65536
+Record = dict[str, Any]
+
+
+def now() -> str:
+    """UTC time with milliseconds, as the records carry it."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+# --- TLS ClientHello --------------------------------------------------------------------
+class NeedMore(Exception):
+    """The ClientHello is not complete yet."""
+
+
+def client_hello_sni(data: bytes) -> str | None:
+    """The server name a TLS ClientHello asks for (None when it names none).
+
+    ValueError when ``data`` is not a TLS handshake starting with a ClientHello,
+    NeedMore when it is the start of one.
+    """
+    body = b""
+    pos = 0
+    while True:  # gather handshake bytes from consecutive records
+        if len(data) < pos + 5:
+            raise NeedMore
+        ctype, _major, length = data[pos], data[pos + 1], struct.unpack(">H", data[pos + 3 : pos + 5])[0]
+        if ctype != 0x16 or _major != 3:
+            raise ValueError("not a TLS handshake record")
+        if len(data) < pos + 5 + length:
+            raise NeedMore
+        body += data[pos + 5 : pos + 5 + length]
+        pos += 5 + length
+        if len(body) >= 4:
+            if body[0] != 0x01:
+                raise ValueError("the first handshake message is not a ClientHello")
+            need = 4 + int.from_bytes(body[1:4], "big")
+            if len(body) >= need:
+                return _sni(body[4:need])
+        if pos >= MAX_HELLO:
+            raise ValueError("ClientHello too long")
+
+
+def _sni(hello: bytes) -> str | None:
+    try:
+        p = 2 + 32  # version, random
+        p += 1 + hello[p]  # session id
+        p += 2 + struct.unpack(">H", hello[p : p + 2])[0]  # cipher suites
+        p += 1 + hello[p]  # compression methods
+        if p >= len(hello):
+            return None  # no extensions
+        end = p + 2 + struct.unpack(">H", hello[p : p + 2])[0]
+        p += 2
+        while p + 4 <= end:
+            etype, elen = struct.unpack(">HH", hello[p : p + 4])
+            p += 4
+            if etype == 0:  # server_name: list length, then (type, length, name)
+                q = p + 2
+                while q + 3 <= p + elen:
+                    ntype, nlen = hello[q], struct.unpack(">H", hello[q + 1 : q + 3])[0]
+                    if ntype == 0:
+                        return hello[q + 3 : q + 3 + nlen].decode("ascii", "replace")
+                    q += 3 + nlen
+                return None
+            p += elen
+    except (IndexError, struct.error):
+        raise ValueError("malformed ClientHello") from None
+    return None
+
+
+# --- DNS --------------------------------------------------------------------------------
+def dns_question(query: bytes) -> tuple[str, int] | None:
+    """(name, qtype) of a DNS query, None when it does not parse."""
+    if len(query) < 12:
+        return None
+    labels, p = [], 12
+    try:
+        while query[p]:
+            n = query[p]
+            if n & 0xC0:
+                return None
+            labels.append(query[p + 1 : p + 1 + n].decode("ascii", "replace"))
+            p += 1 + n
+        qtype = struct.unpack(">H", query[p + 1 : p + 3])[0]
+    except (IndexError, struct.error):
+        return None
+    return ".".join(labels) or ".", qtype
+
+
+def dns_refused(query: bytes) -> bytes:
+    """A REFUSED answer to ``query`` (same id and question, no records)."""
+    flags = 0x8000 | (struct.unpack(">H", query[2:4])[0] & 0x0100) | 5  # QR, RD copied, RCODE=REFUSED
+    end = 12
+    while end < len(query) and query[end]:
+        end += 1 + query[end]
+    question = query[12 : end + 5] if end + 5 <= len(query) else b""
+    return query[:2] + struct.pack(">HHHHH", flags, 1 if question else 0, 0, 0, 0) + question
+
+
+def answer(data: bytes, record: Callable[[Record], None], send: Callable[[bytes], object]) -> None:
+    """Log one DNS query and send REFUSED back."""
+    q = dns_question(data)
+    record({"time": now(), "kind": "dns", "name": q[0] if q else None, "qtype": q[1] if q else None,
+            "bytes_out": len(data), "bytes_in": 0})  # fmt: skip
+    if q is not None:
+        send(dns_refused(data))
