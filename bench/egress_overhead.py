@@ -71,7 +71,7 @@ def one_lease(
     name, port = target
     plan = PhasePlan("allowlist", hostpattern.parse_all([f"{name}:{port}"]))
     log = EgressLog(root / "a" / "egress.log")
-    out: dict[str, list[float]] = {"first_phase": [], "phase": [], "proxied": [], "direct": []}
+    out: dict[str, list[float]] = {"first_phase": [], "phase": [], "command": [], "proxied": [], "direct": []}
     env = {**ENV, "T": TIMER}
     with executor.lease(req) as sandbox:
         for i in range(phases):
@@ -80,6 +80,10 @@ def one_lease(
                 pass
             out["first_phase" if i == 0 else "phase"].append(time.perf_counter() - t)
         with sandbox.egress_phase("agent", plan, log):
+            for _ in range(phases):  # a command joined to the proxy's network (join, route, leave)
+                t = time.perf_counter()
+                _run(sandbox, root, "true", env, True)
+                out["command"].append(time.perf_counter() - t)
             text = _run(sandbox, root, f'python3 -c "$T" http://{name}:{port}/ {requests}', env, True)
         out["proxied"] = [float(x) for x in text.split()]
         if direct_url is not None:
@@ -114,7 +118,8 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
         added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
         print(
             f"{label:6} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
-            f"later phase {ms(merged['phase'])}; request via proxy {ms(merged['proxied'])}, "
+            f"later phase {ms(merged['phase'])}, networked `true` {ms(merged['command'])}; "
+            f"request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
     executor.close()
@@ -126,6 +131,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=50, help="GETs per lease")
     parser.add_argument("--phases", type=int, default=5, help="empty allowlist phases timed per lease")
     parser.add_argument("--leases", type=int, default=2, help="leases per worker")
+    parser.add_argument("--no-local", action="store_true", help="skip the local executor (with --docker)")
     parser.add_argument("--hops", action="store_true", help="time each hop of the local path on the host")
     args = parser.parse_args()
     if args.hops:
@@ -134,6 +140,9 @@ def main() -> int:
 
     from pytest_maka.executors.local import LocalExecutor, LocalOptions
 
+    if args.no_local and args.docker:
+        docker_bench(args)
+        return 0
     with http_server() as server:
         url = f"http://127.0.0.1:{server.port}/"
         measure(

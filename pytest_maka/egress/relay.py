@@ -38,9 +38,13 @@ CHUNK = 65536
 Record = dict[str, Any]
 
 
-def _now() -> str:
-    t = time.time()
+def stamp(t: float) -> str:
+    """``t`` (seconds since the epoch) as egress.log writes times: UTC, milliseconds, ``Z``."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def _now() -> str:
+    return stamp(time.time())
 
 
 # --- TLS ClientHello --------------------------------------------------------------------
