@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 LOG_NAME = "egress.log"
+#: The reason of an event for a packet sent past the proxy (refused in the sandbox, never sent).
+PAST_PROXY = "not through the egress proxy: refused in the sandbox"
 
 
 @dataclass(frozen=True)

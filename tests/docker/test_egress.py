@@ -351,7 +351,8 @@ def test_a_packet_logger_that_cannot_start_says_so_and_opens_nothing(
     network, ip, port = egress_upstream
     monkeypatch.setattr(netguard, "START_SCRIPT", "echo 'ulogd2: cannot bind the NFLOG group' >&2; exit 5")
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
-    task = make_task(tmp_path / f"guard-fails-{uuid.uuid4().hex[:8]}", docker_image="python:3.11-slim")
+    name = f"guard-fails-{uuid.uuid4().hex[:8]}"  # other runs on the same engine have cells named like ours
+    task = make_task(tmp_path / name, id=name, docker_image="python:3.11-slim")
     cell = make_cell(task, tmp_path)
     request = LeaseRequest(cell=cell, attempt=1, attempt_dir=tmp_path / "a", scratch_dir=tmp_path / "s")
     (tmp_path / "a").mkdir()

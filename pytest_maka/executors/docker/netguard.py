@@ -23,7 +23,7 @@ from typing import Any
 
 import docker.errors
 
-from ...egress.log import EgressEvent
+from ...egress.log import PAST_PROXY, EgressEvent
 from ...egress.relay import stamp
 from . import labels as L
 from .archive import text_files
@@ -31,7 +31,6 @@ from .engines import Engine, one_line
 
 NFLOG_GROUP = 7
 LOG_FILE = "/run/maka/packets.json"
-REASON = "not through the egress proxy: refused in the sandbox"
 PROTOCOLS = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
 ULOGD_CONF = f"""[global]
 logfile="/run/maka/ulogd.out"
@@ -128,7 +127,7 @@ def parse_packets(text: str, phase: str) -> list[EgressEvent]:
                 destination=dest,
                 allowed=False,
                 bytes=flow.bytes,
-                reason=REASON,
+                reason=PAST_PROXY,
                 bytes_out=flow.bytes,
                 bytes_in=0,
             )
