@@ -225,6 +225,36 @@ def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_d
                 docker_api.remove_network(net)
 
 
+def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """A helper sharing a dead attempt container's namespace goes with it, whichever is listed first."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    cell = f"dead-guard-{uuid.uuid4().hex[:8]}"
+    labels = {**L.owner_labels(), L.OWNER_PID: str(dead.pid), L.OWNER_START: "0", L.CELL: cell}
+    made = []
+    try:
+        box = docker_api.create_container("python:3.11-slim", ["sleep", "infinity"], labels=labels)["Id"]
+        made.append(box)
+        docker_api.start(box)
+        host_config = docker_api.create_host_config(network_mode=f"container:{box}", cap_drop=["ALL"])
+        guard = docker_api.create_container(
+            "python:3.11-slim",
+            ["sleep", "infinity"],
+            labels={**labels, L.ROLE: "egress-guard"},
+            host_config=host_config,
+        )["Id"]
+        made.append(guard)
+        docker_api.start(guard)
+        engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
+        sweep(engine)
+        assert _egress_leftovers(docker_api, cell) == []
+        assert not docker_api.containers(all=True, filters={"label": f"{L.CELL}={cell}"})
+    finally:
+        for cid in reversed(made):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_api.remove_container(cid, force=True)
+
+
 def test_a_proxy_that_cannot_start_is_infra_failure_and_leaves_nothing(
     cohort: Cohort, docker_api, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ import io
 import ipaddress
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,12 +220,13 @@ class DockerEgress:
         try:
             if self.proxy_id is None:
                 self._setup()
-            self._start_phase(name, plan)
-            self._resolver(container, f"nameserver {self.proxy_ip}\n")
-            self._hosts(container, add=True)
+            with ThreadPoolExecutor(1) as pool:  # the packet logger starts while the proxy does
+                pool.submit(self._guard, container)
+                self._start_phase(name, plan)
+                self._resolver(container, f"nameserver {self.proxy_ip}\n")
+                self._hosts(container, add=True)
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {name} phase: {one_line(exc)}") from None
-        self._guard(container)
         self._phase = name
         self._note(log)
         assert self.network_id is not None
@@ -259,7 +261,7 @@ class DockerEgress:
         try:
             with self.engine.guard("starting the egress packet logger"):
                 guard.start(container, self.subnet, self.proxy_ip, tinyproxy.PROXY_PORT)
-        except (InfraError, RuntimeError, docker.errors.APIError) as exc:
+        except Exception as exc:  # any failure (it may run on a thread): say so, leave nothing
             self.unguarded = f"not logged: {one_line(exc)}"
             with suppress(Exception):
                 guard.close()
