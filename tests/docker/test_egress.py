@@ -132,7 +132,16 @@ def dns():
     s.recv(512)
 def tcp(host, port):
     return lambda: socket.create_connection((host, port), timeout=20)
+def icmp():
+    try:  # an unprivileged ICMP socket (net.ipv4.ping_group_range), not a raw one
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    except OSError:
+        raise OSError(0, "unavailable") from None
+    s.settimeout(20)
+    s.sendto(bytes.fromhex("0800f7fe00010000"), ("203.0.113.8", 0))
+    s.recv(64)
 probe("udp", udp)
+probe("icmp", icmp)
 probe("dns", dns)
 probe("tcp", tcp("198.51.100.9", 80))
 probe("proxy-port", tcp(proxy, 8081))
@@ -164,11 +173,13 @@ def test_traffic_past_the_proxy_is_refused_at_once_and_logged(
     assert seen["udp"] == "EPERM" and seen["dns"] == "EPERM", lines
     assert seen["tcp"] == "ECONNREFUSED" and seen["proxy-port"] == "ECONNREFUSED", lines
     assert seen["net_admin"] == "False", "the subject cannot take its route or the rules away"
+    assert seen["icmp"] in ("EPERM", "OSError"), lines  # OSError: no ICMP socket for this user
     proxy = seen["proxy"]
     events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
     past = {(e["method"], e["destination"]) for e in events if not e["allowed"] and e["method"] != "DNS"}
     wanted = {("UDP", "203.0.113.7:9999"), ("UDP", "8.8.8.8:53"), ("TCP", "198.51.100.9:80"), ("TCP", f"{proxy}:8081")}
     assert wanted <= past, events
+    assert seen["icmp"] != "EPERM" or ("ICMP", "203.0.113.8") in past, events
     (udp,) = [e for e in events if e["destination"] == "203.0.113.7:9999"]
     assert udp["phase"] == "agent" and udp["bytes"] == 20 + 8 + 20 and udp["reason"], udp  # IP + UDP headers
     (ok,) = [e for e in events if e["allowed"]]

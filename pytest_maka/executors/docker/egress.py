@@ -346,6 +346,9 @@ class DockerEgress:
         with self.engine.guard("configuring the egress proxy"):
             self.engine.api.put_archive(self.proxy_id, "/etc/maka", text_files(files))
             code, out = self._exec(argv)
+        if code == 6:  # never run a phase behind a proxy that would forward what it is sent
+            forwards = "the proxy container forwards packets (ip_forward is on)"
+            raise InfraError(f"egress proxy for the {name} phase: {forwards}")
         if code != 0:
             what = "tinyproxy" if code == 3 else "the relay in front of tinyproxy"
             raise InfraError(f"egress proxy for the {name} phase: {what} did not start: {out.strip()[:300]}")
