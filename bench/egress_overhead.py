@@ -135,6 +135,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=50, help="GETs per lease")
     parser.add_argument("--phases", type=int, default=5, help="empty allowlist phases timed per lease")
     parser.add_argument("--leases", type=int, default=2, help="leases per worker")
+    parser.add_argument("--no-local", action="store_true", help="skip the local executor (with --docker)")
     parser.add_argument("--hops", action="store_true", help="time each hop of the local path on the host")
     args = parser.parse_args()
     if args.hops:
@@ -143,6 +144,9 @@ def main() -> int:
 
     from pytest_maka.executors.local import LocalExecutor, LocalOptions
 
+    if args.no_local and args.docker:
+        docker_bench(args)
+        return 0
     with http_server() as server:
         url = f"http://127.0.0.1:{server.port}/"
         measure(

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 LOG_NAME = "egress.log"
+#: The reason of an event for a packet sent past the proxy (refused in the sandbox, never sent).
+PAST_PROXY = "not through the egress proxy: refused in the sandbox"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,13 @@ class EgressLog:
         self.path = path
         self._lock = threading.Lock()
         self._events: list[EgressEvent] = []
+        #: Per phase, what the executor adds to the phase's record (e.g. ``off_proxy``).
+        self._notes: dict[str, dict[str, Any]] = {}
+
+    def note(self, phase: str, **fields: Any) -> None:
+        """Add ``fields`` to phase ``phase``'s record (a later note of the same key wins)."""
+        with self._lock:
+            self._notes.setdefault(phase, {}).update(fields)
 
     def extend(self, events: list[EgressEvent]) -> None:
         if not events:
@@ -57,9 +66,12 @@ class EgressLog:
         """Counts, and refused destination -> times (most frequent first), of one phase."""
         events = self.events(phase)
         refused = Counter(e.destination for e in events if not e.allowed)
+        with self._lock:
+            notes = dict(self._notes.get(phase, {}))
         return {
             "connections": {"allowed": sum(e.allowed for e in events), "refused": sum(refused.values())},
             "refused_destinations": dict(refused.most_common()),
+            **notes,
         }
 
 

@@ -16,10 +16,14 @@ MAX_HELLO = 65536
 Record = dict[str, Any]
 
 
-def now() -> str:
-    """UTC time with milliseconds, as the records carry it."""
-    t = time.time()
+def stamp(t: float) -> str:
+    """``t`` (seconds since the epoch) as egress.log writes times: UTC, milliseconds, ``Z``."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def now() -> str:
+    """The time now, as the records carry it."""
+    return stamp(time.time())
 
 
 # --- TLS ClientHello --------------------------------------------------------------------

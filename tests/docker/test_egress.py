@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import uuid
@@ -41,12 +42,13 @@ def _executor(state: Path, upstream: tuple[str, str, int]) -> dict[str, object]:
 def _egress_leftovers(docker_api, cell_prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
     nets = [n["Name"] for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})]
     nets = [n for n in nets if (docker_api.inspect_network(n)["Labels"] or {}).get(L.CELL, "").startswith(cell_prefix)]
-    proxies = [
+    helpers = [
         c["Names"][0]
-        for c in docker_api.containers(all=True, filters={"label": f"{L.ROLE}=egress-proxy"})
+        for role in ("egress-proxy", "egress-guard")
+        for c in docker_api.containers(all=True, filters={"label": f"{L.ROLE}={role}"})
         if c["Labels"].get(L.CELL, "").startswith(cell_prefix)
     ]
-    return nets + proxies
+    return nets + helpers
 
 
 def test_cell_reaches_its_allowlist_and_leaves_nothing(
@@ -104,6 +106,91 @@ def test_dns_questions_are_logged_and_bytes_counted(
     assert _egress_leftovers(docker_api, task) == []
 
 
+#: Sends past the proxy (TEST-NET addresses and the proxy's own address on another port only).
+PAST_PROXY = r"""
+import errno, os, socket, time
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ["HTTP_PROXY"]).hostname
+def probe(name, send):
+    started = time.monotonic()
+    try:
+        send()
+        out = "SENT"
+    except OSError as e:
+        out = errno.errorcode.get(e.errno, type(e).__name__) if e.errno else type(e).__name__
+    print(name, out, round(time.monotonic() - started, 3))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(20)
+    s.sendto(b"x" * 20, ("203.0.113.7", 9999))
+    s.recv(10)
+def dns():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(20)
+    s.connect(("8.8.8.8", 53))
+    s.send(bytes.fromhex("123401000001000000000000076578616d706c6503636f6d0000010001"))
+    s.recv(512)
+def tcp(host, port):
+    return lambda: socket.create_connection((host, port), timeout=20)
+def icmp():
+    try:  # an unprivileged ICMP socket (net.ipv4.ping_group_range), not a raw one
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    except OSError:
+        raise OSError(0, "unavailable") from None
+    s.settimeout(20)
+    s.sendto(bytes.fromhex("0800f7fe00010000"), ("203.0.113.8", 0))
+    s.recv(64)
+probe("udp", udp)
+probe("icmp", icmp)
+probe("dns", dns)
+probe("tcp", tcp("198.51.100.9", 80))
+probe("proxy-port", tcp(proxy, 8081))
+caps = int(next(x for x in open("/proc/self/status") if x.startswith("CapEff")).split()[1], 16)
+print("net_admin", bool(caps & (1 << 12)))
+print("proxy", proxy)
+"""
+
+
+def test_traffic_past_the_proxy_is_refused_at_once_and_logged(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    """UDP, DNS to an address, TCP elsewhere and to the proxy's other ports: refused at once, logged, counted."""
+    _, _, port = egress_upstream
+    task = f"egress-past-{uuid.uuid4().hex[:8]}"
+    cohort.task(task)
+    command = f"python3 -c {shlex.quote(PAST_PROXY)} > $MAKA_LOGS_DIR/past.txt 2>&1; " + FETCH
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": command + f"http://allowed.test:{port}/a"}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [f"allowed.test:{port}"]},
+    )
+    result = cohort.run_subprocess(timeout=300)
+    record = cohort.results()[f"{task}[a-r0]"]
+    assert record["status"] == "agent_failure", result.stdout.str()[-2000:]
+    lines = (cohort.out / record["artifacts"]["agent_logs"] / "past.txt").read_text()
+    seen = {line.split()[0]: line.split()[1] for line in lines.splitlines()}
+    # refused by the sandbox's own stack, never a timeout: EPERM for datagrams, a reset for TCP
+    assert seen["udp"] == "EPERM" and seen["dns"] == "EPERM", lines
+    assert seen["tcp"] == "ECONNREFUSED" and seen["proxy-port"] == "ECONNREFUSED", lines
+    assert seen["net_admin"] == "False", "the subject cannot take its route or the rules away"
+    assert seen["icmp"] in ("EPERM", "OSError"), lines  # OSError: no ICMP socket for this user
+    proxy = seen["proxy"]
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    past = {(e["method"], e["destination"]) for e in events if not e["allowed"] and e["method"] != "DNS"}
+    wanted = {("UDP", "203.0.113.7:9999"), ("UDP", "8.8.8.8:53"), ("TCP", "198.51.100.9:80"), ("TCP", f"{proxy}:8081")}
+    assert wanted <= past, events
+    assert seen["icmp"] != "EPERM" or ("ICMP", "203.0.113.8") in past, events
+    (udp,) = [e for e in events if e["destination"] == "203.0.113.7:9999"]
+    assert udp["phase"] == "agent" and udp["bytes"] == 20 + 8 + 20 and udp["reason"], udp  # IP + UDP headers
+    (ok,) = [e for e in events if e["allowed"]]
+    assert ok["destination"] == f"allowed.test:{port}", "the proxy still serves the allowlist"
+    agent = record["isolation"]["network"]["phases"]["agent"]
+    assert agent["off_proxy"] == "refused and logged"
+    assert agent["connections"]["allowed"] == 1 and agent["connections"]["refused"] >= 4, agent
+    assert {"203.0.113.7:9999", "8.8.8.8:53", "198.51.100.9:80", f"{proxy}:8081"} <= set(agent["refused_destinations"])
+    assert _egress_leftovers(docker_api, task) == []
+
+
 def test_ctrl_c_removes_egress_networks_and_proxies(
     cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]
@@ -118,8 +205,8 @@ def test_ctrl_c_removes_egress_networks_and_proxies(
     )
     proc = start_run(cohort, "-n", "2")
     try:
-        wait_until(lambda: len(_egress_leftovers(docker_api, prefix)) >= 4, 180)
-        assert len(_egress_leftovers(docker_api, prefix)) == 4, "two networks and two proxies while running"
+        wait_until(lambda: len(_egress_leftovers(docker_api, prefix)) >= 6, 180)
+        assert len(_egress_leftovers(docker_api, prefix)) == 6, "two networks, proxies and packet loggers"
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -147,6 +234,36 @@ def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_d
         for net in (gone, kept):
             with contextlib.suppress(docker.errors.NotFound):
                 docker_api.remove_network(net)
+
+
+def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """A helper sharing a dead attempt container's namespace goes with it, whichever is listed first."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    cell = f"dead-guard-{uuid.uuid4().hex[:8]}"
+    labels = {**L.owner_labels(), L.OWNER_PID: str(dead.pid), L.OWNER_START: "0", L.CELL: cell}
+    made = []
+    try:
+        box = docker_api.create_container("python:3.11-slim", ["sleep", "infinity"], labels=labels)["Id"]
+        made.append(box)
+        docker_api.start(box)
+        host_config = docker_api.create_host_config(network_mode=f"container:{box}", cap_drop=["ALL"])
+        guard = docker_api.create_container(
+            "python:3.11-slim",
+            ["sleep", "infinity"],
+            labels={**labels, L.ROLE: "egress-guard"},
+            host_config=host_config,
+        )["Id"]
+        made.append(guard)
+        docker_api.start(guard)
+        engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
+        sweep(engine)
+        assert _egress_leftovers(docker_api, cell) == []
+        assert not docker_api.containers(all=True, filters={"label": f"{L.CELL}={cell}"})
+    finally:
+        for cid in reversed(made):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_api.remove_container(cid, force=True)
 
 
 def test_a_proxy_that_cannot_start_is_infra_failure_and_leaves_nothing(
@@ -250,3 +367,50 @@ def test_an_allowlist_beside_sidecars_reaches_both_and_is_refused_elsewhere(
     assert agent["refused_destinations"] == {f"unlisted.test:{port}": 1}
     assert record["isolation"]["network"]["verifier"] == "services"
     assert _egress_leftovers(docker_api, task) == []
+
+
+#: Tries a UDP send and a TCP connect past the proxy; prints what it got.
+TRY_PAST = (
+    'python3 -c "import socket\n'
+    "try: socket.create_connection(('198.51.100.9', 80), timeout=5); print('tcp connected')\n"
+    "except OSError as e: print('tcp', e)\n\""
+)
+
+
+def test_a_packet_logger_that_cannot_start_says_so_and_opens_nothing(
+    make_executor, docker_api, egress_upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """ulogd2 failing in the helper: the phase still runs behind the proxy, the network stays
+    internal, the record says traffic past the proxy is not logged, and no helper is left."""
+    from pytest_maka.core import hostpattern
+    from pytest_maka.egress.log import EgressLog
+    from pytest_maka.egress.plan import PhasePlan
+    from pytest_maka.executors.base import LeaseRequest
+    from pytest_maka.executors.docker import netguard
+    from pytest_maka.testing.conformance import make_cell, make_task
+
+    network, ip, port = egress_upstream
+    monkeypatch.setattr(netguard, "START_SCRIPT", "echo 'ulogd2: cannot bind the NFLOG group' >&2; exit 5")
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
+    name = f"guard-fails-{uuid.uuid4().hex[:8]}"  # other runs on the same engine have cells named like ours
+    task = make_task(tmp_path / name, id=name, docker_image="python:3.11-slim")
+    cell = make_cell(task, tmp_path)
+    request = LeaseRequest(cell=cell, attempt=1, attempt_dir=tmp_path / "a", scratch_dir=tmp_path / "s")
+    (tmp_path / "a").mkdir()
+    log = EgressLog(tmp_path / "a" / "egress.log")
+    plan = PhasePlan("allowlist", hostpattern.parse_all([f"allowed.test:{port}"]))
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with executor.lease(request) as sandbox:
+        with sandbox.egress_phase("agent", plan, log):
+            command = TRY_PAST + "; " + FETCH + f"http://allowed.test:{port}/a"
+            sandbox.exec(command, env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, timeout_sec=120,
+                         stdout_path=out, stderr_path=err, network=True)  # fmt: skip
+        networks = [docker_api.inspect_network(n) for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})]
+        ours = [n for n in networks if (n["Labels"] or {}).get(L.CELL) == cell.id]
+        assert len(ours) == 1 and ours[0]["Internal"] is True
+    seen = out.read_text()
+    assert "tcp connected" not in seen and seen.count(EGRESS_TOKEN) == 1, seen + err.read_text()
+    agent = log.summary("agent")
+    assert agent["off_proxy"].startswith("not logged: ") and "cannot bind the NFLOG group" in agent["off_proxy"]
+    assert agent["connections"] == {"allowed": 1, "refused": 0}, "nothing past the proxy is counted"
+    assert _egress_leftovers(docker_api, cell.id) == []

@@ -13,7 +13,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -46,6 +46,18 @@ def pack(entries: Iterable[tuple[Path | None, str]]) -> IO[bytes]:
                 tar.add(str(host_path), arcname=arcname, recursive=True, filter=_as_root)
     out.seek(0)
     return out
+
+
+def text_files(files: Mapping[str, str]) -> bytes:
+    """A tar archive of small text files (name -> text), mode 0644, for ``put_archive``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def _inside(root: Path, rel: str) -> Path | None:

@@ -6,20 +6,22 @@ only thing it can talk to is the proxy container, which sits on that network and
 egress network (``egress_network``, the default bridge unless set). tinyproxy is started
 inside the proxy container per phase with that phase's rules and stopped after it; its
 log becomes the phase's egress events. The proxy image is built locally from
-``debian:bookworm-slim`` with Debian's ``tinyproxy-bin``, once per engine.
+``debian:bookworm-slim`` with Debian's ``tinyproxy-bin``, once per engine. What a command
+sends past the proxy (UDP, raw IP, TCP to other addresses or ports) is refused and logged
+in the attempt container's own namespace by a helper container (``netguard``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import tarfile
+import ipaddress
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker.errors
 from filelock import FileLock
@@ -27,14 +29,17 @@ from filelock import FileLock
 from ...core.errors import InfraError
 from ...egress import host, relay, tinyproxy, wire
 from ...egress.join import joined, relay_records
-from ...egress.log import EgressLog
+from ...egress.log import EgressEvent, EgressLog
 from ...egress.plan import PhasePlan
 from . import labels as L
+from .archive import text_files
 from .engines import Engine, one_line
+from .netguard import NetGuard, exec_as_root
 
 PROXY_DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
     "RUN apt-get update && apt-get install -y --no-install-recommends tinyproxy-bin python3 "
+    "iproute2 nftables ulogd2 ulogd2-json "
     "&& rm -rf /var/lib/apt/lists/* && mkdir -p /etc/maka /run/maka\n"
 )
 PROXY_TAG = "pytest-maka-egress-proxy:" + hashlib.sha256(PROXY_DOCKERFILE.encode()).hexdigest()[:12]
@@ -43,6 +48,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 UPSTREAM_PORT = tinyproxy.PROXY_PORT + 1
 #: Start the phase's tinyproxy (it daemonizes) and the relay, and wait until the relay listens.
 START_SCRIPT = (
+    '[ "$(cat /proc/sys/net/ipv4/ip_forward)" = 0 ] || { echo "ip_forward is on"; exit 6; }\n'
     'tinyproxy -c "$1" || exit 3\n'
     'rm -f /run/maka/relay.ready; python3 /etc/maka/relay.py --listen "$2" --upstream 127.0.0.1:$3 --dns "$4" '
     '--log "$5" --ready /run/maka/relay.ready >/run/maka/relay.out 2>&1 &\n'
@@ -107,17 +113,6 @@ def ensure_proxy_image(engine: Engine, state_dir: Path, log_path: Path | None = 
             return str(api.inspect_image(PROXY_TAG)["Id"])
 
 
-def _tar(files: Mapping[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 class DockerEgress:
     """One attempt's internal network and proxy container, created at the first allowlist phase."""
 
@@ -145,6 +140,15 @@ class DockerEgress:
         self.proxy_id: str | None = None
         self.proxy_ip: str | None = None
         self.current: ProxiedExec | None = None
+        self.subnet: str | None = None
+        #: The internal network's gateway address (held by nobody: ``inhibit_ipv4``), if any.
+        self.gateway: str | None = None
+        self._phase: str | None = None
+        self.image: str | None = None
+        #: Per container (the attempt's, a separate verifier's): the packet logger in its namespace.
+        self.guards: dict[str, NetGuard] = {}
+        #: Why traffic past the proxy is not logged for this attempt (None: it is, or not tried yet).
+        self.unguarded: str | None = None
         #: The attempt container's own resolv.conf, put back after each allowlist phase.
         self._resolv: str | None = None
 
@@ -152,7 +156,7 @@ class DockerEgress:
     def _setup(self) -> None:
         api = self.engine.api
         build_log = self.attempt_dir / "egress-build.log" if self.attempt_dir else None
-        image = ensure_proxy_image(self.engine, self.state_dir, build_log)
+        image = self.image = ensure_proxy_image(self.engine, self.state_dir, build_log)
         name = f"maka-egress-{uuid.uuid4().hex[:12]}"
         labels = {**self.labels, **L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "egress"}
         with self.engine.guard("creating the egress network"):
@@ -163,6 +167,8 @@ class DockerEgress:
                 labels=labels,
                 options={"com.docker.network.bridge.inhibit_ipv4": "true"},
             )["Id"]
+            ipam = (api.inspect_network(self.network_id).get("IPAM") or {}).get("Config") or [{}]
+            self.gateway = ipam[0].get("Gateway") or None
         with self.engine.guard("creating the egress proxy container"):
             host_config = api.create_host_config(
                 init=True,
@@ -173,7 +179,8 @@ class DockerEgress:
                 extra_hosts=dict(self.hosts),
                 # logs on tmpfs: tinyproxy calls fsync after every line; the DNS responder binds port 53
                 tmpfs={"/run/maka": "size=64m"},
-                sysctls={"net.ipv4.ip_unprivileged_port_start": "0"},
+                # nothing is forwarded: the relay and tinyproxy only answer (checked per phase)
+                sysctls={"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ip_forward": "0"},
             )
             self.proxy_id = api.create_container(
                 image,
@@ -184,21 +191,21 @@ class DockerEgress:
                 name=f"{name}-proxy",
             )["Id"]
             files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in (relay, wire)}
-            api.put_archive(self.proxy_id, "/etc/maka", _tar(files))
+            api.put_archive(self.proxy_id, "/etc/maka", text_files(files))
             api.start(self.proxy_id)
             api.connect_container_to_network(self.proxy_id, self.network_id)
             info = api.inspect_container(self.proxy_id)
-            self.proxy_ip = info["NetworkSettings"]["Networks"][name]["IPAddress"]
-        if not self.proxy_ip:
+            endpoint = info["NetworkSettings"]["Networks"][name]
+            self.proxy_ip = endpoint["IPAddress"]
+        if self.proxy_ip:
+            self.subnet = str(ipaddress.ip_network(f"{self.proxy_ip}/{endpoint['IPPrefixLen']}", strict=False))
+        else:
             raise InfraError("the egress proxy container got no address on the attempt's internal network")
 
     def _exec(self, argv: list[str], container: str | None = None) -> tuple[int, str]:
-        api = self.engine.api
         target = container or self.proxy_id
         assert target is not None
-        eid = api.exec_create(target, argv, stdout=True, stderr=True, user="0")["Id"]
-        out = api.exec_start(eid).decode(errors="replace")
-        return int(api.exec_inspect(eid)["ExitCode"] or 0), out
+        return exec_as_root(self.engine, target, argv)
 
     # --- phases -----------------------------------------------------------------------
     @contextmanager
@@ -214,11 +221,15 @@ class DockerEgress:
         try:
             if self.proxy_id is None:
                 self._setup()
-            self._start_phase(name, plan)
-            self._resolver(container, f"nameserver {self.proxy_ip}\n")
-            self._hosts(container, add=True)
+            with ThreadPoolExecutor(1) as pool:  # the packet logger starts while the proxy does
+                pool.submit(self._guard, container)
+                self._start_phase(name, plan)
+                self._resolver(container, f"nameserver {self.proxy_ip}\n")
+                self._hosts(container, add=True)
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {name} phase: {one_line(exc)}") from None
+        self._phase = name
+        self._note(log)
         assert self.network_id is not None
         url = f"http://{self.proxy_ip}:{tinyproxy.PROXY_PORT}"
         env = host.proxy_env(plan.allow, url, LOOPBACK_NAMES)
@@ -233,7 +244,64 @@ class DockerEgress:
             with suppress(docker.errors.APIError):
                 self._resolver(container, self._resolv)
                 self._hosts(container, add=False)
-            log.extend(self._stop_phase(name, plan))
+            events = self._stop_phase(name, plan)
+            for guard in self.guards.values():
+                with suppress(docker.errors.APIError, RuntimeError):
+                    events += guard.collect(name)
+            log.extend(sorted(events, key=lambda e: e.time))  # the proxy's and the packets', in time order
+            self._note(log)
+
+    # --- traffic past the proxy ------------------------------------------------------
+    def _guard(self, container: str | None, generation: int = 0) -> None:
+        """Start the packet logger in ``container``'s namespace (once); a failure leaves the
+        network as it is (internal, nothing forwarded) and says so in the record."""
+        if container is None or container in self.guards or self.unguarded is not None:
+            return
+        assert self.image and self.subnet and self.proxy_ip
+        guard = NetGuard(self.engine, self.image, {**self.labels, **L.owner_labels(), L.RUN: L.run_id()}, generation)
+        try:
+            with self.engine.guard("starting the egress packet logger"):
+                guard.start(container, self.subnet, self.proxy_ip, tinyproxy.PROXY_PORT)
+        except Exception as exc:  # any failure (it may run on a thread): say so, leave nothing
+            self.unguarded = f"not logged: {one_line(exc)}"
+            with suppress(Exception):
+                guard.close()
+            return
+        self.guards[container] = guard
+
+    def joined(self, container: str, generation: int = 0) -> None:
+        """``container`` just joined the internal network: route it to the proxy, so the packet
+        logger refuses and logs what is not for the proxy. A container restarted since its
+        logger started (``generation``: its restart count) has a new namespace, which gets a
+        new logger; so does one whose route could not be set (once)."""
+        reason = "no packet logger"
+        stale = self.guards.get(container)
+        if stale is not None and stale.generation != generation:
+            with suppress(Exception):
+                stale.close()
+            del self.guards[container]
+            self._guard(container, generation)
+        for attempt in (1, 2):
+            guard = self.guards.get(container)
+            if guard is None or self.proxy_ip is None:
+                break
+            try:
+                guard.route(self.proxy_ip, self.gateway)
+                return
+            except (RuntimeError, docker.errors.APIError) as exc:
+                reason = one_line(exc)
+            with suppress(Exception):
+                guard.close()
+            del self.guards[container]
+            if attempt == 1:
+                self._guard(container, generation)
+        if self.unguarded is None:
+            self.unguarded = f"not logged: {reason}"
+
+    def _note(self, log: EgressLog) -> None:
+        if self._phase is not None:
+            logged = "refused and logged" if self.guards else "not logged: no packet logger"
+            log.note(self._phase, off_proxy=self.unguarded or logged)
 
     def _resolver(self, container: str | None, text: str | None) -> None:
         """Write the attempt container's /etc/resolv.conf (its first content is kept to put back).
@@ -277,13 +345,16 @@ class DockerEgress:
         argv = ["sh", "-c", START_SCRIPT, "maka", f"/etc/maka/{name}.conf", f"{self.proxy_ip}:{tinyproxy.PROXY_PORT}"]
         argv += [str(UPSTREAM_PORT), f"{self.proxy_ip}:53", f"/run/maka/{name}.relay.log"]
         with self.engine.guard("configuring the egress proxy"):
-            self.engine.api.put_archive(self.proxy_id, "/etc/maka", _tar(files))
+            self.engine.api.put_archive(self.proxy_id, "/etc/maka", text_files(files))
             code, out = self._exec(argv)
+        if code == 6:  # never run a phase behind a proxy that would forward what it is sent
+            forwards = "the proxy container forwards packets (ip_forward is on)"
+            raise InfraError(f"egress proxy for the {name} phase: {forwards}")
         if code != 0:
             what = "tinyproxy" if code == 3 else "the relay in front of tinyproxy"
             raise InfraError(f"egress proxy for the {name} phase: {what} did not start: {out.strip()[:300]}")
 
-    def _stop_phase(self, name: str, plan: PhasePlan) -> list[Any]:
+    def _stop_phase(self, name: str, plan: PhasePlan) -> list[EgressEvent]:
         with self.engine.guard("stopping the egress proxy"):
             self._exec(["sh", "-c", STOP_SCRIPT])
             # /run/maka is a tmpfs, which the archive API does not see: read the logs with cat
@@ -296,6 +367,10 @@ class DockerEgress:
     def close(self) -> None:
         """Remove the proxy container and the network (after the attempt's container is gone)."""
         api = self.engine.api
+        for guard in self.guards.values():
+            with suppress(RuntimeError):
+                guard.close()
+        self.guards = {}
         if self.proxy_id is not None:
             with suppress(docker.errors.NotFound):
                 api.remove_container(self.proxy_id, force=True, v=True)

@@ -72,6 +72,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         self.networks_used: set[str] = set()
         #: The attempt's egress (internal network + proxy), set by the executor's lease.
         self.egress: DockerEgress | None = None
+        self._proxied = False  # joined to the egress proxy's network right now
         self.restarts = 0
         #: Protected paths put back to make a container the subject broke start again.
         self._repaired: list[str] = []
@@ -99,14 +100,30 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         with self.engine.guard("running a command"):
             self._flush()
             if network:
-                self.api.connect_container_to_network(self.id, target)
-                self.networks_used.add("egress-internal" if proxied else target)
+                self._join(target, proxied is not None)
             try:
                 env = {**env, **proxied.env} if proxied else env
                 return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, max_output_bytes, started)
             finally:
                 if network:
-                    self.api.disconnect_container_from_network(self.id, target, force=True)
+                    self._leave(target)
+
+    def _join(self, target: str, proxied: bool) -> None:
+        """Join ``target`` for a command; the egress proxy's network also gets the packet logger's route."""
+        self.api.connect_container_to_network(self.id, target)
+        self.networks_used.add("egress-internal" if proxied else target)
+        if proxied and self.egress is not None:
+            self._proxied = True
+            self.egress.joined(self.id, self.restarts)
+
+    def _leave(self, target: str) -> None:
+        self._proxied = False
+        self.api.disconnect_container_from_network(self.id, target, force=True)
+
+    def _restart(self) -> None:
+        super()._restart()
+        if self._proxied and self.egress is not None:  # a new namespace: a new logger and route
+            self.egress.joined(self.id, self.restarts)
 
     @contextmanager
     def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Iterator[None]:
@@ -201,12 +218,11 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
         with self.engine.guard("starting a process"):
             self._flush()
             if network:
-                self.api.connect_container_to_network(self.id, target)
-                self.networks_used.add("egress-internal" if proxied else target)
+                self._join(target, proxied is not None)
             env = {**env, **proxied.env} if proxied else env
             proc = DockerProcess(self, command, env=env, cwd=cwd or self.workdir)
             if network:
-                proc.on_end(lambda: self.api.disconnect_container_from_network(self.id, target, force=True))
+                proc.on_end(lambda: self._leave(target))
             return proc
 
     def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:

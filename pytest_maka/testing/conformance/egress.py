@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 
 from ...core import hostpattern
-from ...egress.log import EgressLog
+from ...egress.log import PAST_PROXY, EgressLog
 from ...egress.plan import PhasePlan
 from ...executors.base import Sandbox
 from ..servers import EGRESS_TOKEN, http_server
@@ -62,6 +62,8 @@ class EgressTests(ConformanceBase):
     supports_egress: ClassVar[bool] = True
     #: DNS questions asked inside an allowlist phase reach the proxy's responder (logged, refused).
     egress_logs_dns: ClassVar[bool] = True
+    #: What a command sends past the proxy (here a TCP connect to an address) is logged, refused.
+    egress_logs_past_proxy: ClassVar[bool] = False
 
     @pytest.fixture
     def egress_target(self) -> Iterator[EgressTarget]:
@@ -120,7 +122,11 @@ class EgressTests(ConformanceBase):
         assert dns.stdout.startswith("FAILED"), f"DNS answered inside the sandbox: {dns.stdout}"
         assert listed_name.stdout.startswith("FAILED"), "names resolve only in the proxy, never in the sandbox"
         events = log.events()
-        assert all(e.method == "DNS" and not e.allowed for e in events), "nothing else reached the proxy"
+        assert not any(e.allowed for e in events), events
+        past = [e for e in events if e.method != "DNS"]
+        assert all(e.reason == PAST_PROXY for e in past), "nothing else reached the proxy"
+        if self.egress_logs_past_proxy:
+            assert [(e.method, e.destination) for e in past] == [("TCP", f"{t.ip}:{t.port}")], events
         if self.egress_logs_dns:
             assert {"unlisted.test:53", f"{t.name}:53"} <= {e.destination for e in events}, events
 

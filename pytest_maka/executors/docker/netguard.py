@@ -1,0 +1,206 @@
+"""Refuse and log what an allowlist phase sends past the egress proxy (UDP, raw IP, other TCP).
+
+A helper container shares the attempt container's network namespace (``network_mode:
+container:<id>``) and holds the one capability the subject lacks, ``NET_ADMIN``. It loads
+an nftables table there whose output hook, for packets leaving from the attempt's internal
+network (source in its subnet), lets through only TCP to the proxy's port and DNS to the
+proxy, and sends everything else to NFLOG and then refuses it: a TCP reset (the client's
+``connect`` fails with ``ECONNREFUSED``) or a local drop (``send`` fails with ``EPERM``).
+ulogd2 in the helper writes the NFLOG packets as JSON lines, read and cleared per phase.
+Packets need a route to reach the output hook: after each join of the internal network
+the helper sets a default route via the proxy unless the engine already gave one. Nothing
+is ever forwarded: the proxy container's ``ip_forward`` is off (checked when a phase starts)
+and the host drops bridged packets addressed outside the internal subnet.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker.errors
+
+from ...egress.log import PAST_PROXY, EgressEvent
+from ...egress.wire import stamp
+from . import labels as L
+from .archive import text_files
+from .engines import Engine, one_line
+
+NFLOG_GROUP = 7
+LOG_FILE = "/run/maka/packets.json"
+PROTOCOLS = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
+ULOGD_CONF = f"""[global]
+logfile="/run/maka/ulogd.out"
+loglevel=3
+plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_inppkt_NFLOG.so"
+plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_raw2packet_BASE.so"
+plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_filter_IP2STR.so"
+plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so"
+stack=log1:NFLOG,base1:BASE,ip2str1:IP2STR,json1:JSON
+[log1]
+group={NFLOG_GROUP}
+[json1]
+sync=1
+file="{LOG_FILE}"
+"""
+#: Load the rules, start ulogd2 and wait until it listens (its "initialization finished" line).
+START_SCRIPT = (
+    "set -e; d=$(dirname $(find /usr/lib -name ulogd_output_JSON.so | head -n1)); "
+    'sed "s#/usr/lib/x86_64-linux-gnu/ulogd#$d#" /etc/maka/ulogd.conf > /run/maka/ulogd.conf; '
+    "nft -f /etc/maka/guard.nft; : > /run/maka/ulogd.out; ulogd -d -c /run/maka/ulogd.conf; i=0; "
+    "until grep -q 'entering main loop' /run/maka/ulogd.out; do "
+    "i=$((i+1)); [ $i -lt 500 ] || { cat /run/maka/ulogd.out; exit 5; }; sleep 0.01; done"
+)
+#: After a join: a default route via the proxy, unless the engine gave the only default route,
+#: via the internal network's gateway ($2) ("native"), which reaches the output hook as well.
+ROUTE_SCRIPT = (
+    'd=$(ip -4 route show default); if [ -n "$2" ] && [ "$(echo "$d" | wc -l)" = 1 ] '
+    '&& echo "$d" | grep -q "^default via $2 "; then echo native; '
+    'else ip route replace default via "$1" && echo set; fi'
+)
+COLLECT_SCRIPT = f"cat {LOG_FILE} 2>/dev/null; : > {LOG_FILE}"
+
+
+def exec_as_root(engine: Engine, container: str, argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` as root in one of the harness's own containers: (exit code, output)."""
+    api = engine.api
+    eid = api.exec_create(container, argv, stdout=True, stderr=True, user="0")["Id"]
+    out = api.exec_start(eid).decode(errors="replace")
+    return int(api.exec_inspect(eid)["ExitCode"] or 0), out
+
+
+def rules(subnet: str, proxy_ip: str, proxy_port: int) -> str:
+    """The nftables table: from the internal subnet, only the proxy's port and DNS; log and refuse the rest."""
+    src = f"ip saddr {subnet}"
+    return (
+        "table ip maka_guard {\n"
+        "  chain out {\n"
+        "    type filter hook output priority 0; policy accept;\n"
+        '    oifname "lo" accept\n'
+        f"    {src} ip daddr {proxy_ip} tcp dport {{ {proxy_port}, 53 }} accept\n"
+        f"    {src} ip daddr {proxy_ip} udp dport 53 accept\n"
+        f"    {src} log group {NFLOG_GROUP}\n"
+        f"    {src} meta l4proto tcp reject with tcp reset\n"
+        f"    {src} drop\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+@dataclass
+class _Flow:
+    first: float
+    packets: int = 0
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_packets(text: str, phase: str) -> list[EgressEvent]:
+    """ulogd2's JSON lines -> one refused event per flow (protocol, source port, destination)."""
+    flows: dict[tuple[str, int | None, str], _Flow] = {}
+    for line in text.splitlines():
+        try:
+            pkt = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(pkt, dict) or "dest_ip" not in pkt:
+            continue
+        proto = PROTOCOLS.get(pkt.get("ip.protocol"), f"IP/{pkt.get('ip.protocol')}")
+        port = pkt.get("dest_port")
+        host = str(pkt["dest_ip"])
+        dest = f"{host}:{port}" if port is not None else host
+        key = (proto, pkt.get("src_port"), dest)
+        when = float(pkt.get("oob.time.sec", 0)) + float(pkt.get("oob.time.usec", 0)) / 1e6
+        flow = flows.setdefault(key, _Flow(first=when))
+        flow.packets += 1
+        flow.bytes += int(pkt.get("ip.totlen") or pkt.get("raw.pktlen") or 0)
+    out = []
+    for (proto, _, dest), flow in sorted(flows.items(), key=lambda kv: kv[1].first):
+        out.append(
+            EgressEvent(
+                time=stamp(flow.first),
+                phase=phase,
+                method=proto,
+                destination=dest,
+                allowed=False,
+                bytes=flow.bytes,
+                reason=PAST_PROXY,
+                bytes_out=flow.bytes,
+                bytes_in=0,
+            )
+        )
+    return out
+
+
+class NetGuard:
+    """The helper container in one attempt container's network namespace."""
+
+    def __init__(self, engine: Engine, image: str, labels: Mapping[str, str], generation: int = 0) -> None:
+        self.engine = engine
+        #: The attempt container's restart count when this logger joined its namespace.
+        self.generation = generation
+        self.image = image
+        self.labels = dict(labels)
+        self.id: str | None = None
+        self.container: str | None = None
+        #: The engine gives a default route on the internal network itself: no route to set per join.
+        self.native_route = False
+
+    def start(self, container: str, subnet: str, proxy_ip: str, proxy_port: int) -> None:
+        """Create the helper in ``container``'s namespace, load the rules, start ulogd2 (raises on failure)."""
+        ipaddress.ip_network(subnet)  # a subnet the engine reported, checked before it reaches nft
+        api = self.engine.api
+        host_config = api.create_host_config(
+            init=True,
+            network_mode=f"container:{container}",
+            cap_drop=["ALL"],
+            cap_add=["NET_ADMIN"],
+            security_opt=["no-new-privileges:true"],
+            pids_limit=64,
+            tmpfs={"/run/maka": "size=16m"},
+        )
+        self.id = api.create_container(
+            self.image,
+            entrypoint=["sleep"],
+            command=["infinity"],
+            labels={**self.labels, L.ROLE: "egress-guard"},
+            host_config=host_config,
+        )["Id"]
+        self.container = container
+        files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF}
+        api.put_archive(self.id, "/etc/maka", text_files(files))
+        api.start(self.id)
+        code, out = self._exec(["sh", "-c", START_SCRIPT])
+        if code != 0:
+            raise RuntimeError(f"the packet logger did not start: {out.strip()[:300]}")
+
+    def route(self, proxy_ip: str, gateway: str | None) -> None:
+        """After the container joined the internal network: make sure its default route leads there."""
+        if self.native_route:
+            return
+        code, out = self._exec(["sh", "-c", ROUTE_SCRIPT, "maka", proxy_ip, gateway or ""])
+        if code != 0:
+            raise RuntimeError(f"setting the sandbox's route to the egress proxy failed: {out.strip()[:200]}")
+        self.native_route = out.strip() == "native"
+
+    def collect(self, phase: str) -> list[EgressEvent]:
+        """The refused packets logged since the last call, as events of ``phase``."""
+        code, out = self._exec(["sh", "-c", COLLECT_SCRIPT])
+        return parse_packets(out, phase) if code == 0 else []
+
+    def _exec(self, argv: list[str]) -> tuple[int, str]:
+        assert self.id is not None
+        return exec_as_root(self.engine, self.id, argv)
+
+    def close(self) -> None:
+        if self.id is not None:
+            try:
+                self.engine.api.remove_container(self.id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:  # left behind: `maka docker-cleanup` removes it
+                raise RuntimeError(one_line(exc)) from None
+            self.id = None
