@@ -7,10 +7,21 @@ an agent waiting on a model), runs the cohort on the local executor once per con
     wall      seconds from start to exit of the pytest command
     ideal     SLEEP x CELLS / (processes x concurrency): the wall time of perfect overlap
     ratio     wall / ideal
+    start s   the same command with --collect-only (interpreter, plugins, spec, collection):
+              the start-up that the issue's target ("1.5x the ideal plus start-up") adds
+    run/ideal (wall - start) / ideal: the target is 1.5
+    cpu s     CPU seconds (user + system) of the whole run: the harness processes, the
+              sandboxes and the subjects
+    cpu/cell  (cpu s - the start-up's CPU) / cells, in ms: what each cell costs the machine
     peak MB   the largest sum of RSS over the pytest processes (controller and xdist
               workers; the sandboxes and the subjects' own processes are not the harness)
 
     python bench/concurrency.py [--cells 200] [--sleep 5] [--configs 1x1,1x8,1x50,1x200,8x1,50x1]
+                                [--scratch DIR]
+
+``--scratch DIR`` runs pytest with TMPDIR=DIR: the sandboxes' scratch directories (workspace,
+/logs, uploads) are made there, e.g. on a tmpfs (/dev/shm); the output directory stays where
+the bench puts it.
 
 A configuration ``PxC`` is ``-n P`` (1: no xdist) with ``--maka-concurrency C``.
 Figures only: nothing here asserts on timing.
@@ -40,6 +51,9 @@ timeout_sec = 60
 [environment]
 workdir = "/app"
 """
+#: The runs' environment: bytecode caches on, as in an ordinary install (a shell that sets
+#: PYTHONDONTWRITEBYTECODE would otherwise recompile every module at every start).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 TEST = "#!/bin/sh\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"
 
 
@@ -88,15 +102,17 @@ def _rss_of_tree(root_pid: int) -> int:
     return total
 
 
-def run(spec: Path, out: Path, processes: int, concurrency: int, extra: Sequence[str] = ()) -> tuple[float, int, int]:
-    """(wall seconds, peak harness bytes, exit code) of one pytest run."""
+def run(
+    spec: Path, out: Path, processes: int, concurrency: int, extra: Sequence[str] = (), env: dict[str, str] = ENV
+) -> tuple[float, int, int, float]:
+    """(wall seconds, peak harness bytes, exit code, CPU seconds of the process tree) of one pytest run."""
     argv = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-q", "-p", "no:cacheprovider"]
     argv += ["--maka-live", "off", "--maka-concurrency", str(concurrency), *extra]
     if processes > 1:
         argv += ["-n", str(processes)]
     peak = 0
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=spec.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, cwd=spec.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = threading.Event()
 
     def sample() -> None:
@@ -106,11 +122,22 @@ def run(spec: Path, out: Path, processes: int, concurrency: int, extra: Sequence
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    code = proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
     done.set()
     sampler.join()
-    return wall, peak, code
+    return wall, peak, proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def startup(spec: Path, out: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of the same pytest command with --collect-only (nothing runs)."""
+    argv = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-q", "-p", "no:cacheprovider"]
+    started = time.monotonic()
+    argv += ["--collect-only"]
+    proc = subprocess.Popen(argv, cwd=spec.parent, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, _, usage = os.wait4(proc.pid, 0)
+    return time.monotonic() - started, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -119,19 +146,28 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=5.0)
     parser.add_argument("--configs", default="1x1,1x8,1x50,1x200,8x1,50x1", help="comma-separated PxC")
     parser.add_argument("--keep", action="store_true", help="keep the generated cohort and outputs")
+    parser.add_argument("--scratch", help="TMPDIR for the runs (where the sandboxes' scratch directories go)")
     args = parser.parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     root = Path(tempfile.mkdtemp(prefix="maka-bench-conc-"))
     try:
         spec = make_cohort(root, args.cells, args.sleep)
-        print(f"{args.cells} cells, subject sleeps {args.sleep:g} s, local executor, {os.cpu_count()} cpus")
-        print(f"{'config':>16}  {'wall s':>8}  {'ideal s':>8}  {'ratio':>6}  {'peak MB':>8}  exit")
+        env = {**ENV, "TMPDIR": args.scratch} if args.scratch else ENV
+        where = f", scratch in {args.scratch}" if args.scratch else ""
+        print(f"{args.cells} cells, subject sleeps {args.sleep:g} s, local executor, {os.cpu_count()} cpus{where}")
+        head = ["wall s", "ideal s", "ratio", "start s", "run/ideal", "cpu s", "cpu/cell", "peak MB"]
+        print(f"{'config':>16}  " + "  ".join(f"{h:>9}" for h in head) + "  exit  load")
         for processes, concurrency in configs:
-            wall, peak, code = run(spec, root / f"out-{processes}x{concurrency}", processes, concurrency)
+            load = os.getloadavg()[0]
+            start, start_cpu = startup(spec, root / "out-collect")
+            out = root / f"out-{processes}x{concurrency}"
+            wall, peak, code, cpu = run(spec, out, processes, concurrency, env=env)
             ideal = args.sleep * args.cells / min(args.cells, processes * concurrency)
             label = f"-n {processes} --mc {concurrency}"
-            figures = f"{wall:8.1f}  {ideal:8.1f}  {wall / ideal:6.2f}  {peak / 2**20:8.0f}"
-            print(f"{label:>16}  {figures}  {code}", flush=True)
+            per_cell = 1000 * (cpu - start_cpu * processes) / args.cells
+            values = [wall, ideal, wall / ideal, start, (wall - start) / ideal, cpu, per_cell]
+            figures = "  ".join(f"{v:9.2f}" for v in values) + f"  {peak / 2**20:9.0f}"
+            print(f"{label:>16}  {figures}  {code:>4}  {load:4.1f}", flush=True)
     finally:
         if args.keep:
             print(f"kept {root}")

@@ -14,6 +14,7 @@ import pytest
 from .core.cell import Cell
 from .core.taxonomy import AttemptFacts, Status, classify
 from .executors.docker.options import DockerOptions
+from .subjects.acp.options import AcpOptions
 
 #: Bundled adapter plugins: plugin name -> module.
 ADAPTER_PLUGINS = {
@@ -33,12 +34,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_subject_kinds() -> dict[str, type]:
-    from .subjects.acp import AcpSubject
     from .subjects.command import Command
     from .subjects.presets import preset_kinds
     from .subjects.reference import Nop, Oracle
 
-    return {**{cls.kind: cls for cls in (Oracle, Nop, Command, AcpSubject)}, **preset_kinds()}
+    return {**{cls.kind: cls for cls in (Oracle, Nop, Command, AcpKind)}, **preset_kinds()}
 
 
 @pytest.hookimpl(trylast=True)
@@ -58,6 +58,19 @@ class DockerKind:
         from .executors.docker.executor import DockerExecutor
 
         return DockerExecutor(options)
+
+
+class AcpKind:
+    """``kind: acp``: validates options without importing the ACP library until a cohort uses it."""
+
+    kind = "acp"
+    reference = False
+    Options = AcpOptions
+
+    def __new__(cls, spec: Any) -> Any:  # returns an AcpSubject
+        from .subjects.acp.subject import AcpSubject
+
+        return AcpSubject(spec)
 
 
 @pytest.hookimpl(trylast=True)

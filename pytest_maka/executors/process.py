@@ -63,11 +63,15 @@ class _Sink:
 
 
 class OutputPump:
-    """A thread draining pipes into capped files; the rest is read and dropped, never buffered."""
+    """A thread draining pipes into capped files; the rest is read and dropped, never buffered.
+
+    The thread blocks until output, end-of-file or ``finish`` wakes it (a pipe of its own):
+    it never polls, so hundreds of quiet commands in flight cost no CPU.
+    """
 
     def __init__(self, sinks: Sequence[_Sink]) -> None:
         self._sinks = {s.fd: s for s in sinks}
-        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="maka-output", daemon=True)
 
     def start(self) -> None:
@@ -77,9 +81,12 @@ class OutputPump:
         with selectors.DefaultSelector() as sel:
             for fd in self._sinks:
                 sel.register(fd, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
             open_fds = set(self._sinks)
-            while open_fds and not self._stop.is_set():
-                for key, _ in sel.select(timeout=0.1):
+            while open_fds:
+                for key, _ in sel.select():
+                    if key.fd == self._wake_r:
+                        return
                     data = os.read(key.fd, _CHUNK)
                     if data:
                         self._sinks[key.fd].feed(data)
@@ -89,9 +96,14 @@ class OutputPump:
 
     def finish(self, timeout: float) -> None:
         """Wait for end-of-file on every pipe (at most ``timeout``), then stop draining."""
-        self._thread.join(timeout)
-        self._stop.set()
-        self._thread.join()
+        try:
+            self._thread.join(timeout)
+            if self._thread.is_alive():  # a survivor holds a pipe open: stop reading it
+                os.write(self._wake_w, b"x")
+            self._thread.join()
+        finally:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
         for sink in self._sinks.values():
             sink.file.flush()
 

@@ -6,6 +6,11 @@ one process first queue on a lock of the process (one per ledger file), so at mo
 them at a time waits on the file lock: a file lock is waited for by polling, and hundreds
 of cells finishing at once would otherwise spend the process's CPU polling it.
 
+Appends of one process are committed in groups: the lines that threads hand in while a
+write is under way are written together by the next writer, under the locks, with one
+fsync for all of them. Every ``append`` still returns only once its own line is fsynced
+(a crash loses no line whose append returned), and lines are never split or interleaved.
+
 A crash mid-write leaves a torn last line (no ``"\\n"``). Readers skip it and report it;
 the next append, under the lock, first repairs the file: a tail that is a complete JSON
 object is terminated, anything else is moved aside to ``attempts.torn`` (never deleted)
@@ -143,15 +148,35 @@ def repair_torn_tail(path: Path) -> str | None:
     return note
 
 
-_thread_locks: dict[str, threading.RLock] = {}
-_thread_locks_guard = threading.Lock()
+@dataclass(eq=False)
+class _Pending:
+    """One line handed in for the next group commit."""
+
+    line: str
+    done: bool = False
+    error: BaseException | None = None
 
 
-def _thread_lock(path: Path) -> threading.RLock:
-    """The process's lock for the ledger at ``path`` (shared by every Ledger of that file)."""
+@dataclass(eq=False)
+class _FileState:
+    """What the threads of this process share for one ledger file."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)  # taken before the file lock
+    cond: threading.Condition = field(default_factory=threading.Condition)  # guards the two below
+    queue: list[_Pending] = field(default_factory=list)
+    writing: bool = False
+    owner: threading.local = field(default_factory=threading.local)  # depth of locked() per thread
+
+
+_states: dict[str, _FileState] = {}
+_states_guard = threading.Lock()
+
+
+def _state(path: Path) -> _FileState:
+    """The process's shared state for the ledger at ``path`` (shared by every Ledger of that file)."""
     key = os.path.realpath(path)
-    with _thread_locks_guard:
-        return _thread_locks.setdefault(key, threading.RLock())
+    with _states_guard:
+        return _states.setdefault(key, _FileState())
 
 
 class Ledger:
@@ -163,7 +188,7 @@ class Ledger:
         self.redactor = redactor or Redactor()
         self.path = self.out_dir / ATTEMPTS_FILE
         self._lock = FileLock(str(self.out_dir / ".attempts.lock"))
-        self._threads = _thread_lock(self.path)
+        self._shared = _state(self.path)
         self.repairs: list[str] = []  # what appends did to torn last lines (one line each)
         self.read_problems: list[str] = []  # what the latest read skipped (one line each)
 
@@ -172,26 +197,70 @@ class Ledger:
         return [*self.repairs, *self.read_problems]
 
     def append(self, record: Mapping[str, Any]) -> Record:
-        """Write ``record`` (scrubbed of secrets) as one line; returns what was written."""
+        """Write ``record`` (scrubbed of secrets) as one line; returns what was written, once it
+        is fsynced."""
         record = self.redactor.value(dict(record))
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
-        with cancel.shielded(), self.locked():
-            note = repair_torn_tail(self.path)
-            if note:
-                self.repairs.append(note)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+        with cancel.shielded():
+            if getattr(self._shared.owner, "depth", 0):  # the caller holds the lock: write now
+                self._write([line])
+            else:
+                self._commit(_Pending(line))
         return record
+
+    def _commit(self, mine: _Pending) -> None:
+        """Hand ``mine`` in; unless another thread is writing (and will take it), take the
+        lock and write every line handed in by then, ``mine`` included."""
+        shared = self._shared
+        with shared.cond:
+            shared.queue.append(mine)
+            while shared.writing and not mine.done:
+                shared.cond.wait()
+            if mine.done:
+                if mine.error is not None:
+                    raise mine.error
+                return
+            shared.writing = True
+        batch: list[_Pending] = []
+        error: BaseException | None = None
+        try:
+            with self.locked():
+                with shared.cond:  # every line handed in while this thread waited for the lock
+                    batch, shared.queue = shared.queue, []
+                self._write([p.line for p in batch])
+        except BaseException as e:  # every line of the group fails with it
+            error = e
+        finally:
+            with shared.cond:
+                shared.writing = False
+                for pending in batch:
+                    pending.done, pending.error = True, error
+                shared.cond.notify_all()
+        if error is not None:
+            raise error
+
+    def _write(self, lines: list[str]) -> None:
+        """Append ``lines`` in one write and fsync them; the caller holds the ledger lock."""
+        note = repair_torn_tail(self.path)
+        if note:
+            self.repairs.append(note)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("".join(lines))
+            fh.flush()
+            os.fsync(fh.fileno())
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """The ledger's lock, the process's then the file's (re-entrant: ``append`` may be
         called while holding it)."""
-        with self._threads, self._lock:
-            yield
+        owner = self._shared.owner
+        with self._shared.lock, self._lock:
+            owner.depth = getattr(owner, "depth", 0) + 1
+            try:
+                yield
+            finally:
+                owner.depth -= 1
 
     def scan(self) -> JsonlScan:
         scan = scan_jsonl(self.path, required=REQUIRED_FIELDS)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from pytest_maka.store.ledger import Ledger
 
 THREADS = 24
-#: Where a thread blocked in ``append`` can be: the process's lock (in ``locked``) or the file lock.
-WAITS = (":locked", "filelock")
+#: Where a thread blocked in ``append`` can be: handing its line in for the next group commit
+#: (``_commit``), the process's lock (in ``locked``) or the file lock.
+WAITS = (":_commit", ":locked", "filelock")
 
 
 def _frames_of(threads: list[threading.Thread]) -> list[list[str]]:
@@ -70,3 +74,69 @@ def test_two_ledgers_of_one_file_exclude_each_other(tmp_path: Path) -> None:
     writer.join(60)
     keys = [json.loads(line)["cell_key"] for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
     assert keys == ["early", "late"]
+
+
+def test_lines_handed_in_while_the_ledger_is_held_are_written_with_one_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: the threads that queue while the ledger is held are written together,
+    and each append returns only once its own line is in the file, fsynced."""
+    ledger = Ledger(tmp_path)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        real_fsync(fd)
+        fsyncs.append(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    seen_after_return: dict[str, bool] = {}
+
+    def append(i: int) -> None:
+        ledger.append({"cell_key": f"c{i}", "attempt": 1, "status": "x"})
+        on_disk = (tmp_path / "attempts.jsonl").read_text().splitlines()
+        seen_after_return[f"c{i}"] = any(json.loads(line)["cell_key"] == f"c{i}" for line in on_disk)
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(THREADS)]
+    with ledger.locked():
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while not all(any(n.endswith(":append") for n in s) for s in _frames_of(threads)):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        while len(ledger._shared.queue) < THREADS:  # every line handed in
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    for t in threads:
+        t.join(60)
+    assert len(fsyncs) == 1, f"{THREADS} lines queued behind one lock took {len(fsyncs)} fsyncs"
+    assert seen_after_return == {f"c{i}": True for i in range(THREADS)}
+    lines = (tmp_path / "attempts.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["cell_key"] for line in lines) == sorted(f"c{i}" for i in range(THREADS))
+
+
+def test_a_failed_group_write_fails_every_append_of_the_group(tmp_path: Path) -> None:
+    """A group whose write fails raises in every thread of the group: no append returns as if
+    its line were recorded."""
+    ledger = Ledger(tmp_path)
+    (tmp_path / "attempts.jsonl").mkdir()  # opening it for append fails (IsADirectoryError)
+    errors: list[BaseException] = []
+
+    def append(i: int) -> None:
+        try:
+            ledger.append({"cell_key": f"c{i}", "attempt": 1, "status": "x"})
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
+    with ledger.locked():
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while len(ledger._shared.queue) < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    for t in threads:
+        t.join(60)
+    assert len(errors) == 8 and all(isinstance(e, IsADirectoryError) for e in errors)
