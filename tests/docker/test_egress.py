@@ -40,8 +40,12 @@ def _executor(state: Path, upstream: tuple[str, str, int]) -> dict[str, object]:
 
 
 def _egress_leftovers(docker_api, cell_prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
-    nets = [n["Name"] for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})]
-    nets = [n for n in nets if (docker_api.inspect_network(n)["Labels"] or {}).get(L.CELL, "").startswith(cell_prefix)]
+    # the listing's own labels: a network another test's lease removes meanwhile cannot be inspected
+    nets = [
+        n["Name"]
+        for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})
+        if (n.get("Labels") or {}).get(L.CELL, "").startswith(cell_prefix)
+    ]
     helpers = [
         c["Names"][0]
         for role in ("egress-proxy", "egress-guard")

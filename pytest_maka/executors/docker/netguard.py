@@ -42,6 +42,8 @@ plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so"
 stack=log1:NFLOG,base1:BASE,ip2str1:IP2STR,json1:JSON
 [log1]
 group={NFLOG_GROUP}
+netlink_qthreshold=1
+netlink_qtimeout=1
 [json1]
 sync=1
 file="{LOG_FILE}"
@@ -61,7 +63,18 @@ ROUTE_SCRIPT = (
     '&& echo "$d" | grep -q "^default via $2 "; then echo native; '
     'else ip route replace default via "$1" && echo set; fi'
 )
-COLLECT_SCRIPT = f"cat {LOG_FILE} 2>/dev/null; : > {LOG_FILE}"
+#: What ulogd2 wrote since the last call. The kernel hands NFLOG packets over asynchronously:
+#: wait (up to 2 s) until the file holds as many lines as the log rule's counter says it
+#: logged, then print the bytes past the last call's end (the file is never truncated
+#: under ulogd2's open descriptor, so nothing it writes meanwhile is lost).
+COLLECT_SCRIPT = (
+    f"L={LOG_FILE}; touch $L; "
+    "want=$(nft list chain ip maka_guard out "
+    "| sed -n 's/.*counter packets \\([0-9]*\\) bytes [0-9]* log group.*/\\1/p'); "
+    'i=0; while [ "$(wc -l < $L)" -lt "${want:-0}" ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.01; done; '
+    "off=$(cat /run/maka/offset 2>/dev/null || echo 0); size=$(stat -c %s $L); "
+    "tail -c +$((off + 1)) $L | head -c $((size - off)); echo $size > /run/maka/offset"
+)
 
 
 def exec_as_root(engine: Engine, container: str, argv: list[str]) -> tuple[int, str]:
@@ -82,7 +95,7 @@ def rules(subnet: str, proxy_ip: str, proxy_port: int) -> str:
         '    oifname "lo" accept\n'
         f"    {src} ip daddr {proxy_ip} tcp dport {{ {proxy_port}, 53 }} accept\n"
         f"    {src} ip daddr {proxy_ip} udp dport 53 accept\n"
-        f"    {src} log group {NFLOG_GROUP}\n"
+        f"    {src} counter log group {NFLOG_GROUP}\n"
         f"    {src} meta l4proto tcp reject with tcp reset\n"
         f"    {src} drop\n"
         "  }\n"
