@@ -70,7 +70,12 @@ def pytest_maka_configure(config: pytest.Config) -> None:
 
     cluster = loaded.spec.executor.cluster
     cap = cluster.max_transfer_bytes if cluster is not None else ClusterEntry.model_fields["max_transfer_bytes"].default
-    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, cap, config.invocation_params.dir)
+    from .ship import pack
+
+    sources = [loaded.source_path(source) for source in loaded.spec.tasks]
+    bundle = pack(loaded.path, sources, (task.digest for task in maka.cohort.tasks))
+    invocation = config.invocation_params.dir
+    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, cap, invocation, bundle)
     if config.getoption("maka_concurrency", None) is None:
         config.stash[CONCURRENCY_KEY] = max(concurrency(config), CLUSTER_IN_FLIGHT)
 

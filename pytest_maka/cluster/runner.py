@@ -28,7 +28,7 @@ from ..core.cell import Cell
 from ..core.records import Record, attempt_record
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
-from . import transfer
+from . import ship, transfer
 from .remote import PHASE_TOPIC, cancel_event, run_attempt_remote
 
 
@@ -44,10 +44,20 @@ class ClusterRunner(CellRunner):
     #: Attempts waiting on the cluster, by token: where the phases the workers report go.
     _in_flight: dict[str, tuple[Cell, int]]
     _relay_lock: threading.Lock
+    #: The spec and its task sources, for workers without them (scattered once, see ``ship``).
+    bundle: ship.Bundle
+    _bundle_future: Any
+    _bundle_lock: threading.Lock
 
     @classmethod
     def wrap(
-        cls, runner: CellRunner, client: Any, spec_path: Path, max_transfer_bytes: int, invocation_dir: Path | None
+        cls,
+        runner: CellRunner,
+        client: Any,
+        spec_path: Path,
+        max_transfer_bytes: int,
+        invocation_dir: Path | None,
+        bundle: ship.Bundle,
     ) -> ClusterRunner:
         made = cls.__new__(cls)
         made.__dict__.update(runner.__dict__)
@@ -56,6 +66,8 @@ class ClusterRunner(CellRunner):
         made.max_transfer_bytes = max_transfer_bytes
         made.invocation_dir = invocation_dir
         made._in_flight, made._relay_lock = {}, threading.Lock()
+        made.bundle = bundle
+        made._bundle_future, made._bundle_lock = None, threading.Lock()
         client.subscribe_topic(PHASE_TOPIC, made._on_phase)
         return made
 
@@ -82,6 +94,7 @@ class ClusterRunner(CellRunner):
                 token,
                 self.max_transfer_bytes,
                 str(self.invocation_dir) if self.invocation_dir else None,
+                self._shipped(),
                 resources={"cells": 1},
                 pure=False,
                 key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
@@ -106,6 +119,16 @@ class ClusterRunner(CellRunner):
             self.ledger.append(record)
             progress.attempt_finished(record)
             return record
+
+    def _shipped(self) -> tuple[str, str, tuple[str, ...], Any]:
+        """(key, spec path, source paths, the bundle's Dask future): scattered to every worker
+        once, again only if the cluster lost every copy (all the workers holding it died)."""
+        with self._bundle_lock:
+            future = self._bundle_future
+            if future is None or future.status in ("lost", "error", "cancelled"):
+                future = self.client.scatter(self.bundle.data, broadcast=True, hash=False)
+                self._bundle_future = future
+        return self.bundle.key, self.bundle.spec, self.bundle.sources, future
 
     def _done(self, token: str) -> None:
         """No more phases of this attempt reach the observer (its record comes next)."""
