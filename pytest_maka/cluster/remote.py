@@ -2,11 +2,11 @@
 
 The worker loads the cohort from the spec path it is given when this machine has the spec
 and its task sources there (a shared filesystem, the same checkout), else from its copy of
-the bundle the controller shipped (``ship``), once per spec and worker process, through pytest's own plugin machinery so that
-every adapter, subject and executor plugin installed on the worker applies. It runs the
-attempt into a private output directory, packs the attempt's directory into a tarball and
-returns it with the record; the controller writes both. Nothing here writes the cohort's
-ledger.
+the bundle the controller shipped (``ship``), once per spec and worker process, through
+pytest's own plugin machinery so that every adapter, subject and executor plugin installed
+on the worker applies. It runs the attempt into a private output directory, packs the
+attempt's directory into a tarball and returns it with the record; the controller writes
+both. Nothing here writes the cohort's ledger.
 
 A Dask worker that dies makes the scheduler run its tasks again elsewhere. An attempt must
 not silently run twice, so the first execution of a task claims it (a Dask ``Variable``
