@@ -179,11 +179,16 @@ def run_attempt_remote(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def cancel_name(token: str) -> str:
+    """The name of the Dask Event the controller sets to stop attempt ``token`` where it runs."""
+    return f"maka-cancel-{token}"
+
+
 def cancel_event(token: str, client: Any = None) -> Any:
     """The Dask Event the controller sets to stop attempt ``token`` where it runs."""
     from distributed import Event
 
-    return Event(f"maka-cancel-{token}", client=client)
+    return Event(cancel_name(token), client=client)
 
 
 def _watch(token: str, scope: cancel.Scope, done: threading.Event) -> None:

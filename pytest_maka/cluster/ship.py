@@ -2,8 +2,9 @@
 
 The controller packs the spec file and every task source directory the spec names into one
 gzipped tar, named by a content key (the spec's bytes and every task's content digest), and
-scatters it to the cluster once: Dask keeps it on the workers and hands it to each attempt
-as a dependency, so it travels once per worker, never per cell. A worker that has the spec
+submits it to the cluster once, as one task (``carry``) keyed by that content key: each
+attempt takes it as a Dask dependency, so it travels once per worker, never per cell, and
+Dask computes it again should every worker holding it die. A worker that has the spec
 and every task source at the controller's paths uses them, as before; one that lacks any of
 them unpacks the bundle once (per key, per worker process) into its Dask local directory,
 under the same absolute paths below a root of its own, so that relative paths in the spec
@@ -28,6 +29,13 @@ from pathlib import Path, PurePosixPath
 PRUNED = frozenset({"__pycache__", ".git"})
 #: Where a worker keeps its unpacked bundles, inside its Dask local directory.
 SHIP_DIR = "maka-ship"
+#: Bytes (gzipped) the spec and its task sources may pack to: the bundle lives in the
+#: scheduler's task graph and in every worker's memory.
+MAX_BUNDLE_BYTES = 64 * 1024**2
+
+
+class BundleTooLarge(ValueError):
+    """The spec and its task sources pack to more than MAX_BUNDLE_BYTES."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,9 @@ def _skip_pruned(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if PRUNED.intersection(PurePosixPath(info.name).parts) else info
 
 
-def pack(spec_path: Path, sources: Sequence[Path], digests: Iterable[str]) -> Bundle:
-    """The bundle of ``spec_path`` and the task source directories (or files) ``sources``."""
+def pack(spec_path: Path, sources: Sequence[Path], digests: Iterable[str], limit: int = MAX_BUNDLE_BYTES) -> Bundle:
+    """The bundle of ``spec_path`` and the task source directories (or files) ``sources``
+    (BundleTooLarge past ``limit`` bytes)."""
     spec_path = spec_path.resolve()
     spec_bytes = spec_path.read_bytes()
     buffer = io.BytesIO()
@@ -66,7 +75,18 @@ def pack(spec_path: Path, sources: Sequence[Path], digests: Iterable[str]) -> Bu
         for source in sorted({s.resolve() for s in sources}):
             tar.add(source, arcname=_arcname(source), filter=_skip_pruned)
     names = tuple(sorted(str(s.resolve()) for s in sources))
-    return Bundle(bundle_key(spec_bytes, digests), str(spec_path), names, buffer.getvalue())
+    data = buffer.getvalue()
+    if len(data) > limit:
+        raise BundleTooLarge(
+            f"the spec and its task sources pack to {len(data) / 2**20:.1f} MiB, over the "
+            f"{limit / 2**20:.0f} MiB a cluster ships: keep large files out of the task directories"
+        )
+    return Bundle(bundle_key(spec_bytes, digests), str(spec_path), names, data)
+
+
+def carry(data: bytes) -> bytes:
+    """The Dask task that holds a bundle on the cluster (its result is the bundle itself)."""
+    return data
 
 
 def has_all(spec: str, sources: Iterable[str]) -> bool:
