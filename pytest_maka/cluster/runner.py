@@ -127,11 +127,15 @@ class ClusterRunner(CellRunner):
         named by its content key, submitted once (submitting only queues a message: nothing
         waits under the lock); each attempt depends on it, so a worker fetches it once from a
         peer, and should every worker holding it die, Dask computes it again."""
+        import dask
+
         with self._bundle_lock:
             if self._bundle_future is None:
-                self._bundle_future = self.client.submit(
-                    ship.carry, self.bundle.data, key=f"maka-bundle-{self.bundle.key}", pure=False
-                )
+                # the bundle is in the graph on purpose, under ship's own cap: no large-graph warning
+                with dask.config.set({"distributed.admin.large-graph-warning-threshold": 2 * ship.MAX_BUNDLE_BYTES}):
+                    self._bundle_future = self.client.submit(
+                        ship.carry, self.bundle.data, key=f"maka-bundle-{self.bundle.key}", pure=False
+                    )
         return self.bundle.key, self.bundle.spec, self.bundle.sources, self._bundle_future
 
     def _done(self, token: str) -> None:

@@ -9,6 +9,7 @@ once per worker, not once per cell, and removed when the worker ends.
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -101,3 +102,16 @@ def test_a_bundle_cannot_write_outside_its_root(tmp_path: Path) -> None:
     finally:
         ship.remove_all()
     assert not list(tmp_path.rglob("escaped.txt"))
+
+
+def test_a_bundle_past_the_cap_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "cohort.yaml"
+    spec.write_text("name: t\n")
+    task = tmp_path / "tasks" / "big"
+    task.mkdir(parents=True)
+    (task / "data.bin").write_bytes(os.urandom(64 * 1024))  # random: gzip cannot shrink it below the cap
+    assert ship.pack(spec, [tmp_path / "tasks"], ["d"], limit=128 * 1024).data
+    with pytest.raises(ship.BundleTooLarge) as refused:
+        ship.pack(spec, [tmp_path / "tasks"], ["d"], limit=32 * 1024)
+    message = str(refused.value)
+    assert "\n" not in message and "pack to 0.1 MiB, over the" in message and "a cluster ships" in message, message
