@@ -50,6 +50,8 @@ class ClusterRunner(CellRunner):
     bundle: ship.Bundle
     _bundle_future: Any
     _bundle_lock: threading.Lock
+    #: The look at the cluster every waiting attempt shares (``wait``).
+    _watch: wait.Watch
 
     @classmethod
     def wrap(
@@ -70,6 +72,7 @@ class ClusterRunner(CellRunner):
         made._in_flight, made._relay_lock = {}, threading.Lock()
         made.bundle = bundle
         made._bundle_future, made._bundle_lock = None, threading.Lock()
+        made._watch = wait.Watch(client)
         client.subscribe_topic(PHASE_TOPIC, made._on_phase)
         return made
 
@@ -154,7 +157,7 @@ class ClusterRunner(CellRunner):
         from distributed import KilledWorker
 
         try:
-            result = wait.result(self.client, future, self.settings_cluster.no_worker_timeout_sec)
+            result = wait.result(self._watch, future, self.settings_cluster.no_worker_timeout_sec)
         except wait.ClusterStalled as exc:
             self._stop(future, token)
             return {"error": f"infra: {exc}"}

@@ -5,7 +5,8 @@ Dask's own waits have no end of their own: a task that no worker can run (none h
 long as the scheduler keeps the task, and a scheduler that stopped answering a connected
 client is noticed by nobody. So the controller waits for an attempt in slices of
 ``POLL_SEC``; between two slices it checks that its client is still connected, asks the
-scheduler (within ``ASK_SEC``) whether a worker that can run a cell is there, and gives up
+scheduler (within ``ASK_SEC``; one question per slice for all the waiting attempts, see
+``Watch``) whether a worker that can run a cell is there, and gives up
 with ``ClusterStalled`` once none has been for ``no_worker_sec``. A worker that stops
 answering is Dask's to notice (its heartbeats stop: the scheduler removes it and the task
 runs again elsewhere, which the attempt's claim turns into a lost attempt); the attempt on
@@ -14,6 +15,7 @@ the worker is bounded by its own timeouts there.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,21 +53,44 @@ def cell_workers(client: Any, ask_sec: float = ASK_SEC) -> int:
     return sum(can_run_cells(w) for w in (info.get("workers") or {}).values())
 
 
+class Watch:
+    """The controller's look at the cluster, shared by every waiting attempt: at most one
+    question to the scheduler per ``poll_sec``, however many attempts wait."""
+
+    def __init__(self, client: Any, poll_sec: float = POLL_SEC, ask_sec: float = ASK_SEC) -> None:
+        self.client, self.poll_sec, self.ask_sec = client, poll_sec, ask_sec
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._count, self._error = 0, ""
+
+    def cell_workers(self) -> int:
+        """How many workers can run cells (asked at most once per poll; ClusterStalled if silent)."""
+        with self._lock:  # held at most ask_sec: the others would ask the same question meanwhile
+            if self._at is None or time.monotonic() - self._at >= self.poll_sec:
+                try:
+                    self._count, self._error = cell_workers(self.client, self.ask_sec), ""
+                except ClusterStalled as exc:
+                    self._error = str(exc)
+                self._at = time.monotonic()
+            if self._error:
+                raise ClusterStalled(self._error)
+            return self._count
+
+
 def result(
-    client: Any,
+    watch: Watch,
     future: Any,
     no_worker_sec: float,
     *,
-    poll_sec: float = POLL_SEC,
-    ask_sec: float = ASK_SEC,
     clock: Callable[[], float] = time.monotonic,
 ) -> Any:
     """The future's result (or the exception its task raised); ClusterStalled when the cluster
     lost the controller, or had no worker able to run a cell for ``no_worker_sec``."""
+    client = watch.client
     without_since: float | None = None
     while True:
         try:
-            return future.result(timeout=poll_sec)
+            return future.result(timeout=watch.poll_sec)
         except TimeoutError:
             if future.done():  # the task itself raised TimeoutError: that is its outcome
                 raise
@@ -73,7 +98,7 @@ def result(
             raise ClusterStalled(
                 f"the controller lost the Dask scheduler at {client.scheduler.address} (client {client.status})"
             )
-        if cell_workers(client, ask_sec):
+        if watch.cell_workers():
             without_since = None
         elif without_since is None:
             without_since = clock()
