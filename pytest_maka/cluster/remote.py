@@ -9,8 +9,8 @@ attempt's directory into a tarball and returns it with the record; the controlle
 both. Nothing here writes the cohort's ledger.
 
 A Dask worker that dies makes the scheduler run its tasks again elsewhere. An attempt must
-not silently run twice, so the first execution of a task claims it (a Dask ``Variable``
-named by the attempt's token holds the worker's address); a re-execution finds the claim
+not silently run twice, so the first execution of a task claims it (scheduler metadata
+under the attempt's token holds the worker's address); a re-execution finds the claim
 and returns ``lost`` with that address instead of running, and the controller records the
 lost attempt as an infra failure naming the worker, then retries per the spec's rules.
 """
@@ -103,17 +103,18 @@ def close_all() -> None:
 
 
 def _claim(token: str, address: str) -> str | None:
-    """Claim the attempt for this worker; the address of an earlier claimant if there was one."""
-    from distributed import Variable
+    """Claim the attempt for this worker; the address of an earlier claimant if there was one.
 
-    claim = Variable(f"maka-attempt-{token}")
-    try:
-        earlier = claim.get(timeout=0.2)
-    except TimeoutError:
-        earlier = None
+    The claim is scheduler metadata, read and written without waiting: a ``Variable.get``
+    with a timeout waits on the scheduler, and under load Dask's ``sync`` turned such a wait
+    into a spurious ``TimeoutError`` or an ``UnboundLocalError`` (a cancelled call)."""
+    from distributed import get_client
+
+    client = get_client()
+    earlier = client.get_metadata(["maka-attempt", token], default=None)
     if earlier:
         return str(earlier)
-    claim.set(address)
+    client.set_metadata(["maka-attempt", token], address)
     return None
 
 
