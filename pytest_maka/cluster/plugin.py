@@ -67,10 +67,16 @@ def pytest_maka_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"{where}: no Dask scheduler answers at {address} ({exc})") from None
     config.stash[CLIENT_KEY] = client
     from .runner import ClusterRunner
+    from .ship import BundleTooLarge, pack
 
-    cluster = loaded.spec.executor.cluster
-    cap = cluster.max_transfer_bytes if cluster is not None else ClusterEntry.model_fields["max_transfer_bytes"].default
-    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, cap, config.invocation_params.dir)
+    settings = loaded.spec.executor.cluster or ClusterEntry(address=address)
+    sources = [loaded.source_path(source) for source in loaded.spec.tasks]
+    try:
+        bundle = pack(loaded.path, sources, (task.digest for task in maka.cohort.tasks))
+    except BundleTooLarge as exc:  # the client is closed at unconfigure
+        raise pytest.UsageError(f"{loaded.path}: tasks: {exc}") from None
+    invocation = config.invocation_params.dir
+    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, settings, invocation, bundle)
     if config.getoption("maka_concurrency", None) is None:
         config.stash[CONCURRENCY_KEY] = max(concurrency(config), CLUSTER_IN_FLIGHT)
 

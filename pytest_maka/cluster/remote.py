@@ -1,16 +1,16 @@
 """What a Dask worker runs: one attempt of one cell, with this machine's executor.
 
-The worker loads the cohort from the spec path it is given (the spec and its task sources
-must be readable at the same path on every machine: a shared filesystem, or the same
-checkout), once per spec and worker process, through pytest's own plugin machinery so that
-every adapter, subject and executor plugin installed on the worker applies. It runs the
-attempt into a private output directory, packs the attempt's directory into a tarball and
-returns it with the record; the controller writes both. Nothing here writes the cohort's
-ledger.
+The worker loads the cohort from the spec path it is given when this machine has the spec
+and its task sources there (a shared filesystem, the same checkout), else from its copy of
+the bundle the controller shipped (``ship``), once per spec and worker process, through
+pytest's own plugin machinery so that every adapter, subject and executor plugin installed
+on the worker applies. It runs the attempt into a private output directory, packs the
+attempt's directory into a tarball and returns it with the record; the controller writes
+both. Nothing here writes the cohort's ledger.
 
 A Dask worker that dies makes the scheduler run its tasks again elsewhere. An attempt must
-not silently run twice, so the first execution of a task claims it (a Dask ``Variable``
-named by the attempt's token holds the worker's address); a re-execution finds the claim
+not silently run twice, so the first execution of a task claims it (scheduler metadata
+under the attempt's token holds the worker's address); a re-execution finds the claim
 and returns ``lost`` with that address instead of running, and the controller records the
 lost attempt as an infra failure naming the worker, then retries per the spec's rules.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import cancel
-from . import transfer
+from . import ship, transfer
 
 #: The Dask event topic of remote phases (the controller's live view subscribes to it).
 PHASE_TOPIC = "maka-phase"
@@ -91,26 +91,30 @@ def _session(spec_path: str, invocation_dir: str | None) -> Any:
 def close_all() -> None:
     """At the worker's exit: close every session (its executor sweeps what dead processes left)."""
     with _lock:
-        for maka, out in _sessions.values():
-            try:
-                maka.close()
-            finally:
-                shutil.rmtree(out, ignore_errors=True)
-        _sessions.clear()
+        try:
+            for maka, out in _sessions.values():
+                try:
+                    maka.close()
+                finally:
+                    shutil.rmtree(out, ignore_errors=True)
+        finally:
+            _sessions.clear()
+            ship.remove_all()
 
 
 def _claim(token: str, address: str) -> str | None:
-    """Claim the attempt for this worker; the address of an earlier claimant if there was one."""
-    from distributed import Variable
+    """Claim the attempt for this worker; the address of an earlier claimant if there was one.
 
-    claim = Variable(f"maka-attempt-{token}")
-    try:
-        earlier = claim.get(timeout=0.2)
-    except TimeoutError:
-        earlier = None
+    The claim is scheduler metadata, read and written without waiting: a ``Variable.get``
+    with a timeout waits on the scheduler, and under load Dask's ``sync`` turned such a wait
+    into a spurious ``TimeoutError`` or an ``UnboundLocalError`` (a cancelled call)."""
+    from distributed import get_client
+
+    client = get_client()
+    earlier = client.get_metadata(["maka-attempt", token], default=None)
     if earlier:
         return str(earlier)
-    claim.set(address)
+    client.set_metadata(["maka-attempt", token], address)
     return None
 
 
@@ -125,14 +129,26 @@ def _sweep(maka: Any) -> None:
 
 
 def run_attempt_remote(
-    spec_path: str, cell_key: str, number: int, token: str, cap: int, invocation_dir: str | None = None
+    spec_path: str,
+    cell_key: str,
+    number: int,
+    token: str,
+    cap: int,
+    invocation_dir: str | None = None,
+    shipped: tuple[str, str, tuple[str, ...], bytes] | None = None,
 ) -> dict[str, Any]:
-    """Run attempt ``number`` of the cell ``cell_key`` here; the record and the artifacts."""
+    """Run attempt ``number`` of the cell ``cell_key`` here; the record and the artifacts.
+
+    ``shipped`` is (key, spec path, task source paths, the bundle's bytes) of ``ship``: used
+    when this machine lacks the spec or a task source at the controller's path."""
     from distributed import get_worker
 
     from ..fixtures import lease_function, workspace_path
 
     address = get_worker().address
+    if shipped is not None and not ship.has_all(shipped[1], shipped[2]):
+        key, spec, _sources, data = shipped
+        spec_path = ship.local_spec(get_worker().local_directory, key, spec, data)
     earlier = _claim(token, address)
     if earlier is not None:
         with suppress(Exception):  # the loss is what matters: report it whatever the sweep met
@@ -164,11 +180,16 @@ def run_attempt_remote(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def cancel_name(token: str) -> str:
+    """The name of the Dask Event the controller sets to stop attempt ``token`` where it runs."""
+    return f"maka-cancel-{token}"
+
+
 def cancel_event(token: str, client: Any = None) -> Any:
     """The Dask Event the controller sets to stop attempt ``token`` where it runs."""
     from distributed import Event
 
-    return Event(f"maka-cancel-{token}", client=client)
+    return Event(cancel_name(token), client=client)
 
 
 def _watch(token: str, scope: cancel.Scope, done: threading.Event) -> None:

@@ -8,7 +8,8 @@ ledger and the artifacts it receives, so the ledger's guarantees are unchanged. 
 whose worker died is recorded ``infra_failure`` naming the worker (and retried as the
 spec's ``retries.infra`` says); Ctrl-C cancels the waiting tasks and records the attempts
 ``agent_aborted`` (a task a worker has already started runs to its end there: Dask cannot
-stop a running task; its result is dropped).
+stop a running task; its result is dropped). Every wait on the cluster is bounded (``wait``):
+an attempt the cluster can no longer deliver is an ``infra_failure`` that says why.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 from ..core import cancel, progress
 from ..core.cell import Cell
 from ..core.records import Record, attempt_record
+from ..core.spec import ClusterEntry
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
-from . import transfer
-from .remote import PHASE_TOPIC, cancel_event, run_attempt_remote
+from . import ship, transfer, wait
+from .remote import PHASE_TOPIC, cancel_name, run_attempt_remote
 
 
 class ClusterRunner(CellRunner):
@@ -37,25 +39,40 @@ class ClusterRunner(CellRunner):
 
     client: Any
     spec_path: Path
-    #: Bytes of an attempt's files a worker may send back (spec ``executor.cluster.max_transfer_bytes``).
-    max_transfer_bytes: int
+    #: ``executor.cluster``: max_transfer_bytes (what a worker may send back), no_worker_timeout_sec.
+    settings_cluster: ClusterEntry
     #: The controller's invocation directory: a worker that has it configures pytest from there.
     invocation_dir: Path | None
     #: Attempts waiting on the cluster, by token: where the phases the workers report go.
     _in_flight: dict[str, tuple[Cell, int]]
     _relay_lock: threading.Lock
+    #: The spec and its task sources, for workers without them (one Dask task, see ``ship``).
+    bundle: ship.Bundle
+    _bundle_future: Any
+    _bundle_lock: threading.Lock
+    #: The look at the cluster every waiting attempt shares (``wait``).
+    _watch: wait.Watch
 
     @classmethod
     def wrap(
-        cls, runner: CellRunner, client: Any, spec_path: Path, max_transfer_bytes: int, invocation_dir: Path | None
+        cls,
+        runner: CellRunner,
+        client: Any,
+        spec_path: Path,
+        cluster: ClusterEntry,
+        invocation_dir: Path | None,
+        bundle: ship.Bundle,
     ) -> ClusterRunner:
         made = cls.__new__(cls)
         made.__dict__.update(runner.__dict__)
         made.client = client
         made.spec_path = spec_path
-        made.max_transfer_bytes = max_transfer_bytes
+        made.settings_cluster = cluster
         made.invocation_dir = invocation_dir
         made._in_flight, made._relay_lock = {}, threading.Lock()
+        made.bundle = bundle
+        made._bundle_future, made._bundle_lock = None, threading.Lock()
+        made._watch = wait.Watch(client)
         client.subscribe_topic(PHASE_TOPIC, made._on_phase)
         return made
 
@@ -80,15 +97,16 @@ class ClusterRunner(CellRunner):
                 cell.key,
                 number,
                 token,
-                self.max_transfer_bytes,
+                self.settings_cluster.max_transfer_bytes,
                 str(self.invocation_dir) if self.invocation_dir else None,
+                self._shipped(),
                 resources={"cells": 1},
                 pure=False,
                 key=f"maka-{cell.key}-a{number}-{uuid.uuid4().hex[:8]}",
             )
             try:
                 with cancel.on_cancel(lambda: self._stop(future, token)):
-                    outcome = self._outcome(future)
+                    outcome = self._outcome(future, token)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 self._done(token)
                 self._stop(future, token)
@@ -107,6 +125,22 @@ class ClusterRunner(CellRunner):
             progress.attempt_finished(record)
             return record
 
+    def _shipped(self) -> tuple[str, str, tuple[str, ...], Any]:
+        """(key, spec path, source paths, the bundle's Dask future). The bundle is one task
+        named by its content key, submitted once (submitting only queues a message: nothing
+        waits under the lock); each attempt depends on it, so a worker fetches it once from a
+        peer, and should every worker holding it die, Dask computes it again."""
+        import dask
+
+        with self._bundle_lock:
+            if self._bundle_future is None:
+                # the bundle is in the graph on purpose, under ship's own cap: no large-graph warning
+                with dask.config.set({"distributed.admin.large-graph-warning-threshold": 2 * ship.MAX_BUNDLE_BYTES}):
+                    self._bundle_future = self.client.submit(
+                        ship.carry, self.bundle.data, key=f"maka-bundle-{self.bundle.key}", pure=False
+                    )
+        return self.bundle.key, self.bundle.spec, self.bundle.sources, self._bundle_future
+
     def _done(self, token: str) -> None:
         """No more phases of this attempt reach the observer (its record comes next)."""
         with self._relay_lock:
@@ -115,15 +149,18 @@ class ClusterRunner(CellRunner):
     def _stop(self, future: Any, token: str) -> None:
         """Drop the task if it is still queued; stop it where it runs if it has started."""
         future.cancel()
-        with suppress(Exception):
-            cancel_event(token, self.client).set()
+        with suppress(Exception):  # bounded: a scheduler that does not answer must not hold Ctrl-C up
+            self.client.sync(self.client.scheduler.event_set, name=cancel_name(token), callback_timeout=wait.ASK_SEC)
 
-    def _outcome(self, future: Any) -> dict[str, Any]:
+    def _outcome(self, future: Any, token: str) -> dict[str, Any]:
         """The task's result, or what went wrong with the cluster, as an ``error``."""
         from distributed import KilledWorker
 
         try:
-            result = future.result()
+            result = wait.result(self._watch, future, self.settings_cluster.no_worker_timeout_sec)
+        except wait.ClusterStalled as exc:
+            self._stop(future, token)
+            return {"error": f"infra: {exc}"}
         except KilledWorker as exc:
             return {"error": f"infra: Dask workers running this attempt kept dying ({exc})"}
         except Exception as exc:  # the task raised: a harness bug on the worker is infra, never the agent's

@@ -114,6 +114,9 @@ class ClusterEntry(StrictModel):
     address: Annotated[str, AfterValidator(cluster_address)]
     #: Bytes of an attempt's files a worker sends back to the controller (the rest is dropped, listed).
     max_transfer_bytes: int = Field(default=1024**3, ge=1024)
+    #: Seconds an attempt may wait while no worker of the cluster can run a cell (none has the
+    #: ``cells`` resource) before it is an infra failure saying so.
+    no_worker_timeout_sec: float = Field(default=300.0, gt=0, le=7 * 24 * 3600)
 
 
 class ExecutorEntry(BaseModel):
