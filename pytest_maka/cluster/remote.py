@@ -21,6 +21,8 @@ import atexit
 import shutil
 import tempfile
 import threading
+import time
+import uuid
 from contextlib import suppress
 from contextvars import ContextVar
 from pathlib import Path
@@ -111,10 +113,19 @@ def _claim(token: str, address: str) -> str | None:
     from distributed import get_client
 
     client = get_client()
-    earlier = client.get_metadata(["maka-attempt", token], default=None)
-    if earlier:
-        return str(earlier)
-    client.set_metadata(["maka-attempt", token], address)
+    mine = f"{address} {uuid.uuid4().hex}"  # tells this call's own claim from an earlier execution's
+    for tries_left in (2, 1, 0):
+        try:
+            earlier = client.get_metadata(["maka-attempt", token], default=None)
+            if earlier and earlier != mine:
+                return str(earlier).split(" ", 1)[0]
+            client.set_metadata(["maka-attempt", token], mine)
+            return None
+        except (UnboundLocalError, TimeoutError, OSError):
+            # Dask's sync() reports a call cancelled by a reconnecting client as UnboundLocalError
+            if not tries_left:
+                raise
+            time.sleep(0.5)
     return None
 
 
