@@ -208,7 +208,9 @@ class CellRunner:
             aborted = True
             work.facts_update(aborted=True)
         except (InfraError, ExecutorUnavailable, OSError) as e:
-            work.facts_update(infra_error=f"{type(e).__name__}: {e}")
+            where = work.isolation.get("engine") if isinstance(e, OSError) else None
+            # an I/O error no executor step named (e.g. a connection reset by a dying engine) says where
+            work.facts_update(infra_error=f"{where + ': ' if where else ''}{type(e).__name__}: {e}")
             work.retryable = getattr(e, "retryable", True)
         except Exception as e:  # a harness bug is infra, never the agent's fault
             _note_traceback(attempt_dir)
