@@ -90,14 +90,10 @@ def test_step_verified_separately_resists_tampering_and_the_oracle_passes_both_s
     cohort.write(
         subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "evil", "kind": "command", "command": HOSTILE}],
         executor={"kind": "docker", "kill_grace_sec": 0.5, "state_dir": str(state)},
-        # one infra retry absorbs an engine hiccup (a containerd shim lost while a container starts);
-        # a harness fault is deterministic here and fails the retry too, and is checked below
-        retries={"infra": 1, "backoff_sec": 0},
+        retries=NO_RETRY,
     )
     try:
         result = cohort.run_subprocess("-n", "2", timeout=400)
-        retried = [a["error"]["message"] for a in cohort.attempts() if a["status"] == "infra_failure"]
-        assert all("docker engine " in m for m in retried), retried  # only the engine's own failures
         oracle, evil = (cohort.results()[f"{name}[{s}-r0]"] for s in ("oracle", "evil"))
         assert (oracle["status"], oracle["passed"]) == ("agent_success", True), result.stdout.str()[-3000:]
         one, two = oracle["steps"]

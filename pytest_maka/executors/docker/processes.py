@@ -114,7 +114,13 @@ class ContainerProcesses:
         with contextlib.suppress(docker.errors.APIError):  # already stopped
             self.api.kill(self.id)
         self.api.wait(self.id, timeout=30)
-        self.start()
+        try:
+            self.start()
+        except InfraError:
+            # a keeper the subject broke (a replaced /bin/sh) can exit while the engine still
+            # starts it, which the engine reports as its own failure ("ttrpc: closed"): repair
+            # as below; a dead engine fails the repair's start as well and stays infra
+            self._keepers = set()
         if len(self._keepers) < 2:
             with contextlib.suppress(docker.errors.APIError):
                 self.api.kill(self.id)
