@@ -295,7 +295,8 @@ def test_one_invalid_legacy_task_is_skipped_and_the_rest_collect(cohort: Cohort)
     compose.write_text("services:\n  agent-environment:\n    build: {context: ., dockerfile: Dockerfile}\n")
     cohort.write(tasks=[{"path": "tb"}], subjects=[{"name": "oracle", "kind": "oracle"}], executor=DOCKER)
     result = cohort.run("--collect-only", "-rs")
-    line = f"{compose}: services.client: missing: the task's environment is the 'client' service (found: agent-environment)"
+    why = "missing: the task's environment is the 'client' service (found: agent-environment)"
+    line = f"{compose}: services.client: {why}"
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert f"maka: invalid task skipped: {line}" in result.stdout.str() + result.stderr.str()
     cells = [line.strip() for line in result.outlines if "<CellItem" in line]
