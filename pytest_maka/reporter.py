@@ -195,7 +195,7 @@ class MakaReporter:
         from .report.terminal import terminal_lines
 
         records = [r for r in self.records.values()]
-        if not records and not self.not_run and not self.ledger_problems:
+        if not records and not self.not_run and not self.ledger_problems and not self.skipped:
             return
         terminalreporter.section("pytest-maka", sep="=")
         for line in terminal_lines(records):
@@ -210,11 +210,16 @@ class MakaReporter:
                 f"{len(self.not_run)} cell(s) not run ({', '.join(sorted(set(self.not_run.values())))}): "
                 "nothing was recorded for them; the next run into this directory runs them"
             )
+        if self.skipped:
+            tasks = {cell.task.id for cell in map(self._cell, self.skipped) if cell is not None}
+            terminalreporter.write_line(
+                f"{len(self.skipped)} cell(s) of {len(tasks)} task(s) skipped, nothing run for them: "
+                f"the reasons are in lock.json (runs[-1].skipped) and shown by pytest -rs"
+            )
         for problem in dict.fromkeys([*self.ledger_problems, *self.maka.ledger.problems]):
             terminalreporter.write_line(f"maka: warning: {problem}", yellow=True)
-        terminalreporter.write_line(
-            f"results: {self.maka.out_dir_display}/results.jsonl  report: {self.maka.out_dir_display}/report.html"
-        )
+        report = f"  report: {self.maka.out_dir_display}/report.html" if records else "  (no report: no cell ran)"
+        terminalreporter.write_line(f"results: {self.maka.out_dir_display}/results.jsonl{report}")
 
 
 class _XdistHooks:

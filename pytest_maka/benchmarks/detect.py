@@ -7,10 +7,12 @@ swe-bench       a .json, .jsonl or .parquet file of instances
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from ..core.errors import TaskError
 from ..core.spec import TaskSource
+from ..core.task import Task
 
 HARBOR, TERMINAL_BENCH, SWE_BENCH = "harbor", "terminal-bench", "swe-bench"
 INSTANCE_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -45,6 +47,24 @@ def detect_format(path: Path) -> str | None:
         names = ", ".join(f"{child.name} ({fmt})" for fmt, child in sorted(found.items()))
         raise TaskError(path, None, f"mixes task formats ({names}); put each format in its own directory")
     return next(iter(found), None)
+
+
+def invalid_task(path: Path, error: str, fmt: str) -> Task:
+    """A placeholder for a task dir that does not load: it carries the error, nothing runs.
+
+    Its cells are skipped with that one line (``--maka-strict`` makes it a usage error), so one
+    broken task in a directory of published tasks does not stop the others.
+    """
+    path = path.resolve()
+    return Task(
+        id=path.name,
+        path=path,
+        instruction="",
+        digest=hashlib.sha256(f"invalid/1\0{error}".encode()).hexdigest(),
+        format=fmt,
+        invalid=error,
+        unsupported=f"invalid task: {error}",
+    )
 
 
 def wrong_dir(child: Path, expected: str) -> TaskError:

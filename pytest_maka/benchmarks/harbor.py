@@ -8,7 +8,6 @@ solution/solve.sh  [steps/<name>/{instruction.md, tests/, solution/, workdir/[se
 from __future__ import annotations
 
 import glob
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,22 +65,8 @@ def discover(path: Path, options: HarborOptions | None = None) -> list[Task]:
         try:
             tasks.append(load_task(child, options))
         except TaskError as e:
-            tasks.append(invalid_task(child, str(e)))
+            tasks.append(detect.invalid_task(child, str(e), FORMAT))
     return tasks
-
-
-def invalid_task(path: Path, error: str) -> Task:
-    """A placeholder for a task dir that does not load: it carries the error, nothing runs."""
-    path = path.resolve()
-    return Task(
-        id=path.name,
-        path=path,
-        instruction="",
-        digest=hashlib.sha256(f"invalid/1\0{error}".encode()).hexdigest(),
-        format=FORMAT,
-        invalid=error,
-        unsupported=f"invalid task: {error}",
-    )
 
 
 def _host_gpus() -> int:

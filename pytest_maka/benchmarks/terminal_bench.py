@@ -70,7 +70,10 @@ def discover(path: Path) -> list[Task]:
     for child in detect.task_dirs(path):
         if not (child / "task.yaml").is_file():
             raise detect.wrong_dir(child, FORMAT)
-        tasks.append(load_task(child))
+        try:
+            tasks.append(load_task(child))
+        except TaskError as e:
+            tasks.append(detect.invalid_task(child, str(e), FORMAT))
     return tasks
 
 
@@ -124,7 +127,10 @@ def _environment(path: Path) -> dict[str, Any]:
     raw = _read_yaml(compose_path)
     services = validate(Compose, raw if isinstance(raw, dict) else {}, compose_path).services
     if "client" not in services:
-        raise TaskError(compose_path, "services.client", "missing: the task's environment is the 'client' service")
+        found = ", ".join(sorted(map(str, services))) or "none"
+        raise TaskError(
+            compose_path, "services.client", f"missing: the task's environment is the 'client' service (found: {found})"
+        )
     if len(services) > 1:  # sidecars: the executor runs them with Docker Compose (Task.features)
         out["compose_file"] = compose_path
         check = compose_file.compose_variables("maka-check", "client", Path("/nonexistent/logs"))

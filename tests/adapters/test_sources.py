@@ -284,3 +284,23 @@ def test_pytest_parser_reads_only_pytests_own_last_summary() -> None:
         "test_a (app.tests.T)": "PASSED",
         "test_b (app.tests.T)": "FAILED",
     }
+
+
+def test_one_invalid_legacy_task_is_skipped_and_the_rest_collect(cohort: Cohort) -> None:
+    """Shape of AakashKotha/Terminal-Bench-DS-Tasks 'New Tasks/*': a compose file whose one service is
+    not named ``client``. That task is skipped with one line naming the file, the key and the services
+    found; the others still collect (the run stopped at the first such task); --maka-strict stops."""
+    tb = copy_sample("terminal-bench", cohort.root / "tb")
+    compose = tb / "json-config" / "docker-compose.yaml"
+    compose.write_text("services:\n  agent-environment:\n    build: {context: ., dockerfile: Dockerfile}\n")
+    cohort.write(tasks=[{"path": "tb"}], subjects=[{"name": "oracle", "kind": "oracle"}], executor=DOCKER)
+    result = cohort.run("--collect-only", "-rs")
+    why = "missing: the task's environment is the 'client' service (found: agent-environment)"
+    line = f"{compose}: services.client: {why}"
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert f"maka: invalid task skipped: {line}" in result.stdout.str() + result.stderr.str()
+    cells = [line.strip() for line in result.outlines if "<CellItem" in line]
+    assert cells == ["<CellItem count-log-lines[oracle-r0]>", "<CellItem json-config[oracle-r0]>"], cells
+    strict = cohort.run("--collect-only", "--maka-strict")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    assert [e for e in strict.stderr.lines if e.startswith("ERROR:")] == [f"ERROR: {line} (--maka-strict)"]

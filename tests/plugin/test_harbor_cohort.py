@@ -35,6 +35,23 @@ def test_one_invalid_task_is_skipped_and_the_rest_runs(cohort: Cohort, workers: 
     assert "not run" not in result.stdout.str()
 
 
+def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort) -> None:
+    """Shape of AbdulGhaffarcs/harbor-tasks (CC0): every task.toml has a ``[[sources]]`` table, so every
+    task is skipped. The run printed ``ssssssssss`` and no pytest-maka section at all, and its summary
+    pointed at no reason; now it counts the skipped cells and tasks and says where the reasons are."""
+    for name in ("one", "two"):
+        toml = cohort.task(name) / "task.toml"
+        toml.write_text(toml.read_text() + '[[sources]]\nsource_name = "synthetic"\nsource_license = "CC0"\n')
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
+    result = cohort.run_subprocess("-q", "-n", "2")
+    result.assert_outcomes(skipped=4)
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "4 cell(s) of 2 task(s) skipped, nothing run for them: the reasons are in lock.json" in out, out
+    assert "(no report: no cell ran)" in out and not (cohort.out / "report.html").exists()
+    assert all("sources: unknown section" in why for why in _skips(cohort).values()), _skips(cohort)
+
+
 def test_maka_strict_turns_an_invalid_task_into_a_usage_error(cohort: Cohort) -> None:
     cohort.task("good")
     typo = cohort.task("typo")
