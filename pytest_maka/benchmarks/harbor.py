@@ -102,7 +102,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     path = path.resolve()
     options = options or HarborOptions()
     toml_path = path / "task.toml"
-    spec = harbor_toml.parse(inputs.read_toml(toml_path, what="task.toml", error=TaskError), toml_path)
+    spec, ignored = harbor_toml.parse(inputs.read_toml(toml_path, what="task.toml", error=TaskError), toml_path)
     agent, verifier, env = spec.agent, spec.verifier, spec.environment
 
     root = _filtered_root(path)
@@ -141,6 +141,8 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         metadata["task"] = spec.task.model_dump()
     if spec.source is not None:
         metadata["source"] = spec.source
+    if ignored:
+        metadata["ignored_keys"] = ignored
     package = spec.task
     return Task(
         id=path.name,

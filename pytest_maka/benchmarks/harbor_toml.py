@@ -8,6 +8,7 @@ workdir of ``/`` or ``/logs``) are refused here with the key that holds them.
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import re
 from pathlib import Path, PurePosixPath
@@ -270,7 +271,7 @@ class StepSection(StrictSection):
 
 
 class TaskToml(BaseModel):
-    """The whole file; an unknown top-level key is a typo worth an error."""
+    """The whole file (the keys Harbor 0.25 knows; see ``parse`` for the others)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -298,11 +299,32 @@ class TaskToml(BaseModel):
         return steps
 
 
-def parse(data: dict[str, Any], file: Path) -> TaskToml:
+#: The shape of each top-level key's value: a misspelt key has its section's shape.
+_SHAPES = {k: "table" for k in ("task", "metadata", "agent", "verifier", "environment", "solution")} | {
+    k: "list" for k in ("artifacts", "steps")
+}
+
+
+def _shape(value: Any) -> str:
+    return "table" if isinstance(value, dict) else "list" if isinstance(value, list) else "value"
+
+
+def parse(data: dict[str, Any], file: Path) -> tuple[TaskToml, list[str]]:
+    """The validated file and the top-level keys it ignored.
+
+    Harbor ignores keys it does not know, and published tasks carry some of their own
+    (``[[sources]]``, a top-level ``author_name``): such a key is ignored and named in the
+    task's metadata. One that looks like a misspelt section (``[verifer]``) is an error, since
+    ignoring it would run the task on defaults its author did not mean.
+    """
     unknown = sorted(set(data) - set(TOP_LEVEL))
-    if unknown:
-        raise TaskError(file, unknown[0], f"unknown section; expected one of: {', '.join(sorted(TOP_LEVEL))}")
-    return validate(TaskToml, data, file)
+    for key in unknown:  # a misspelling is close in name and of the same shape ([[sources]] is no 'source')
+        close = difflib.get_close_matches(key, TOP_LEVEL, cutoff=0.8)
+        near = [k for k in close if _SHAPES.get(k, "value") == _shape(data[key])]
+        if near:
+            raise TaskError(file, key, f"unknown section; did you mean {near[0]!r}?")
+    known = {k: v for k, v in data.items() if k in TOP_LEVEL}
+    return validate(TaskToml, known, file), unknown
 
 
 def megabytes(value: str | int | None, current: int | None, file: Path, key: str) -> int | None:

@@ -36,12 +36,12 @@ def test_one_invalid_task_is_skipped_and_the_rest_runs(cohort: Cohort, workers: 
 
 
 def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort) -> None:
-    """Shape of AbdulGhaffarcs/harbor-tasks (CC0): every task.toml has a ``[[sources]]`` table, so every
-    task is skipped. The run printed ``ssssssssss`` and no pytest-maka section at all, and its summary
-    pointed at no reason; now it counts the skipped cells and tasks and says where the reasons are."""
+    """Found on AbdulGhaffarcs/harbor-tasks (CC0), whose every task was skipped: the run printed
+    ``ssssssssss`` and no pytest-maka section at all, and its summary pointed at no reason; now it
+    counts the skipped cells and tasks and says where the reasons are."""
     for name in ("one", "two"):
         toml = cohort.task(name) / "task.toml"
-        toml.write_text(toml.read_text() + '[[sources]]\nsource_name = "synthetic"\nsource_license = "CC0"\n')
+        toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec", "[verifier]\ntimeout_secs"))
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
     result = cohort.run_subprocess("-q", "-n", "2")
     result.assert_outcomes(skipped=4)
@@ -49,7 +49,26 @@ def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort
     out = result.stdout.str()
     assert "4 cell(s) of 2 task(s) skipped, nothing run for them: the reasons are in lock.json" in out, out
     assert "(no report: no cell ran)" in out and not (cohort.out / "report.html").exists()
-    assert all("sources: unknown section" in why for why in _skips(cohort).values()), _skips(cohort)
+    assert all("verifier.timeout_secs: unknown key" in why for why in _skips(cohort).values()), _skips(cohort)
+
+
+def test_top_level_keys_harbor_ignores_are_ignored_and_named_and_a_misspelt_section_is_not(cohort: Cohort) -> None:
+    """Published tasks carry top-level keys of their own, which Harbor ignores: ``[[sources]]``
+    (AbdulGhaffarcs/harbor-tasks), a top-level ``author_name`` (Kibetkipsang/harbor-tasks). They
+    were skipped here as invalid; they run, and the record names what was ignored. A key one letter
+    off a section (``[verifer]``) still makes the task invalid: its author meant a section."""
+    sources = cohort.task("sources") / "task.toml"
+    text = sources.read_text()
+    sources.write_text('author_name = "someone"\n' + text + '[[sources]]\nsource_name = "synthetic"\n')
+    typo = cohort.task("typo") / "task.toml"
+    typo.write_text(typo.read_text().replace("[verifier]\n", "[verifer]\n"))
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run_subprocess("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert cohort.status() == {"sources[oracle-r0]": "agent_success"}
+    record = cohort.attempts()[0]
+    assert record["task_metadata"]["ignored_keys"] == ["author_name", "sources"], record["task_metadata"]
+    assert "verifer: unknown section; did you mean 'verifier'?" in _skips(cohort)["typo[oracle-r0]"]
 
 
 def test_maka_strict_turns_an_invalid_task_into_a_usage_error(cohort: Cohort) -> None:
