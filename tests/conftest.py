@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,16 @@ import yaml
 
 #: Task fixtures carry their own test files (a Harbor task's tests/test_outputs.py): data, not our tests.
 collect_ignore = ["fixtures"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started as a background job (``cmd &`` or ``nohup`` in a script, a CI runner without
+    job control) inherits SIGINT *ignored*, and so does every run a test starts: a test that
+    Ctrl-C's one (``os.killpg(pid, SIGINT)``) then waits for a run that never sees it. Ignored
+    is not what any test means: take SIGINT back (in the controller and in each xdist worker)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 HAS_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(

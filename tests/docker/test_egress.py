@@ -240,11 +240,17 @@ def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_d
 
 
 def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    """A helper sharing a dead attempt container's namespace goes with it, whichever is listed first."""
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    """A helper sharing a dead attempt container's namespace goes with it, whichever is listed first.
+
+    Their owner is a live process until both run, and dies only then: a container labelled
+    dead from its creation is fair game for the sweep of any run going on meanwhile (another
+    test's), which once removed the attempt container before its helper could join it.
+    """
+    owner = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
     cell = f"dead-guard-{uuid.uuid4().hex[:8]}"
-    labels = {**L.owner_labels(), L.OWNER_PID: str(dead.pid), L.OWNER_START: "0", L.CELL: cell}
+    start = L.process_start(owner.pid)
+    assert start is not None
+    labels = {**L.owner_labels(), L.OWNER_PID: str(owner.pid), L.OWNER_START: start, L.CELL: cell}
     made = []
     try:
         box = docker_api.create_container("python:3.11-slim", ["sleep", "infinity"], labels=labels)["Id"]
@@ -259,11 +265,15 @@ def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_di
         )["Id"]
         made.append(guard)
         docker_api.start(guard)
+        owner.kill()
+        owner.wait()  # now the run that made them is dead
         engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
         sweep(engine)
         assert _egress_leftovers(docker_api, cell) == []
         assert not docker_api.containers(all=True, filters={"label": f"{L.CELL}={cell}"})
     finally:
+        owner.kill()
+        owner.wait()
         for cid in reversed(made):
             with contextlib.suppress(docker.errors.NotFound):
                 docker_api.remove_container(cid, force=True)

@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import docker.errors
@@ -88,7 +88,8 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
         name = f"container {c['Id'][:12]} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
         if not dry_run:
             try:
-                api.remove_container(c["Id"], force=True, v=True)
+                with engine.guard(f"removing {name}", refusals=False):
+                    api.remove_container(c["Id"], force=True, v=True)
             except docker.errors.NotFound:
                 continue
             except docker.errors.APIError as exc:
@@ -105,7 +106,8 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
             tags = ", ".join(img.get("RepoTags") or []) or img["Id"][:19]
             if not dry_run:
                 try:
-                    api.remove_image(img["Id"], force=True)
+                    with engine.guard(f"removing image {tags}", refusals=False):
+                        api.remove_image(img["Id"], force=True)
                 except docker.errors.APIError as exc:
                     tags += f": not removed: {one_line(exc)}"
             removed.append(f"image {tags}")
@@ -117,7 +119,7 @@ def _sweep_networks(engine: Engine, *, everything: bool, dry_run: bool) -> list[
     with engine.guard("listing networks"):
         found = engine.api.networks(filters={"label": f"{L.MANAGED}=1"})
     return _remove_labelled(
-        "network", [(n["Name"], n["Id"], n.get("Labels") or {}) for n in found], engine.api.remove_network,
+        engine, "network", [(n["Name"], n["Id"], n.get("Labels") or {}) for n in found],
         everything=everything, dry_run=dry_run,
     )  # fmt: skip
 
@@ -127,20 +129,21 @@ def _sweep_volumes(engine: Engine, *, everything: bool, dry_run: bool) -> list[s
     with engine.guard("listing volumes"):
         found = engine.api.volumes(filters={"label": f"{L.MANAGED}=1"}).get("Volumes") or []
     return _remove_labelled(
-        "volume", [(v["Name"], v["Name"], v.get("Labels") or {}) for v in found],
-        lambda name: engine.api.remove_volume(name, force=True), everything=everything, dry_run=dry_run,
+        engine, "volume", [(v["Name"], v["Name"], v.get("Labels") or {}) for v in found],
+        everything=everything, dry_run=dry_run,
     )  # fmt: skip
 
 
 def _remove_labelled(
+    engine: Engine,
     what: str,
     found: list[tuple[str, str, dict[str, str]]],
-    remove: Callable[[str], object],
     *,
     everything: bool,
     dry_run: bool,
 ) -> list[str]:
-    """Remove each (name, id, labels) whose owner is dead (or all with ``everything``)."""
+    """Remove each ``what`` (network or volume: (name, id, labels)) whose owner is dead (or all
+    with ``everything``)."""
     removed = []
     for name, ident, labels in found:
         if not (everything or L.owner_is_dead(labels)):
@@ -148,7 +151,11 @@ def _remove_labelled(
         line = f"{what} {name} ({labels.get(L.CELL, '?')}, run {labels.get(L.RUN, '?')[:8]})"
         if not dry_run:
             try:
-                remove(ident)
+                with engine.guard(f"removing {line}", refusals=False):
+                    if what == "network":
+                        engine.api.remove_network(ident)
+                    else:
+                        engine.api.remove_volume(ident, force=True)
             except docker.errors.NotFound:
                 continue
             except docker.errors.APIError as exc:

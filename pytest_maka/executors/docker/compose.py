@@ -247,7 +247,8 @@ class ComposeProject:
             found = self.engine.api.volumes(filters={"label": f"com.docker.compose.project={self.name}"})
         for name in {*self.volumes, *(v["Name"] for v in found.get("Volumes") or [])}:
             try:
-                self.engine.api.remove_volume(name, force=True)
+                with self.engine.guard(f"removing the volume {name}", refusals=False):
+                    self.engine.api.remove_volume(name, force=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:

@@ -201,11 +201,12 @@ class Containers:
     def _dispose(self, engine: Engine, cid: str, *, keep: bool) -> bool:
         """Remove (or, when kept, stop) a container; False when the engine could not be reached."""
         try:
-            api = engine.api
-            if keep:
-                api.kill(cid)
-            else:
-                api.remove_container(cid, force=True, v=True)
+            with engine.guard("stopping the container" if keep else "removing the container", refusals=False):
+                api = engine.api
+                if keep:
+                    api.kill(cid)
+                else:
+                    api.remove_container(cid, force=True, v=True)
         except docker.errors.NotFound:
             return True
         except docker.errors.APIError as exc:

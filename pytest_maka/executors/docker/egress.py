@@ -366,16 +366,15 @@ class DockerEgress:
     # --- teardown ---------------------------------------------------------------------
     def close(self) -> None:
         """Remove the proxy container and the network (after the attempt's container is gone)."""
-        api = self.engine.api
         for guard in self.guards.values():
             with suppress(RuntimeError):
                 guard.close()
         self.guards = {}
         if self.proxy_id is not None:
-            with suppress(docker.errors.NotFound):
-                api.remove_container(self.proxy_id, force=True, v=True)
+            with self.engine.guard("removing the egress proxy", refusals=False), suppress(docker.errors.NotFound):
+                self.engine.api.remove_container(self.proxy_id, force=True, v=True)
             self.proxy_id = None
         if self.network_id is not None:
-            with suppress(docker.errors.NotFound):
-                api.remove_network(self.network_id)
+            with self.engine.guard("removing the egress network", refusals=False), suppress(docker.errors.NotFound):
+                self.engine.api.remove_network(self.network_id)
             self.network_id = None

@@ -8,6 +8,7 @@ so every worker of the run stops leasing on it; it is probed again after
 from __future__ import annotations
 
 import hashlib
+import http.client
 import threading
 import time
 from collections.abc import Iterator
@@ -17,15 +18,20 @@ from pathlib import Path
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
 from ...core.errors import InfraError
 from .options import DockerOptions, EngineOptions
 from .ssh_transport import api_client
 
-#: Exceptions that mean "the engine did not answer" (as opposed to "the engine said no").
+#: Exceptions that mean "the engine did not answer" (as opposed to "the engine said no"),
+#: including a stream (an archive, a build's output) cut while it was being read.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
     requests.exceptions.Timeout,
+    urllib3.exceptions.ProtocolError,
+    http.client.IncompleteRead,
     ConnectionError,
     TimeoutError,
 )
@@ -38,6 +44,11 @@ def one_line(exc: BaseException) -> str:
     text = str(exc.explanation or exc) if api_error else (str(exc) or type(exc).__name__)
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _where(steps: list[str]) -> str:
+    """The step a guard names: the outermost one, with the inner ones it was in."""
+    return steps[0] + (f" ({'; '.join(steps[1:])})" if len(steps) > 1 else "")
 
 
 class EngineDown(InfraError):
@@ -55,6 +66,7 @@ class Engine:
         self._retry_sec = retry_sec
         self._client: docker.APIClient | None = None
         self._lock = threading.RLock()
+        self._steps = threading.local()  # this thread's nested guard steps, outermost first
 
     def __repr__(self) -> str:
         return f"Engine({self.url})"
@@ -107,12 +119,21 @@ class Engine:
         return reason
 
     @contextmanager
-    def guard(self, what: str) -> Iterator[None]:
-        """Turn engine errors into InfraError; an engine that no longer answers a ping is taken
-        out of rotation (a single dropped connection is not enough)."""
+    def guard(self, what: str, *, refusals: bool = True) -> Iterator[None]:
+        """Turn engine errors into InfraError naming ``what`` and the engine; an engine that no
+        longer answers a ping is taken out of rotation (a single dropped connection is not enough).
+
+        With ``refusals=False`` only a lost engine is turned into InfraError: the engine's own
+        answers (``docker.errors.APIError``: 404, 409, ...) reach the caller, which handles them.
+        Every docker-py call, and every read of a stream one returned, runs inside a guard
+        (tests/executors/test_docker_guarded_calls.py checks it).
+        """
+        steps: list[str] = self._steps.__dict__.setdefault("stack", [])
+        steps.append(what)
         try:
             yield
         except CONNECTION_ERRORS as exc:
+            what = _where(steps)
             reason = one_line(exc)
             self.close()  # the pooled connections are suspect either way
             if self.ping() is None:  # a dropped connection (e.g. a stale ssh pipe), not a dead engine
@@ -122,10 +143,15 @@ class Engine:
             self.mark_down(reason)
             raise EngineDown(f"docker engine {self.url} stopped answering during {what}: {reason}") from exc
         except docker.errors.DockerException as exc:
+            if not refusals and isinstance(exc, docker.errors.APIError):
+                raise
+            what = _where(steps)
             if "Error while fetching server API version" in str(exc):
                 self.mark_down(one_line(exc))
                 raise EngineDown(f"docker engine {self.url} is not answering: {one_line(exc)}") from exc
             raise InfraError(f"docker engine {self.url}: {what} failed: {one_line(exc)}") from exc
+        finally:
+            steps.pop()
 
     def close(self) -> None:
         with self._lock:

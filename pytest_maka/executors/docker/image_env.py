@@ -18,6 +18,10 @@ from .spawn import read_via_archive
 MAX_PASSWD_BYTES = 4 * 1024 * 1024
 
 
+class UnknownUser(InfraError):
+    """The user a phase runs as is not in the image's /etc/passwd."""
+
+
 def env_dict(entries: list[str] | None) -> dict[str, str]:
     """Docker's ``Config.Env`` (``NAME=value`` strings) as a mapping."""
     out: dict[str, str] = {}
@@ -43,6 +47,7 @@ class ImageFacts:
     """The image's ENV and entrypoint, and the user commands run as (None: the image's own)."""
 
     api: Any
+    engine: Any  # the Engine (its guard)
     id: str
     _image_config: dict[str, Any]
     _run: Callable[[list[str]], tuple[int | None, bytes]]
@@ -62,7 +67,7 @@ class ImageFacts:
         user = str(self._image_config.get("User") or "root").split(":")[0]
         try:
             return self.resolve_user(user, "environment")[2] or "/"
-        except InfraError:
+        except UnknownUser:
             return "/root" if user in ("root", "0") else "/"
 
     def entrypoint(self) -> list[str]:
@@ -72,12 +77,14 @@ class ImageFacts:
         """(uid, gid, home) of ``user`` in the container; InfraError naming it when it is absent."""
         name = str(user)
         try:
-            text = read_via_archive(self.api, self.id, "/etc/passwd", MAX_PASSWD_BYTES).decode("utf-8", "replace")
+            with self.engine.guard("reading the image's /etc/passwd", refusals=False):
+                data = read_via_archive(self.api, self.id, "/etc/passwd", MAX_PASSWD_BYTES)
+            text = data.decode("utf-8", "replace")
         except FileNotFoundError:
             text = ""
         found = parse_ids(text, name)
         if found is None:
-            raise InfraError(
+            raise UnknownUser(
                 f"[{phase}] user {name!r} does not exist in the environment "
                 "(no entry in its /etc/passwd: the image must create it)"
             )

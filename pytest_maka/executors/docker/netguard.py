@@ -79,10 +79,11 @@ COLLECT_SCRIPT = (
 
 def exec_as_root(engine: Engine, container: str, argv: list[str]) -> tuple[int, str]:
     """Run ``argv`` as root in one of the harness's own containers: (exit code, output)."""
-    api = engine.api
-    eid = api.exec_create(container, argv, stdout=True, stderr=True, user="0")["Id"]
-    out = api.exec_start(eid).decode(errors="replace")
-    return int(api.exec_inspect(eid)["ExitCode"] or 0), out
+    with engine.guard(f"running {argv[0]} in a helper container", refusals=False):
+        api = engine.api
+        eid = api.exec_create(container, argv, stdout=True, stderr=True, user="0")["Id"]
+        out = api.exec_start(eid).decode(errors="replace")
+        return int(api.exec_inspect(eid)["ExitCode"] or 0), out
 
 
 def rules(subnet: str, proxy_ip: str, proxy_port: int) -> str:
@@ -165,30 +166,34 @@ class NetGuard:
     def start(self, container: str, subnet: str, proxy_ip: str, proxy_port: int) -> None:
         """Create the helper in ``container``'s namespace, load the rules, start ulogd2 (raises on failure)."""
         ipaddress.ip_network(subnet)  # a subnet the engine reported, checked before it reaches nft
-        api = self.engine.api
-        host_config = api.create_host_config(
-            init=True,
-            network_mode=f"container:{container}",
-            cap_drop=["ALL"],
-            cap_add=["NET_ADMIN"],
-            security_opt=["no-new-privileges:true"],
-            pids_limit=64,
-            tmpfs={"/run/maka": "size=16m"},
-        )
-        self.id = api.create_container(
-            self.image,
-            entrypoint=["sleep"],
-            command=["infinity"],
-            labels={**self.labels, L.ROLE: "egress-guard"},
-            host_config=host_config,
-        )["Id"]
-        self.container = container
-        files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF}
-        api.put_archive(self.id, "/etc/maka", text_files(files))
-        api.start(self.id)
+        self._create(container, subnet, proxy_ip, proxy_port)
         code, out = self._exec(["sh", "-c", START_SCRIPT])
         if code != 0:
             raise RuntimeError(f"the packet logger did not start: {out.strip()[:300]}")
+
+    def _create(self, container: str, subnet: str, proxy_ip: str, proxy_port: int) -> None:
+        with self.engine.guard("creating the packet logger", refusals=False):
+            api = self.engine.api
+            host_config = api.create_host_config(
+                init=True,
+                network_mode=f"container:{container}",
+                cap_drop=["ALL"],
+                cap_add=["NET_ADMIN"],
+                security_opt=["no-new-privileges:true"],
+                pids_limit=64,
+                tmpfs={"/run/maka": "size=16m"},
+            )
+            self.id = api.create_container(
+                self.image,
+                entrypoint=["sleep"],
+                command=["infinity"],
+                labels={**self.labels, L.ROLE: "egress-guard"},
+                host_config=host_config,
+            )["Id"]
+            self.container = container
+            files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF}
+            api.put_archive(self.id, "/etc/maka", text_files(files))
+            api.start(self.id)
 
     def route(self, proxy_ip: str, gateway: str | None) -> None:
         """After the container joined the internal network: make sure its default route leads there."""
@@ -211,7 +216,8 @@ class NetGuard:
     def close(self) -> None:
         if self.id is not None:
             try:
-                self.engine.api.remove_container(self.id, force=True, v=True)
+                with self.engine.guard("removing the packet logger", refusals=False):
+                    self.engine.api.remove_container(self.id, force=True, v=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:  # left behind: `maka docker-cleanup` removes it

@@ -86,15 +86,17 @@ class ContainerProcesses:
 
     def _table(self) -> dict[str, str]:
         """Host pid -> command line of the container's live (non-zombie) processes."""
-        top = self.api.top(self.id, ps_args="-o pid,stat,args")
+        with self.engine.guard("listing the container's processes", refusals=False):
+            top = self.api.top(self.id, ps_args="-o pid,stat,args")
         return {pid: args for pid, stat, args, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
 
     def _inner_pids(self) -> tuple[str, ...]:
         """The keepers' pids as the container sees them (the signalling script spares them)."""
         try:  # not through _run: a container that stopped is the caller's to handle
-            eid = self.api.exec_create(self.id, ["sh", "-c", LIST_PIDS], stdout=True, stderr=False)["Id"]
-            out = self.api.exec_start(eid)
-            code = self.api.exec_inspect(eid).get("ExitCode")
+            with self.engine.guard("listing the container's own pids", refusals=False):
+                eid = self.api.exec_create(self.id, ["sh", "-c", LIST_PIDS], stdout=True, stderr=False)["Id"]
+                out = self.api.exec_start(eid)
+                code = self.api.exec_inspect(eid).get("ExitCode")
         except docker.errors.APIError:
             return ()
         if code != 0:
@@ -111,9 +113,10 @@ class ContainerProcesses:
         A container whose keeper no longer runs (the subject broke ``sleep``) is repaired first.
         """
         self.restarts += 1
-        with contextlib.suppress(docker.errors.APIError):  # already stopped
-            self.api.kill(self.id)
-        self.api.wait(self.id, timeout=30)
+        with self.engine.guard("restarting the container", refusals=False):
+            with contextlib.suppress(docker.errors.APIError):  # already stopped
+                self.api.kill(self.id)
+            self.api.wait(self.id, timeout=30)
         try:
             self.start()
         except InfraError:
@@ -122,10 +125,11 @@ class ContainerProcesses:
             # as below; a dead engine fails the repair's start as well and stays infra
             self._keepers = set()
         if len(self._keepers) < 2:
-            with contextlib.suppress(docker.errors.APIError):
-                self.api.kill(self.id)
-            self.api.wait(self.id, timeout=30)
-            self._repair()
+            with self.engine.guard("repairing the container", refusals=False):
+                with contextlib.suppress(docker.errors.APIError):
+                    self.api.kill(self.id)
+                self.api.wait(self.id, timeout=30)
+                self._repair()
 
     def _repair(self) -> None:
         """Make a container that no longer starts start again (subclasses know its image)."""
@@ -154,13 +158,14 @@ class ContainerProcesses:
 
     def _run(self, argv: list[str]) -> tuple[int | None, bytes]:
         """A short internal command (no caps, no timeout); restarts a stopped container once."""
-        for attempt in (1, 2):
-            try:
-                eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True)["Id"]
-                break
-            except docker.errors.APIError as exc:
-                if attempt == 2 or exc.status_code != 409:
-                    raise
-                self._restart()
-        out = self.api.exec_start(eid)
-        return self.api.exec_inspect(eid).get("ExitCode"), out
+        with self.engine.guard(f"running {argv[0]} in the container", refusals=False):
+            for attempt in (1, 2):
+                try:
+                    eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True)["Id"]
+                    break
+                except docker.errors.APIError as exc:
+                    if attempt == 2 or exc.status_code != 409:
+                        raise
+                    self._restart()
+            out = self.api.exec_start(eid)
+            return self.api.exec_inspect(eid).get("ExitCode"), out

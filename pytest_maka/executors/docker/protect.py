@@ -25,7 +25,7 @@ import posixpath
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 import docker.errors
@@ -35,6 +35,7 @@ from ...core.errors import SubjectFault
 from ...core.task import LOGS_DIR, TESTS_DIR
 from . import labels as L
 from . import layer, manifest
+from .engines import Engine
 from .protect_paths import (
     ENGINE_OWNED,
     GO_MODE_DIR,
@@ -55,20 +56,20 @@ from .protect_paths import (
 
 
 class Restorer:
-    """One restore of one container against its image (``api``: a docker APIClient)."""
+    """One restore of one container against its image, on ``engine`` (each step guarded: a lost
+    engine is an InfraError naming the step; the engine's refusals reach the code below)."""
 
     def __init__(
         self,
-        api: Any,
+        engine: Engine,
         container: str,
         image: str,
         *,
         workdir: str,
         content: bool = False,
-        engine: str = "",
         mounts: tuple[str, ...] = (),
     ) -> None:
-        self.api = api
+        self.api = engine.api
         self.content = content
         self.engine = engine
         self.container = container
@@ -76,9 +77,10 @@ class Restorer:
         self.own = [workdir, LOGS_DIR, TESTS_DIR]
         #: Read-only mount targets (an installed agent): not the subject's changes, and not restorable.
         self.mounts = mounts
-        self.roots = protected_roots(api.inspect_image(image).get("Config") or {})
-        #: The container's writable layer on the engine's host (None: its storage has none).
-        self.upper = layer.upper_dir(api, container)
+        with self.guard("inspecting the image and the container"):
+            self.roots = protected_roots(self.api.inspect_image(image).get("Config") or {})
+            #: The container's writable layer on the engine's host (None: its storage has none).
+            self.upper = layer.upper_dir(self.api, container)
         if self.upper is None and not content:
             self.content = True  # the engine's list alone misses rewrites: compare contents instead
         self.notes: list[str] = []
@@ -131,8 +133,9 @@ class Restorer:
     def _engine_list(self) -> list[dict[str, Any]]:
         """``GET /containers/{id}/changes``, waiting at most LIST_TIMEOUT_SEC (the engine walks
         the whole filesystem: a tree thousands of levels deep takes it minutes)."""
-        res = self.api._get(self.api._url("/containers/{0}/changes", self.container), timeout=LIST_TIMEOUT_SEC)
-        return self.api._result(res, True) or []
+        with self.guard("listing the container's changes"):
+            res = self.api._get(self.api._url("/containers/{0}/changes", self.container), timeout=LIST_TIMEOUT_SEC)
+            return self.api._result(res, True) or []
 
     def _layer_changes(self, known: set[str]) -> list[tuple[str, int]]:
         """What the writable layer holds under the protected roots and ``known`` misses.
@@ -199,8 +202,9 @@ class Restorer:
 
     def _add_content_differences(self) -> None:
         """Changes the engine's list misses: every protected entry compared with the image's."""
-        image = manifest.image_manifest(self.api, self.engine, self.image, self.pristine, self.roots)
-        mine = manifest.manifest(self.api, self.container, self.roots)
+        with self.guard("comparing protected files with the image's"):
+            image = manifest.image_manifest(self.api, self.engine.key, self.image, self.pristine, self.roots)
+            mine = manifest.manifest(self.api, self.container, self.roots)
         known = {p for p, _ in self.found}
         self.found += [
             (p, k)
@@ -275,7 +279,8 @@ class Restorer:
 
         def stat(path: str) -> dict[str, Any] | None:
             if path not in cache:
-                cache[path] = stat_path(self.api, container, path)
+                with self.guard(f"reading what is at {path}"):
+                    cache[path] = stat_path(self.api, container, path)
             return cache[path]
 
         return stat
@@ -285,18 +290,23 @@ class Restorer:
         """A created, never started container of the image: the reference copy."""
         labels = {**L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "pristine", L.CELL: "pristine"}
         binds = layer.bind(self.upper) if self.upper is not None else None
-        host_config = self.api.create_host_config(binds=binds)
-        cid = self.api.create_container(
-            self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True, host_config=host_config
-        )["Id"]
+        with self.guard("creating a pristine container of the image"):
+            host_config = self.api.create_host_config(binds=binds)
+            cid = self.api.create_container(
+                self.image, entrypoint=["/nonexistent"], labels=labels, network_disabled=True, host_config=host_config
+            )["Id"]
         try:
             yield cid
         finally:
-            with suppress(docker.errors.NotFound):
+            with self.guard("removing the pristine container"), suppress(docker.errors.NotFound):
                 self.api.remove_container(cid, force=True, v=True)
 
+    def guard(self, what: str) -> AbstractContextManager[None]:
+        return self.engine.guard(what, refusals=False)
+
     def _put(self, parent: str, data: Any) -> None:
-        self.api.put_archive(self.container, parent, data)
+        with self.guard(f"putting back {parent}"):
+            self.api.put_archive(self.container, parent, data)
 
     def _placeholder(self, path: str) -> None:
         """Replace whatever is at ``path`` by an empty file (the engine removes the old tree)."""
@@ -305,28 +315,30 @@ class Restorer:
     def _replace_from(self, pristine: str, path: str) -> None:
         """Make ``path`` exactly the image's: gone if the image has none, else the image's copy."""
         self._placeholder(path)
-        try:
-            chunks, _stat = self.api.get_archive(pristine, path)
-        except docker.errors.NotFound:
-            self._absent.append(path)
-            return
         with tempfile.TemporaryFile() as spool:
-            for chunk in chunks:
-                spool.write(chunk)
+            with self.guard(f"reading the image's {path}"):
+                try:
+                    chunks, _stat = self.api.get_archive(pristine, path)
+                except docker.errors.NotFound:
+                    self._absent.append(path)
+                    return
+                for chunk in chunks:
+                    spool.write(chunk)
             spool.seek(0)
             self._put(posixpath.dirname(path), spool)
 
     def _restore_mode(self, pristine: str, path: str) -> None:
         """Put back a directory's own mode and owner (its content stays)."""
-        chunks, _stat = self.api.get_archive(pristine, path)
         head = bytearray()
-        for chunk in chunks:
-            head += chunk
-            if len(head) >= 64 * 1024:
-                break
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        with self.guard(f"reading the mode of the image's {path}"):
+            chunks, _stat = self.api.get_archive(pristine, path)
+            for chunk in chunks:
+                head += chunk
+                if len(head) >= 64 * 1024:
+                    break
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
         with tarfile.open(fileobj=io.BytesIO(bytes(head)), mode="r|") as tar:
             first = next(iter(tar), None)
         if first is None or not first.isdir():
@@ -340,9 +352,12 @@ class Restorer:
         rm = find_rm(self._stat_of(pristine))
         if rm is None:
             raise SubjectFault("cannot delete what the subject added: the image has no rm", targets)
-        for start in range(0, len(targets), 500):
-            eid = self.api.exec_create(self.container, [rm, "-f", "--", *targets[start : start + 500]], environment=[])
-            self.api.exec_start(eid["Id"])
-        left = [p for p in targets if stat_path(self.api, self.container, p) is not None]
+        stat = self._stat_of(self.container)
+        with self.guard("deleting what the subject added"):
+            for start in range(0, len(targets), 500):
+                argv = [rm, "-f", "--", *targets[start : start + 500]]
+                eid = self.api.exec_create(self.container, argv, environment=[])
+                self.api.exec_start(eid["Id"])
+        left = [p for p in targets if stat(p) is not None]
         if left:
             raise SubjectFault(f"could not delete what the subject added at {left[0]}", left)

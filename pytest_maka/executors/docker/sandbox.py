@@ -110,7 +110,8 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
 
     def _join(self, target: str, proxied: bool) -> None:
         """Join ``target`` for a command; the egress proxy's network also gets the packet logger's route."""
-        self.api.connect_container_to_network(self.id, target)
+        with self.engine.guard(f"connecting the container to the network {target}", refusals=False):
+            self.api.connect_container_to_network(self.id, target)
         self.networks_used.add("egress-internal" if proxied else target)
         if proxied and self.egress is not None:
             self._proxied = True
@@ -118,7 +119,8 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
 
     def _leave(self, target: str) -> None:
         self._proxied = False
-        self.api.disconnect_container_from_network(self.id, target, force=True)
+        with self.engine.guard(f"disconnecting the container from the network {target}", refusals=False):
+            self.api.disconnect_container_from_network(self.id, target, force=True)
 
     def _restart(self) -> None:
         super()._restart()
@@ -146,43 +148,11 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
     ) -> ExecResult:
         argv = ["sh", "-c", command]
         environment = [f"{k}={v}" for k, v in env.items()]
-        for attempt in (1, 2):
-            try:
-                eid = self.api.exec_create(
-                    self.id,
-                    argv,
-                    environment=environment,
-                    workdir=cwd or self.workdir,
-                    stdout=True,
-                    stderr=True,
-                    user=self._user or "",
-                )["Id"]
-                break
-            except docker.errors.APIError as exc:
-                if attempt == 2 or exc.status_code != 409:
-                    raise
-                self._restart()  # the previous command killed the keeper: start over
-        sock = self.api.exec_start(eid, socket=True)
-        self.api._disable_socket_timeout(sock)
-        capture = Capture(sock, stdout_path, stderr_path, cap)
-        capture.start()
+        eid, capture = self._start_exec(argv, environment, cwd, stdout_path, stderr_path, cap)
         deadline = None if timeout_sec is None else started + timeout_sec
         timed_out, exit_code = False, None
         try:
-            interval = 0.02
-            while True:
-                wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
-                if capture.wait(wait):
-                    exit_code = self._exit_code(eid)
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    timed_out = True
-                    break
-                info = self.api.exec_inspect(eid)
-                if not info["Running"]:  # background processes still hold the output open
-                    exit_code = info.get("ExitCode")
-                    break
-                interval = min(interval * 2, 0.5)
+            exit_code, timed_out = self._watch(eid, capture, deadline)
         except BaseException:
             capture.close()
             raise
@@ -200,12 +170,55 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
             stderr_truncated=capture.truncated[1] or reader_failed,
         )
 
+    def _start_exec(
+        self, argv: list[str], environment: list[str], cwd: str | None, stdout_path: Path, stderr_path: Path, cap: int
+    ) -> tuple[str, Capture]:
+        """Create and start the exec; its output drains into the two files from now on."""
+        with self.engine.guard("starting the command", refusals=False):
+            for attempt in (1, 2):
+                try:
+                    eid = self.api.exec_create(
+                        self.id,
+                        argv,
+                        environment=environment,
+                        workdir=cwd or self.workdir,
+                        stdout=True,
+                        stderr=True,
+                        user=self._user or "",
+                    )["Id"]
+                    break
+                except docker.errors.APIError as exc:
+                    if attempt == 2 or exc.status_code != 409:
+                        raise
+                    self._restart()  # the previous command killed the keeper: start over
+            sock = self.api.exec_start(eid, socket=True)
+            self.api._disable_socket_timeout(sock)
+            capture = Capture(sock, stdout_path, stderr_path, cap)
+            capture.start()
+            return eid, capture
+
+    def _watch(self, eid: str, capture: Capture, deadline: float | None) -> tuple[int | None, bool]:
+        """Wait for the command's end (or the deadline): (exit code, timed out)."""
+        with self.engine.guard("streaming the command's output", refusals=False):
+            interval = 0.02
+            while True:
+                wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+                if capture.wait(wait):
+                    return self._exit_code(eid), False
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None, True
+                info = self.api.exec_inspect(eid)
+                if not info["Running"]:  # background processes still hold the output open
+                    return info.get("ExitCode"), False
+                interval = min(interval * 2, 0.5)
+
     def _exit_code(self, eid: str) -> int | None:
-        for _ in range(200):
-            info = self.api.exec_inspect(eid)
-            if not info["Running"]:
-                return info.get("ExitCode")
-            time.sleep(0.005)
+        with self.engine.guard("reading the command's exit code", refusals=False):
+            for _ in range(200):
+                info = self.api.exec_inspect(eid)
+                if not info["Running"]:
+                    return info.get("ExitCode")
+                time.sleep(0.005)
         return None
 
     def spawn(
@@ -238,7 +251,8 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
 
     # --- files ------------------------------------------------------------------------
     def _stat(self, path: str) -> dict[str, Any] | None:
-        return stat_path(self.api, self.id, path)
+        with self.engine.guard(f"reading what is at {path}", refusals=False):
+            return stat_path(self.api, self.id, path)
 
     def _exists(self, path: str) -> bool:
         return self._stat(path) is not None
@@ -264,7 +278,7 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
             return
         tar = self._batch.take()
         if tar is not None:
-            with tar:
+            with tar, self.engine.guard("sending the queued files into the container", refusals=False):
                 self.api.put_archive(self.id, "/", tar)
 
     def put(self, host_path: Path, sandbox_path: str) -> None:
@@ -357,18 +371,17 @@ class DockerSandbox(ContainerProcesses, ImageFacts):
 
     def _restorer(self) -> Restorer:
         return Restorer(
-            self.api,
+            self.engine,
             self.id,
             self._info["image"],
             workdir=self.workdir,
             content=self._content_check,
-            engine=self.engine.key,
             mounts=self._mounts,
         )
 
     def _repair(self) -> None:
         """The container no longer starts: put its protected paths back (engine-side) and retry."""
-        with self._restorer() as restorer:
+        with self.engine.guard("restoring protected paths", refusals=False), self._restorer() as restorer:
             restorer.copy_back()
         self._repaired += restorer.units + restorer.added
         self.start()

@@ -79,20 +79,22 @@ class DockerProcess:
 
     def __init__(self, sandbox: Any, command: str, *, env: Mapping[str, str], cwd: str) -> None:
         self._sandbox = sandbox
+        self._engine = sandbox.engine
         api = sandbox.api
         environment = [f"{k}={v}" for k, v in env.items()]
-        self._eid = api.exec_create(
-            sandbox.id,
-            ["sh", "-c", _WRAPPER, "sh", command],
-            environment=environment,
-            workdir=cwd,
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            user=getattr(sandbox, "_user", None) or "",
-        )["Id"]
-        self._conn = api.exec_start(self._eid, socket=True)
-        api._disable_socket_timeout(self._conn)
+        with self._engine.guard("starting the process", refusals=False):
+            self._eid = api.exec_create(
+                sandbox.id,
+                ["sh", "-c", _WRAPPER, "sh", command],
+                environment=environment,
+                workdir=cwd,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                user=getattr(sandbox, "_user", None) or "",
+            )["Id"]
+            self._conn = api.exec_start(self._eid, socket=True)
+            api._disable_socket_timeout(self._conn)
         raw = getattr(self._conn, "_sock", self._conn)
         out_r, self._out_w = os.pipe()
         err_r, self._err_w = os.pipe()
@@ -124,8 +126,12 @@ class DockerProcess:
                     self._started.set()
                 if data:
                     os.write(self._out_w, data)
-        except OSError:
-            pass  # the reader went away or the socket was closed by kill()
+        except OSError as exc:  # the reader went away, or the socket was closed by kill() ...
+            if not self._ended and not isinstance(exc, BrokenPipeError):  # ... or the engine's end of it
+                with contextlib.suppress(OSError):  # never blocks on a pipe nobody reads
+                    os.set_blocking(self._err_w, False)
+                    note = f"\n[maka: reading this process's output failed: {type(exc).__name__}: {exc}]\n"
+                    os.write(self._err_w, note.encode())
         finally:
             self._started.set()
             for fd in (self._out_w, self._err_w):
@@ -138,7 +144,8 @@ class DockerProcess:
         interval = 0.01
         while True:
             try:
-                info = self._sandbox.api.exec_inspect(self._eid)
+                with self._engine.guard("waiting for the process", refusals=False):
+                    info = self._sandbox.api.exec_inspect(self._eid)
             except docker.errors.NotFound:  # the container is gone, and everything in it
                 info = {"Running": False, "ExitCode": self._returncode if self._ended else 137}
             if not info["Running"]:
