@@ -5,10 +5,13 @@ cleaned as PurePosixPath would."""
 from __future__ import annotations
 
 import gc
+import os
+import stat
 from pathlib import Path, PurePosixPath
 
 import pytest
 
+from pytest_maka.executors.hostfs import remove_path
 from pytest_maka.executors.local import LocalOptions, LocalSandbox
 from pytest_maka.executors.local_sandbox import sandbox_parts
 from pytest_maka.report.artifacts import read_tail, safe_rel_path
@@ -125,3 +128,21 @@ def test_read_tail_refuses_a_link_on_the_way(tmp_path: Path) -> None:
     assert read_tail(tmp_path, "real/log.txt") == "hello\n"
     assert read_tail(tmp_path, "./real//log.txt") == "hello\n"
     assert read_tail(tmp_path, "link/log.txt") is None
+
+
+def test_remove_path_takes_read_only_trees_and_never_follows_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    tree = tmp_path / "tree"
+    for sub in ("a/b", "c", "d"):
+        (tree / sub).mkdir(parents=True)
+        (tree / sub / "f.txt").write_text("x")
+    (tree / "a" / "link").symlink_to(outside)
+    (tree / "a" / "b").chmod(0o500)  # no write bit: its file cannot be unlinked before a chmod
+    (tree / "c").chmod(0o000)
+    (tree / "a").chmod(0o300)
+    remove_path(tree)
+    assert not os.path.lexists(tree)
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert stat.S_IMODE(outside.stat().st_mode) & 0o700 == 0o700
