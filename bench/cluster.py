@@ -5,7 +5,8 @@ Starts ``dask scheduler`` and two ``maka worker --cells C`` (Dask workers) on
 the same cohort in one process with ``--maka-concurrency 2C``, and prints wall time, the
 ideal (perfect overlap of 2C cells) and the controller's peak RSS for both. On one machine
 the cluster only adds overhead (task shipping, a pytest session per worker, artifacts
-packed and unpacked); the figure says how much.
+packed and unpacked); the figure says how much. ``cpu s`` is the controller's process tree
+only (the workers' CPU is not counted); ``load`` is the load average when the run started.
 
     python bench/cluster.py [--cells 40] [--sleep 5] [--per-worker 10]
 
@@ -15,6 +16,7 @@ Figures only: nothing here asserts on timing.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import socket
@@ -66,13 +68,16 @@ def main() -> None:
         address, procs = start_cluster(args.per_worker, root)
         print(f"{args.cells} cells, subject sleeps {args.sleep:g} s; cluster of 2 workers x {args.per_worker} cells")
         print(f"(cluster start-up {time.monotonic() - started:.1f} s, not counted)")
-        print(f"{'run':>28}  {'wall s':>8}  {'ideal s':>8}  {'ratio':>6}  {'peak MB':>8}  exit")
-        rows = [
-            ("--maka-cluster (2 workers)", run(spec, root / "out-cluster", 1, 1, ["--maka-cluster", address])),
-            (f"one process --mc {slots}", run(spec, root / "out-local", 1, slots)),
+        print(f"{'run':>28}  {'wall s':>8}  {'ideal s':>8}  {'ratio':>6}  {'peak MB':>8}  {'cpu s':>6}  exit  load")
+        runs = [
+            ("--maka-cluster (2 workers)", (1, 1, ["--maka-cluster", address]), root / "out-cluster"),
+            (f"one process --mc {slots}", (1, slots, []), root / "out-local"),
         ]
-        for label, (wall, peak, code) in rows:
-            print(f"{label:>28}  {wall:8.1f}  {ideal:8.1f}  {wall / ideal:6.2f}  {peak / 2**20:8.0f}  {code}")
+        for label, (processes, concurrency, extra), out in runs:
+            load = os.getloadavg()[0]
+            wall, peak, code, cpu = run(spec, out, processes, concurrency, extra)
+            figures = f"{wall:8.1f}  {ideal:8.1f}  {wall / ideal:6.2f}  {peak / 2**20:8.0f}  {cpu:6.1f}"
+            print(f"{label:>28}  {figures}  {code:>4}  {load:4.1f}", flush=True)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)

@@ -125,8 +125,25 @@ def remove_path(path: Path) -> None:
 
 
 def _open_dir(parent_fd: int, name: str) -> int:
-    os.chmod(name, 0o700, dir_fd=parent_fd)  # a directory (checked without following links)
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    """Directory ``name`` of ``parent_fd`` (never through a link), with the owner's rwx.
+
+    The mode is changed only where the subject took those bits away: a chmod writes the
+    inode, and teardown removes a dozen directories per attempt.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=parent_fd)
+    except PermissionError:  # no read or search bit (not root): give them back, then open
+        os.chmod(name, 0o700, dir_fd=parent_fd)  # a directory (checked without following links)
+        return os.open(name, flags, dir_fd=parent_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_IMODE(mode) & 0o700 != 0o700:
+            os.fchmod(fd, stat.S_IMODE(mode) | 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _remove_tree(parent_fd: int, name: str) -> None:

@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -51,6 +52,9 @@ class LocalSandbox:
         self._logs = area / "logs"
         self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
         self._empty = scratch / "empty"  # bound over masked secret files
+        #: (sandbox path's parts, host directory) of the two bound roots, the deeper first.
+        roots = ((sandbox_parts(self._workdir), self._workspace), (sandbox_parts(LOGS_DIR), self._logs))
+        self._roots = sorted(roots, key=lambda r: -len(r[0]))
         self._mount_tops: list[str] = []
         #: Uploads put before the first command (sandbox path -> host source) and their prints.
         self._uploads: dict[str, Path] = {}
@@ -334,17 +338,14 @@ class LocalSandbox:
 
     def _locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
         """The host directory holding ``sandbox_path`` and the path's parts below it."""
-        path = PurePosixPath(sandbox_path)
-        if not path.is_absolute() or ".." in path.parts:
-            raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
-        roots = sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda r: -len(r[0]))
-        for root, host in roots:
-            if path == PurePosixPath(root) or PurePosixPath(root) in path.parents:
-                return host, list(path.relative_to(root).parts)
-        top = path.parts[1] if len(path.parts) > 1 else ""
+        parts = sandbox_parts(sandbox_path)
+        for root, host in self._roots:  # the deeper root first (a workdir below /logs)
+            if parts[: len(root)] == root:
+                return host, list(parts[len(root) :])
+        top = parts[0] if parts else ""
         if not top or top in bwrap.RESERVED_TOPS or top in self._layout.system_tops:
             raise ValueError(f"the local executor cannot place files at {sandbox_path}")
-        return self._mounts, list(path.parts[1:])
+        return self._mounts, list(parts)
 
     def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
         """The live workspace directory on the host (no copy: ``report`` stays empty)."""
@@ -374,3 +375,12 @@ class LocalSandbox:
     def _require_open(self) -> None:
         if self._closed:
             raise RuntimeError("this sandbox's lease has ended")
+
+
+@lru_cache(maxsize=4096)
+def sandbox_parts(sandbox_path: str) -> tuple[str, ...]:
+    """The names of an absolute sandbox path below ``/`` (cached: a cell uses a handful of paths)."""
+    path = PurePosixPath(sandbox_path)
+    if not path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
+    return path.parts[1:]

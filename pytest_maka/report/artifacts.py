@@ -11,7 +11,7 @@ import json
 import os
 import re
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 #: Bytes of each artifact's tail inlined in a drill-down.
@@ -35,10 +35,10 @@ def safe_rel_path(value: object) -> str | None:
         return None
     if value.startswith("/") or _SCHEME.match(value):
         return None
-    parts = PurePosixPath(value).parts
-    if not parts or any(p in ("..", "") for p in parts):
+    parts = [p for p in value.split("/") if p not in ("", ".")]  # as PurePosixPath(value).parts
+    if not parts or ".." in parts:
         return None
-    return PurePosixPath(*parts).as_posix()
+    return "/".join(parts)
 
 
 def clean_text(text: str) -> str:
@@ -58,10 +58,10 @@ def _open_below(out_dir: Path, rel: str) -> int | None:
     safe = safe_rel_path(rel)
     if safe is None:
         return None
-    current = Path(out_dir)
+    current = os.fspath(out_dir)
     try:
-        for part in PurePosixPath(safe).parts:
-            current = current / part
+        for part in safe.split("/"):
+            current = f"{current}/{part}"
             if stat.S_ISLNK(os.lstat(current).st_mode):
                 return None
         fd = os.open(current, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,20 @@ if TYPE_CHECKING:
     from .lifecycle import RunSettings
 
 INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
+#: The record's artifact keys and where they are in an attempt directory (listed when present).
+ARTIFACT_FILES = {
+    "instruction": "instruction.md",
+    "agent_log": "agent.stdout.txt",
+    "agent_stderr": "agent.stderr.txt",
+    "agent_logs": "agent",
+    "trajectory": "agent/trajectory.json",
+    "diff": "workspace.diff",
+    "verifier_output": "verifier.stdout.txt",
+    "verifier_stderr": "verifier.stderr.txt",
+    "verifier_logs": "verifier",
+    "harness_error": "harness-error.txt",
+    "egress_log": LOG_NAME,
+}
 
 
 def attempt_plan(work: AttemptWork) -> NetworkPlan:
@@ -142,19 +157,18 @@ class AttemptWork:
     def artifacts(self, out_dir: Path) -> dict[str, str]:
         """Paths (relative to the output directory) of what this attempt left."""
         d = self.attempt_dir
-        wanted = {
-            "instruction": d / "instruction.md",
-            "agent_log": d / "agent.stdout.txt",
-            "agent_stderr": d / "agent.stderr.txt",
-            "agent_logs": d / "agent",
-            "trajectory": d / "agent" / "trajectory.json",
-            "diff": d / "workspace.diff",
-            "verifier_output": d / "verifier.stdout.txt",
-            "verifier_stderr": d / "verifier.stderr.txt",
-            "verifier_logs": d / "verifier",
-            "harness_error": d / "harness-error.txt",
-            "egress_log": d / LOG_NAME,
-        }
-        out = {"dir": d.relative_to(out_dir).as_posix()}
-        out.update({k: p.relative_to(out_dir).as_posix() for k, p in wanted.items() if p.exists()})
+        present = _entries(d)
+        if "agent" in present:
+            present |= {f"agent/{name}" for name in _entries(d / "agent")}
+        rel = d.relative_to(out_dir).as_posix()
+        out = {"dir": rel}
+        out.update({key: f"{rel}/{name}" for key, name in ARTIFACT_FILES.items() if name in present})
         return out
+
+
+def _entries(directory: Path) -> set[str]:
+    """The names in ``directory`` (one listing instead of a stat per artifact), empty if it is none."""
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()

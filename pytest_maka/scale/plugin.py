@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,6 +17,8 @@ CONCURRENCY_KEY = pytest.StashKey[int]()
 LOOKAHEAD_KEY = pytest.StashKey[Lookahead]()
 #: Callables run while an item waits for its cell (the live view's redraw), set at configure.
 WAIT_CALLBACKS_KEY = pytest.StashKey[list]()
+#: Set when this session moved the objects of start-up and collection out of the collector's sight.
+GC_FROZEN_KEY = pytest.StashKey[bool]()
 
 
 def add_option(parser: pytest.Parser, flag: str, *, metavar: str, help: str, ini_default: str) -> None:
@@ -103,3 +106,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     ahead = session.config.stash.get(LOOKAHEAD_KEY, None)
     if ahead is not None:
         ahead.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED and not session.shouldfail)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A cohort run: the objects made so far (modules, the spec, tasks, items) live until the
+    end, so the cyclic garbage collector stops scanning them (``gc.freeze``). With hundreds
+    of cells in flight a full collection over them held the GIL for ~100 ms each time."""
+    config = session.config
+    if MAKA_KEY in config.stash and not config.option.collectonly and not gc.get_freeze_count():
+        gc.freeze()
+        config.stash[GC_FROZEN_KEY] = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Hand the frozen objects back to the collector (a process that runs more sessions, as
+    pytester does in-process, would otherwise never free their cycles)."""
+    if config.stash.get(GC_FROZEN_KEY, False):
+        gc.unfreeze()
+        config.stash[GC_FROZEN_KEY] = False
