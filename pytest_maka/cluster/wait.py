@@ -92,8 +92,10 @@ def result(
         try:
             return future.result(timeout=watch.poll_sec)
         except TimeoutError:
-            if future.done():  # the task itself raised TimeoutError: that is its outcome
-                raise
+            # finished since the wait timed out (or the task itself raised TimeoutError): ask
+            # again, never take this wait's own timeout for the task's outcome
+            if future.done():
+                return future.result()
         if client.status not in ALIVE:
             raise ClusterStalled(
                 f"the controller lost the Dask scheduler at {client.scheduler.address} (client {client.status})"

@@ -27,6 +27,13 @@ from .local_sandbox import DEFAULT_MAX_OUTPUT, LocalOptions, LocalSandbox
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
 
 
+#: The check's probe is tried again when bwrap failed on a mount that changed under it:
+#: binding a host tree recursively (sandbox="none") races with mounts made and removed
+#: meanwhile, e.g. a Docker container's overlay under /var/lib/docker.
+CHECK_TRIES = 3
+TRANSIENT_MOUNT_ERROR = "Unable to apply mount flags: remount"
+
+
 class LocalExecutor:
     """Runs attempts on this machine, each command in a new bwrap sandbox."""
 
@@ -49,6 +56,16 @@ class LocalExecutor:
         for path in self.options.ro_binds:
             if not os.path.exists(path):
                 raise ExecutorUnavailable(f"local executor option ro_binds: {path} does not exist")
+        cause = None
+        for _ in range(CHECK_TRIES):
+            cause = self._probe()
+            if cause is None or TRANSIENT_MOUNT_ERROR not in cause:
+                break
+        if cause is not None:
+            raise ExecutorUnavailable(f"bubblewrap (bwrap) cannot create a sandbox here: {cause}")
+
+    def _probe(self) -> str | None:
+        """Run ``true`` in a sandbox: None, or the first line bwrap printed when it failed."""
         with tempfile.TemporaryDirectory(prefix="maka-check-") as tmp:
             root = Path(tmp)
             task = Task(id="maka-check", path=root, instruction="", digest="")
@@ -59,10 +76,10 @@ class LocalExecutor:
                 )
             finally:
                 sandbox.close()
-            if result.exit_code != 0:
-                lines = (root / "err").read_text(errors="replace").strip().splitlines()
-                cause = lines[0] if lines else f"exit code {result.exit_code}"
-                raise ExecutorUnavailable(f"bubblewrap (bwrap) cannot create a sandbox here: {cause}")
+            if result.exit_code == 0:
+                return None
+            lines = (root / "err").read_text(errors="replace").strip().splitlines()
+            return lines[0] if lines else f"exit code {result.exit_code}"
 
     def prepare(self, tasks: list[Task]) -> None:
         """Nothing to build (the host is the image); remove what leases of dead processes left."""
