@@ -70,7 +70,8 @@ def main() -> None:
         print(f"(cluster start-up {time.monotonic() - started:.1f} s, not counted)")
         print(f"{'run':>28}  {'wall s':>8}  {'ideal s':>8}  {'ratio':>6}  {'peak MB':>8}  {'cpu s':>6}  exit  load")
         runs = [
-            ("--maka-cluster (2 workers)", (1, 1, ["--maka-cluster", address]), root / "out-cluster"),
+            # as many in flight as the workers take (an explicit --maka-concurrency 1 would keep one)
+            (f"--maka-cluster (2 workers) --mc {slots}", (1, slots, ["--maka-cluster", address]), root / "out-cluster"),
             (f"one process --mc {slots}", (1, slots, []), root / "out-local"),
         ]
         for label, (processes, concurrency, extra), out in runs:
