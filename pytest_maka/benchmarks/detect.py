@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core.errors import TaskError
 from ..core.spec import TaskSource
-from ..core.task import Task
+from ..core.task import Task, task_id_for
 
 HARBOR, TERMINAL_BENCH, SWE_BENCH = "harbor", "terminal-bench", "swe-bench"
 INSTANCE_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -57,7 +57,7 @@ def invalid_task(path: Path, error: str, fmt: str) -> Task:
     """
     path = path.resolve()
     return Task(
-        id=path.name,
+        id=task_id_for(path.name),
         path=path,
         instruction="",
         digest=hashlib.sha256(f"invalid/1\0{error}".encode()).hexdigest(),

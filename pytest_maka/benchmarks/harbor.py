@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree
+from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree, task_id_for
 from ..executors.docker import compose_file
 from . import detect, harbor_parts, harbor_toml, ignore
 from .cache import materialize
@@ -145,7 +145,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         metadata["ignored_keys"] = ignored
     package = spec.task
     return Task(
-        id=path.name,
+        id=task_id_for(path.name),
         path=path,
         instruction=instruction,
         digest=digest_tree(root, extra=FORMAT),

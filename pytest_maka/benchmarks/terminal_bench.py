@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ..core import inputs
 from ..core.errors import TaskError
-from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree
+from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree, task_id_for
 from ..executors.docker import compose_file
 from ..verifiers import parsers
 from . import detect
@@ -190,7 +190,7 @@ def load_task(path: Path) -> Task:
         metadata["solution_unsupported"] = solution_note
     tests_dir = path / "tests"
     return Task(
-        id=path.name,
+        id=task_id_for(path.name),
         path=path,
         instruction=_instruction(data, yaml_path),
         digest=digest_tree(path, extra=FORMAT),

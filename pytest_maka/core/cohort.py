@@ -54,7 +54,7 @@ def build_cohort(loaded: LoadedSpec, tasks_per_source: Sequence[Sequence[Task]])
     """Cells in task → subject → repetition order; task ids must be unique and id-safe."""
     spec_path = loaded.path
     tasks: list[Task] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, Task]] = {}
     for i, (source, loaded_tasks) in enumerate(zip(loaded.spec.tasks, tasks_per_source, strict=True)):
         for task in select_tasks(loaded_tasks, source, spec_path, i):
             if not _TASK_ID.match(task.id):
@@ -62,8 +62,10 @@ def build_cohort(loaded: LoadedSpec, tasks_per_source: Sequence[Sequence[Task]])
                     spec_path, f"tasks[{i}]", f"task id {task.id!r} (from {task.path}) must match {NAME_PATTERN}"
                 )
             if task.id in seen:
-                raise SpecError(spec_path, f"tasks[{i}]", f"task id {task.id!r} also comes from tasks[{seen[task.id]}]")
-            seen[task.id] = i
+                j, other = seen[task.id]
+                twice = f"task id {task.id!r} (from {task.path}) also comes from {other.path} (tasks[{j}])"
+                raise SpecError(spec_path, f"tasks[{i}]", twice)
+            seen[task.id] = (i, task)
             tasks.append(task)
     if not tasks:
         raise SpecError(spec_path, "tasks", "the task sources select no task")

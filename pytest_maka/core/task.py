@@ -6,6 +6,7 @@ import hashlib
 import math
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,18 @@ def check_workdir(value: Any) -> str:
         if path == reserved or path.startswith(reserved + "/"):
             raise ValueError(f"the workdir cannot be {reserved} or lie under it (reserved for the harness)")
     return path
+
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def task_id_for(name: str) -> str:
+    """A task id (``NAME_PATTERN``) for a task directory's name: each run of other characters
+    (spaces, brackets, non-ASCII) becomes one ``-``, and what starts the id is a letter or digit.
+    ``001. ledger audit`` becomes ``001.-ledger-audit``; the directory keeps its name."""
+    safe = _ID_UNSAFE.sub("-", name)
+    safe = re.sub(r"^[^A-Za-z0-9]+", "", safe)
+    return safe or "task"
 
 
 @dataclass(frozen=True)

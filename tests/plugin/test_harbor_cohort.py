@@ -169,3 +169,26 @@ def test_oracle_gets_the_solution_env(cohort: Cohort) -> None:
         "mcp_servers": [{"name": "files", "transport": "stdio"}],
     }
     assert "1.2: greets from the solution env" in (cohort.out / "report.html").read_text(), "the report shows [task]"
+
+
+def test_task_directories_whose_names_are_not_ids_run_under_safe_ids(cohort: Cohort) -> None:
+    """Found on a public task repository whose directories are named ``001. tasks-...``: the
+    whole run was refused (``task id ... must match``). Such a directory now runs under an id
+    with each run of other characters made one ``-``, and
+    ``-k`` selects it by that id; two directories that come to the same id are a spec error
+    naming both."""
+    cohort.task("001. ledger audit")
+    cohort.task("plain")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run_subprocess("-k", "ledger").assert_outcomes(passed=1)
+    assert cohort.status() == {"001.-ledger-audit[oracle-r0]": "agent_success"}
+    assert cohort.results()["001.-ledger-audit[oracle-r0]"]["task"] == "001.-ledger-audit"
+    cohort.run_subprocess("-n", "2").assert_outcomes(passed=2)
+    assert cohort.status() == {"001.-ledger-audit[oracle-r0]": "agent_success", "plain[oracle-r0]": "agent_success"}
+
+    cohort.task("001.-ledger-audit")
+    result = cohort.run_subprocess()
+    assert result.ret == 4, result.stdout.str()
+    err = result.stderr.str() + result.stdout.str()
+    assert "task id '001.-ledger-audit'" in err and "001. ledger audit" in err and "also comes from" in err, err
+    assert "Traceback" not in err
