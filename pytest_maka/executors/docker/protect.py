@@ -89,6 +89,9 @@ class Restorer:
         self.found: list[tuple[str, int]] = []
         self.units: list[str] = []
         self.added: list[str] = []
+        #: Directories listed as modified whose mode is the image's and below which nothing
+        #: changed (the engine's own mount points, e.g. docker-init under /usr/sbin): not named.
+        self.unchanged_dirs: set[str] = set()
         self.pristine = ""
 
     # -- what changed ------------------------------------------------------------------
@@ -234,7 +237,7 @@ class Restorer:
             self._delete(self.pristine, [*self.added, *self._absent])
 
     def report(self) -> dict[str, Any]:
-        reported = leaves(self.found)
+        reported = [(p, k) for p, k in leaves(self.found) if p not in self.unchanged_dirs]
         restored = self.units + self.added
         if self.content:
             mechanism = "docker: protected files compared with the image's by content"
@@ -270,6 +273,8 @@ class Restorer:
             elif kind == 0 and is_dir(mine(path)) and is_dir(image(path)):
                 if (mine(path) or {}).get("mode") != (image(path) or {}).get("mode"):
                     self._restore_mode(pristine, path)  # a directory keeps its content here
+                else:
+                    self.unchanged_dirs.add(path)
             else:
                 units.append(path)
         return units, added
