@@ -78,6 +78,18 @@ def check_workdir(value: Any) -> str:
     return path
 
 
+_COPY_LINE = re.compile(r"^\s*(COPY|ADD)\s", re.IGNORECASE | re.MULTILINE)
+
+
+def dockerfile_copies(dockerfile: Path) -> bool:
+    """The Dockerfile puts files in the image (a COPY or ADD instruction): an executor without
+    images would start the task without them."""
+    try:
+        return bool(_COPY_LINE.search(dockerfile.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
 
@@ -181,6 +193,10 @@ class Task:
             needed.add("healthcheck")
         if self.gpus:
             needed.add("gpus")
+        if self.workspace_dir is None and (
+            self.docker_image or (self.dockerfile is not None and dockerfile_copies(self.dockerfile))
+        ):
+            needed.add("image")
         return frozenset(needed)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,8 @@ FEATURES: dict[str, str] = {
     "users": "running a phase as another user (agent.user / verifier.user)",
     "healthcheck": "environment healthchecks (environment.healthcheck)",
     "gpus": "GPU environments (environment.gpus)",
+    "image": "files that only the environment's image has (a Dockerfile that COPYs or ADDs them, or a"
+    " docker_image) and no environment/workspace/ to start from",
 }
 
 

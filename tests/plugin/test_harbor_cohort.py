@@ -4,6 +4,7 @@ skips recorded as skips on every -n, multi-key rewards, and a verifier starved o
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -192,3 +193,24 @@ def test_task_directories_whose_names_are_not_ids_run_under_safe_ids(cohort: Coh
     err = result.stderr.str() + result.stdout.str()
     assert "task id '001.-ledger-audit'" in err and "001. ledger audit" in err and "also comes from" in err, err
     assert "Traceback" not in err
+
+
+def test_a_task_whose_files_only_its_image_has_is_skipped_on_the_local_executor(cohort: Cohort) -> None:
+    """Found in a user's trial: a Harbor task whose Dockerfile COPYs its files into /app ran on
+    the local executor in an empty /app (the subject was judged on a task it never saw). It is
+    skipped there with the reason; with an environment/workspace/ it runs, COPY or not."""
+    copies = cohort.task("copies")
+    shutil.rmtree(copies / "environment" / "workspace")
+    (copies / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\ncopy src/ /app/\n")
+    seeded = cohort.task("seeded")
+    (seeded / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nCOPY src/ /app/\n")
+    plain = cohort.task("plain")
+    shutil.rmtree(plain / "environment" / "workspace")
+    (plain / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run_subprocess("-rs", "-n", "2")
+    result.assert_outcomes(passed=2, skipped=1)
+    assert any("SKIPPED" in line and "copies: " in line and "COPYs or ADDs" in line for line in result.outlines), (
+        result.stdout.str()
+    )
+    assert cohort.status() == {"plain[oracle-r0]": "agent_success", "seeded[oracle-r0]": "agent_success"}

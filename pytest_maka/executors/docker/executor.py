@@ -54,7 +54,14 @@ class DockerExecutor(SeparateVerifier, Containers):
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
         self.features = frozenset(
-            {"users", "healthcheck", "multi-step", *SEPARATE_FEATURES, *(["compose"] if compose_command() else [])}
+            {
+                "users",
+                "healthcheck",
+                "multi-step",
+                "image",
+                *SEPARATE_FEATURES,
+                *(["compose"] if compose_command() else []),
+            }
         )
 
     @property
