@@ -67,12 +67,20 @@ def invalid_task(path: Path, error: str, fmt: str) -> Task:
     )
 
 
-def wrong_dir(child: Path, expected: str) -> TaskError:
-    """The error for a subdirectory that is not a task of the source's format."""
+def wrong_dir(child: Path, expected: str) -> Task:
+    """A subdirectory that is not a task of the source's format: a TaskError when it is a task
+    of another format; else a placeholder whose cells are skipped with the reason (like a task
+    that does not load: a stray ``docs/`` or a folder of more tasks does not stop the others)."""
     marker = {v: k for k, v in _MARKERS.items()}[expected]
     other = _dir_format(child)
-    hint = f" (it is a {other} task: give it its own tasks entry)" if other else ""
-    return TaskError(child, None, f"not a task directory: expected {marker} ({expected} layout){hint}")
+    if other:
+        hint = f" (it is a {other} task: give it its own tasks entry)"
+        raise TaskError(child, None, f"not a task directory: expected {marker} ({expected} layout){hint}")
+    nested = sum(1 for c in task_dirs(child) if _dir_format(c)) if child.is_dir() else 0
+    dirs = "task directory" if nested == 1 else "task directories"
+    hint = f" (it holds {nested} {dirs}: give it its own tasks entry)" if nested else ""
+    why = f"not a task directory: expected {marker} ({expected} layout){hint}; leave it out with exclude"
+    return invalid_task(child, str(TaskError(child, None, why)), expected)
 
 
 def claims_directory_source(

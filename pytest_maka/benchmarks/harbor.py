@@ -61,7 +61,8 @@ def discover(path: Path, options: HarborOptions | None = None) -> list[Task]:
     tasks = []
     for child in detect.task_dirs(path):
         if not is_task_dir(child):
-            raise detect.wrong_dir(child, FORMAT)
+            tasks.append(detect.wrong_dir(child, FORMAT))
+            continue
         try:
             tasks.append(load_task(child, options))
         except TaskError as e:

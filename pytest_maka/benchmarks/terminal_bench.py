@@ -69,7 +69,8 @@ def discover(path: Path) -> list[Task]:
     tasks = []
     for child in detect.task_dirs(path):
         if not (child / "task.yaml").is_file():
-            raise detect.wrong_dir(child, FORMAT)
+            tasks.append(detect.wrong_dir(child, FORMAT))
+            continue
         try:
             tasks.append(load_task(child))
         except TaskError as e:

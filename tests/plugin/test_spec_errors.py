@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import Cohort
+from ..conftest import Cohort, write_task
 
 pytestmark = pytest.mark.sandbox
 
@@ -118,12 +118,25 @@ def test_task_without_verifier_is_rejected(cohort: Cohort) -> None:
 
 
 def test_directory_that_is_not_a_task(cohort: Cohort) -> None:
+    """A stray directory among the tasks (``notes/``; ``New Tasks/`` holding more tasks, as in a
+    public repository) is skipped with the reason and a hint, and does not stop the others;
+    ``exclude`` leaves it out; ``--maka-strict`` makes it the usage error it was before."""
     cohort.task("good")
     (cohort.tasks / "notes").mkdir()
-    cohort.write()
-    result = cohort.run()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "tasks/notes: not a task directory: expected task.toml" in result.stderr.str()
+    write_task(cohort.tasks / "New Tasks", "001. nested")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run("-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    out = result.stdout.str()
+    assert "tasks/notes: not a task directory: expected task.toml (harbor layout); leave it out with exclude" in out
+    assert "New Tasks: not a task directory: expected task.toml (harbor layout) (it holds 1 task directory:" in out
+    strict = cohort.run("--maka-strict")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    assert "tasks/New Tasks: not a task directory: expected task.toml" in strict.stderr.str()
+    cohort.write(
+        subjects=[{"name": "oracle", "kind": "oracle"}], tasks=[{"path": "tasks", "exclude": ["notes", "New-*"]}]
+    )
+    cohort.run().assert_outcomes(passed=1)
 
 
 def test_subject_file_errors_name_that_file(cohort: Cohort) -> None:
