@@ -106,6 +106,10 @@ class TunGuard:
         self._status_r, self._status_w = os.pipe()
         self._block_r, self._block_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="maka-tunguard", daemon=True)
+        #: Set once the reader has read all it will read.
+        self._read = threading.Event()
+        #: The reader's token bucket.
+        self._tokens, self._last = RATE, time.monotonic()
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -119,11 +123,16 @@ class TunGuard:
     def start(self) -> None:
         self._thread.start()
 
-    def launched(self) -> None:
-        """Close the harness's copies of bwrap's ends (once bwrap has them, or will never run)."""
+    def launched(self, ended: bool = False) -> None:
+        """Close the harness's copies of bwrap's ends (once bwrap has them, or will never run).
+
+        ``ended``: the command is over; return once the reader has read what it sent.
+        """
         for fd in (self._status_w, self._block_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if ended:
+            self._read.wait(10)
 
     def _run(self) -> None:
         tun = None
@@ -141,7 +150,8 @@ class TunGuard:
             if tun is not None:
                 self._serve(tun)
         finally:
-            if tun is not None:
+            self._read.set()
+            if tun is not None:  # removes the device: the kernel takes milliseconds (after ``launched`` returned)
                 os.close(tun)
             self._drain()
 
@@ -171,29 +181,34 @@ class TunGuard:
             os.close(home)
 
     def _serve(self, tun: int) -> None:
-        """Read, log and refuse until bwrap's status pipe ends (the command is over)."""
+        """Read, log and refuse until bwrap's status pipe ends (the command is over), then what is left."""
         os.set_blocking(tun, False)
         poll = select.poll()
         poll.register(tun, select.POLLIN)
         poll.register(self._status_r, select.POLLIN)
-        tokens, last = RATE, time.monotonic()
         while True:
-            for fd, _ in poll.poll():
-                if fd == self._status_r and not os.read(self._status_r, 4096):
-                    return
-            while True:
-                now = time.monotonic()
-                tokens = min(RATE, tokens + (now - last) * RATE)
-                last = now
-                if tokens < 1:
-                    time.sleep((1 - tokens) / RATE)
-                    continue
-                try:
-                    data = os.read(tun, 65536)
-                except BlockingIOError:
-                    break
-                tokens -= 1
-                self._refuse(tun, data, time.time())
+            ready = {fd for fd, _ in poll.poll()}
+            if tun in ready:
+                self._read_all(tun)
+            if self._status_r in ready and not os.read(self._status_r, 4096):
+                self._read_all(tun)  # what the command sent before it ended is queued on the device
+                return
+
+    def _read_all(self, tun: int) -> None:
+        """Every packet queued on the device, at most ``RATE`` a second (a flood waits, then overflows)."""
+        while True:
+            now = time.monotonic()
+            self._tokens = min(RATE, self._tokens + (now - self._last) * RATE)
+            self._last = now
+            if self._tokens < 1:
+                time.sleep((1 - self._tokens) / RATE)
+                continue
+            try:
+                data = os.read(tun, 65536)
+            except BlockingIOError:
+                return
+            self._tokens -= 1
+            self._refuse(tun, data, time.time())
 
     def _refuse(self, tun: int, data: bytes, when: float) -> None:
         p = packets.parse(data)

@@ -145,7 +145,7 @@ class LocalSandbox:
             return replace(result, limits_hit=tuple(hit)) if hit else result
         finally:
             if guard is not None:
-                guard.launched()
+                guard.launched(ended=True)
             os.close(env_fd)
             os.close(read_fd)
             os.close(write_fd)
