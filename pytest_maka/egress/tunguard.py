@@ -137,9 +137,9 @@ class TunGuard:
     def _run(self) -> None:
         tun = None
         try:
-            pid = self._sandbox_pid()
-            if pid is not None:
-                tun = self._enter_and_make(pid)
+            status = self._status()
+            if status is not None:
+                tun = self._enter_and_make(int(status["child-pid"]), int(status["net-namespace"]))
         except Exception as exc:  # never a failed command for lack of logging: say so, run it unguarded
             self._failed(f"not logged: the sandbox's TUN device could not be made: {exc}")
         finally:
@@ -155,21 +155,26 @@ class TunGuard:
                 os.close(tun)
             self._drain()
 
-    def _sandbox_pid(self) -> int | None:
-        """The sandbox's pid (bwrap's first status message), None if bwrap ended first."""
+    def _status(self) -> dict[str, int] | None:
+        """bwrap's first status message (the sandbox's pid and namespaces), None if bwrap ended first."""
         data = b""
         while b"}" not in data:
             chunk = os.read(self._status_r, 4096)
             if not chunk:
                 return None
             data += chunk
-        return int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
+        return dict(json.loads(data[: data.index(b"}") + 1]))
 
-    def _enter_and_make(self, pid: int) -> int:
+    def _enter_and_make(self, pid: int, netns: int) -> int:
+        """The device, made in the network namespace ``netns`` of process ``pid`` (checked: the pid may be
+        another process's by now if the sandbox was killed meanwhile, and the harness's own namespace
+        must never get the device or its route)."""
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             try:
+                if os.fstat(target).st_ino != netns or os.fstat(home).st_ino == netns:
+                    raise OSError(f"process {pid} is not in the sandbox's network namespace any more")
                 _setns(target)
             finally:
                 os.close(target)

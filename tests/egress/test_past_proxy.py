@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import threading
@@ -14,7 +15,7 @@ import pytest
 
 from pytest_maka.core import hostpattern
 from pytest_maka.egress import tunguard
-from pytest_maka.egress.log import PAST_PROXY, EgressLog
+from pytest_maka.egress.log import PAST_PROXY, EgressLog, PastProxyFlows
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors import local_egress
 from pytest_maka.executors.base import LeaseRequest
@@ -226,3 +227,21 @@ def test_a_device_that_cannot_be_made_leaves_the_command_running_and_says_why(
     assert out.split() == ["lo", "ran"], out
     off = log.summary("agent")["off_proxy"]
     assert off.startswith("not logged: the sandbox's TUN device could not be made: "), off
+
+
+@needs_tun
+def test_the_harness_namespace_never_gets_the_device(tmp_path: Path) -> None:
+    """A pid that is no longer the sandbox's (here: the harness's own) is refused before entering anything."""
+    guard = tunguard.TunGuard(PastProxyFlows(), lambda _: None)
+    own = os.stat("/proc/thread-self/ns/net").st_ino
+    try:
+        with pytest.raises(OSError, match="not in the sandbox's network namespace"):
+            guard._enter_and_make(os.getpid(), own)
+        with pytest.raises(OSError, match="not in the sandbox's network namespace"):
+            guard._enter_and_make(os.getpid(), own + 1)
+    finally:
+        guard.launched()
+        for fd in (guard._status_r, guard._block_w):
+            os.close(fd)
+    with open("/proc/net/dev") as f:
+        assert tunguard.TUN_NAME not in f.read()
