@@ -3,6 +3,8 @@
     python bench/egress_overhead.py                  # local (bubblewrap) executor, concurrency 1 and 4
     python bench/egress_overhead.py --docker         # also the Docker executor
     python bench/egress_overhead.py --hops           # where a request's time goes, hop by hop
+    python bench/egress_overhead.py --past-proxy ab  # local, without and with the TUN device per command, alternated
+    python bench/egress_overhead.py --pairs 40       # the same as pairs of phases in one lease (finer A/B)
 
 Per attempt start: the time to enter and leave an allowlist phase with no request (local:
 tinyproxy + the relay on its unix socket on the host; Docker: the first phase creates the
@@ -95,6 +97,55 @@ def one_lease(
     return out
 
 
+def past_proxy_pairs(executor: Any, root: Path, target: tuple[str, int], rounds: int) -> None:
+    """A/B under the same load: phases without and with the TUN device per command, alternated in one lease;
+    per phase its start and end, and three networked ``true`` commands; and the time the command waits
+    while the harness makes its device (entering the namespace, the device, its address and route)."""
+    from pytest_maka.egress import tunguard
+    from pytest_maka.executors import local_egress
+
+    made: list[float] = []
+    make = tunguard.TunGuard._enter_and_make
+
+    def timed(guard: Any, pid: int, netns: int) -> int:
+        t = time.perf_counter()
+        try:
+            return make(guard, pid, netns)
+        finally:
+            made.append(time.perf_counter() - t)
+
+    tunguard.TunGuard._enter_and_make = timed  # type: ignore[method-assign]
+
+    task = make_task(root / "task")
+    req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s")
+    (root / "a").mkdir(parents=True, exist_ok=True)
+    plan = PhasePlan("allowlist", hostpattern.parse_all([f"{target[0]}:{target[1]}"]))
+    log = EgressLog(root / "a" / "egress.log")
+    times: dict[bool, dict[str, list[float]]] = {g: {"phase": [], "cmd": []} for g in (False, True)}
+    with executor.lease(req) as sandbox:
+        for _ in range(rounds):
+            for guard in (False, True):
+                local_egress.GUARD_PAST_PROXY = guard
+                t = time.perf_counter()
+                with sandbox.egress_phase("agent", plan, log):
+                    entered = time.perf_counter()
+                    for _ in range(3):
+                        c = time.perf_counter()
+                        _run(sandbox, root, "true", ENV, True)
+                        times[guard]["cmd"].append(time.perf_counter() - c)
+                    left = time.perf_counter()
+                times[guard]["phase"].append(entered - t + time.perf_counter() - left)
+    local_egress.GUARD_PAST_PROXY = True
+    tunguard.TunGuard._enter_and_make = make  # type: ignore[method-assign]
+    print(f"pairs  the device made in {ms(made)} (median of {len(made)}; 90th percentile "
+          f"{sorted(made)[int(len(made) * 0.9)] * 1000:.1f} ms)")  # fmt: skip
+    off, on = times[False], times[True]
+    for key, label in (("phase", "phase start + end"), ("cmd", "networked command")):
+        diff = statistics.median(on[key]) - statistics.median(off[key])
+        print(f"pairs  {label:18} without the device {ms(off[key])}, with {ms(on[key])}: {diff * 1000:+.1f} ms"
+              f" ({len(on[key])} each)")  # fmt: skip
+
+
 def host_direct(url: str, n: int) -> list[float]:
     times = []
     for _ in range(n):
@@ -121,7 +172,7 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
         added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
         cmd = statistics.median(merged["cmd_proxied"]) - statistics.median(merged["cmd"])
         print(
-            f"{label:6} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
+            f"{label:12} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
             f"later phase {ms(merged['phase'])}; command start {ms(merged['cmd'])}, behind the forwarder "
             f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
@@ -137,26 +188,44 @@ def main() -> int:
     parser.add_argument("--leases", type=int, default=2, help="leases per worker")
     parser.add_argument("--no-local", action="store_true", help="skip the local executor (with --docker)")
     parser.add_argument("--hops", action="store_true", help="time each hop of the local path on the host")
+    parser.add_argument(
+        "--past-proxy",
+        choices=("on", "off", "ab"),
+        default="on",
+        help="local: log traffic past the proxy (a TUN device per command), not, or both alternated",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with --past-proxy ab")
+    parser.add_argument("--pairs", type=int, default=0, help="local: N phases alternated without/with the device")
     args = parser.parse_args()
     if args.hops:
         hops(args.requests * 4)
         return 0
 
+    from pytest_maka.executors import local_egress
     from pytest_maka.executors.local import LocalExecutor, LocalOptions
 
     if args.no_local and args.docker:
         docker_bench(args)
         return 0
+    if args.pairs:
+        with http_server() as server, tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:
+            executor = LocalExecutor(LocalOptions(egress_hosts={"allowed.test": "127.0.0.1"}))
+            past_proxy_pairs(executor, Path(tmp), ("allowed.test", server.port), args.pairs)
+            executor.close()
+        return 0
+    settings = {"on": [True], "off": [False], "ab": [False, True] * args.rounds}[args.past_proxy]
     with http_server() as server:
         url = f"http://127.0.0.1:{server.port}/"
-        measure(
-            "local",
-            lambda: LocalExecutor(LocalOptions(egress_hosts={"allowed.test": "127.0.0.1"})),
-            ("allowed.test", server.port),
-            lambda: host_direct(url, args.requests * 4),
-            None,
-            args,
-        )
+        for guard in settings:
+            local_egress.GUARD_PAST_PROXY = guard
+            measure(
+                "local" if guard else "local/no-tun",
+                lambda: LocalExecutor(LocalOptions(egress_hosts={"allowed.test": "127.0.0.1"})),
+                ("allowed.test", server.port),
+                lambda: host_direct(url, args.requests * 4),
+                None,
+                args,
+            )
     if args.docker:
         docker_bench(args)
     return 0

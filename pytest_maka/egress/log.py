@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .wire import stamp
+
 LOG_NAME = "egress.log"
 #: The reason of an event for a packet sent past the proxy (refused in the sandbox, never sent).
 PAST_PROXY = "not through the egress proxy: refused in the sandbox"
@@ -31,6 +33,59 @@ class EgressEvent:
     bytes_in: int | None = None
     #: The server name of a TLS tunnel's ClientHello (null when none was seen).
     sni: str | None = None
+
+
+@dataclass
+class _Flow:
+    first: float
+    method: str
+    destination: str
+    bytes: int = 0
+
+
+class PastProxyFlows:
+    """Packets refused in the sandbox, one event per flow (protocol, source port, destination).
+
+    At most ``cap`` flows are kept (a subject may send to a million addresses); packets of
+    flows past the cap are only counted, in ``unlogged``. Thread-safe.
+    """
+
+    def __init__(self, cap: int = 1000) -> None:
+        self.cap = cap
+        self._flows: dict[tuple[str, int | None, str], _Flow] = {}
+        #: Packets of flows past the cap.
+        self.unlogged = 0
+        self._lock = threading.Lock()
+
+    def add(self, when: float, method: str, sport: int | None, destination: str, nbytes: int) -> None:
+        key = (method, sport, destination)
+        with self._lock:
+            flow = self._flows.get(key)
+            if flow is None:
+                if len(self._flows) >= self.cap:
+                    self.unlogged += 1
+                    return
+                flow = self._flows[key] = _Flow(when, method, destination)
+            flow.bytes += nbytes
+
+    def events(self, phase: str) -> list[EgressEvent]:
+        """One refused event per flow, in the order their first packets came."""
+        with self._lock:
+            flows = sorted(self._flows.values(), key=lambda f: f.first)
+        return [
+            EgressEvent(
+                time=stamp(f.first),
+                phase=phase,
+                method=f.method,
+                destination=f.destination,
+                allowed=False,
+                bytes=f.bytes,
+                reason=PAST_PROXY,
+                bytes_out=f.bytes,
+                bytes_in=0,
+            )
+            for f in flows
+        ]
 
 
 class EgressLog:

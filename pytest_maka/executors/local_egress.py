@@ -2,6 +2,8 @@
 
 The sandbox keeps ``--unshare-net``; only the proxy's unix socket directory is bound in
 (read-only), and every command starts behind the forwarder of ``egress.host.wrapper``.
+What a command sends past the proxy is refused and logged by ``egress.tunguard`` (a TUN
+device per command, read by the harness) where this host allows it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InfraError
-from ..egress import host
-from ..egress.log import EgressLog
+from ..egress import host, tunguard
+from ..egress.log import EgressLog, PastProxyFlows
 from ..egress.plan import PhasePlan
 from ..egress.tinyproxy import PROXY_PORT
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+#: Flows past the proxy logged per phase (the packets of further flows are only counted).
+MAX_FLOWS = 1000
+#: Log traffic past the proxy where the host allows it (a switch for benchmarks' A/B runs).
+GUARD_PAST_PROXY = True
 RESOLV_CONF = "/etc/resolv.conf"
 
 
@@ -45,6 +51,9 @@ class LocalEgress:
         self._isolated = isolated
         self._hosts = dict(hosts)
         self.current: ProxiedExec | None = None
+        #: The current phase's flows past the proxy (None: not logged) and its off_proxy note.
+        self._flows: PastProxyFlows | None = None
+        self._off_proxy = ""
 
     @contextmanager
     def phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Iterator[None]:
@@ -69,8 +78,28 @@ class LocalEgress:
             env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
             wrapper=host.wrapper(dns),
         )
+        why = tunguard.unavailable() if GUARD_PAST_PROXY else "switched off"
+        self._flows = PastProxyFlows(MAX_FLOWS) if why is None else None
+        self._off_proxy = "refused and logged" if why is None else f"not logged: {why}"
+        log.note(name, off_proxy=self._off_proxy)
         try:
             yield
         finally:
             self.current = None
-            log.extend(proxy.stop())
+            flows, self._flows = self._flows, None
+            events, past = proxy.stop(), flows.events(name) if flows else []
+            if past:  # the proxy's and the packets', in time order
+                events = sorted(events + past, key=lambda e: e.time)
+            log.extend(events)
+            log.note(name, off_proxy=self._off_proxy)
+            if flows and flows.unlogged:
+                log.note(name, off_proxy_unlogged_packets=flows.unlogged)
+
+    def guard(self) -> tunguard.TunGuard | None:
+        """A TUN device for the next command of the phase (None: traffic past the proxy is not logged)."""
+        if self._flows is None:
+            return None
+        return tunguard.TunGuard(self._flows, self._fail)
+
+    def _fail(self, reason: str) -> None:
+        self._off_proxy = reason

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.errors import InfraError
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
+from ..egress.tunguard import TunGuard
 from . import bwrap, disk
 from .base import ExecResult
 from .content import read_regular, write_via_put
@@ -127,35 +128,48 @@ class LocalSandbox:
         self._require_open()
         if self._upload_prints is None:  # the first command: what the uploads are before it
             self._upload_prints = {dest: tree_print(self._host_path(dest)) for dest in self._uploads}
-        isolated = self.options.sandbox == "bwrap"
-        proxied, env_fd = self._launch_env(env, network)
-        read_fd, write_fd = os.pipe()
+        argv, pass_fds, env_fd, guard, (read_fd, write_fd) = self._launch(command, env, network, cwd)
         try:
             result = run_process(
-                self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd),
+                argv,
                 timeout_sec=timeout_sec,
                 stdout_path=stdout_path,
                 stderr_path=stderr_path,
                 max_output_bytes=max_output_bytes,
                 grace_sec=self.options.kill_grace_sec,
                 make_stopper=self._stopper(read_fd),
-                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                pass_fds=pass_fds,
                 hold=self._limits.enter,
             )
             hit = self._limits.exceeded()
             return replace(result, limits_hit=tuple(hit)) if hit else result
         finally:
+            if guard is not None:
+                guard.launched(ended=True)
             os.close(env_fd)
             os.close(read_fd)
             os.close(write_fd)
 
-    def _launch_env(self, env: Mapping[str, str], network: bool) -> tuple[Any, int]:
-        """The phase's proxy (when ``network`` goes through one) and the fd bwrap reads the environment from."""
-        proxied = self.egress.current if network and self.options.sandbox == "bwrap" else None
-        return proxied, bwrap.env_file({**env, **proxied.env} if proxied else env)
+    def _launch(
+        self, command: str, env: Mapping[str, str], network: bool, cwd: str | None
+    ) -> tuple[list[str], tuple[int, ...], int, TunGuard | None, tuple[int, int]]:
+        """The bwrap command line, the fds it inherits, the fd it reads the environment from, (with
+        ``network`` through the phase's proxy) the command's TUN device, started: it waits for bwrap,
+        and the info pipe (read, write)."""
+        isolated = self.options.sandbox == "bwrap"
+        proxied = self.egress.current if network and isolated else None
+        env_fd = bwrap.env_file({**env, **proxied.env} if proxied else env)
+        pipe = os.pipe()
+        info_fd = pipe[1]
+        guard = self.egress.guard() if proxied else None
+        if guard is not None:
+            guard.start()
+        g = guard.args if guard else ()
+        argv = self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=info_fd, extra=g)
+        return argv, (info_fd, env_fd, *(guard.fds if guard else ())) if isolated else (env_fd,), env_fd, guard, pipe
 
     def _argv(
-        self, command: str, *, env_fd: int, network: bool, proxied: Any, cwd: str | None, info_fd: int
+        self, command: str, *, env_fd: int, network: bool, proxied: Any, cwd: str | None, info_fd: int, extra: Any = ()
     ) -> list[str]:
         isolated = self.options.sandbox == "bwrap"
         prefix = self._prefix if isolated else self._open_prefix()
@@ -171,7 +185,7 @@ class LocalSandbox:
             command=command,
             info_fd=info_fd if isolated else None,
             env_fd=env_fd,
-            extra_args=proxied.extra_args if proxied else (),
+            extra_args=(*proxied.extra_args, *extra) if proxied else (),
             wrapper=proxied.wrapper if proxied else None,
         )
 
@@ -192,21 +206,20 @@ class LocalSandbox:
         current egress phase's proxy.
         """
         self._require_open()
-        isolated = self.options.sandbox == "bwrap"
-        proxied, env_fd = self._launch_env(env, network)
-        read_fd, write_fd = os.pipe()
+        argv, pass_fds, env_fd, guard, (read_fd, write_fd) = self._launch(command, env, network, cwd)
         try:
-            argv = self._argv(command, env_fd=env_fd, network=network, proxied=proxied, cwd=cwd, info_fd=write_fd)
             proc = LocalProcess(
                 argv,
                 self._stopper(read_fd),
-                pass_fds=(write_fd, env_fd) if isolated else (env_fd,),
+                pass_fds=pass_fds,
                 hold=self._limits.enter,
             )
         except BaseException:
             os.close(read_fd)
             raise
         finally:
+            if guard is not None:
+                guard.launched()
             os.close(write_fd)
             os.close(env_fd)
         proc.on_end(close_fd(read_fd))

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from pytest_maka.core import hostpattern
 from pytest_maka.core.errors import ExecutorUnavailable, InfraError
 from pytest_maka.core.task import Task
+from pytest_maka.egress import tunguard
 from pytest_maka.egress.log import EgressLog
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import Executor, LeaseRequest, Sandbox
@@ -36,6 +37,8 @@ class TestLocalConformance(ExecutorConformance):
 
     #: The sandbox's DNS reaches the relay when bwrap runs as root over a plain /etc/resolv.conf.
     egress_logs_dns = takes_dns()
+    #: A TUN device per command, made and read by the harness, when it runs as root.
+    egress_logs_past_proxy = tunguard.unavailable() is None
 
     @pytest.fixture
     def executor(self) -> Executor:

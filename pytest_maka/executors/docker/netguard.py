@@ -18,20 +18,19 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import docker.errors
 
-from ...egress.log import PAST_PROXY, EgressEvent
-from ...egress.wire import stamp
+from ...egress.log import EgressEvent, PastProxyFlows
+from ...egress.packets import PROTOCOLS
 from . import labels as L
 from .archive import text_files
 from .engines import Engine, one_line
 
 NFLOG_GROUP = 7
 LOG_FILE = "/run/maka/packets.json"
-PROTOCOLS = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
+#: Flows kept per collection (the rest is dropped: a flood must not fill the log).
+MAX_FLOWS = 100_000
 ULOGD_CONF = f"""[global]
 logfile="/run/maka/ulogd.out"
 loglevel=3
@@ -104,17 +103,9 @@ def rules(subnet: str, proxy_ip: str, proxy_port: int) -> str:
     )
 
 
-@dataclass
-class _Flow:
-    first: float
-    packets: int = 0
-    bytes: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 def parse_packets(text: str, phase: str) -> list[EgressEvent]:
     """ulogd2's JSON lines -> one refused event per flow (protocol, source port, destination)."""
-    flows: dict[tuple[str, int | None, str], _Flow] = {}
+    flows = PastProxyFlows(cap=MAX_FLOWS)
     for line in text.splitlines():
         try:
             pkt = json.loads(line)
@@ -125,28 +116,10 @@ def parse_packets(text: str, phase: str) -> list[EgressEvent]:
         proto = PROTOCOLS.get(pkt.get("ip.protocol"), f"IP/{pkt.get('ip.protocol')}")
         port = pkt.get("dest_port")
         host = str(pkt["dest_ip"])
-        dest = f"{host}:{port}" if port is not None else host
-        key = (proto, pkt.get("src_port"), dest)
         when = float(pkt.get("oob.time.sec", 0)) + float(pkt.get("oob.time.usec", 0)) / 1e6
-        flow = flows.setdefault(key, _Flow(first=when))
-        flow.packets += 1
-        flow.bytes += int(pkt.get("ip.totlen") or pkt.get("raw.pktlen") or 0)
-    out = []
-    for (proto, _, dest), flow in sorted(flows.items(), key=lambda kv: kv[1].first):
-        out.append(
-            EgressEvent(
-                time=stamp(flow.first),
-                phase=phase,
-                method=proto,
-                destination=dest,
-                allowed=False,
-                bytes=flow.bytes,
-                reason=PAST_PROXY,
-                bytes_out=flow.bytes,
-                bytes_in=0,
-            )
-        )
-    return out
+        nbytes = int(pkt.get("ip.totlen") or pkt.get("raw.pktlen") or 0)
+        flows.add(when, proto, pkt.get("src_port"), f"{host}:{port}" if port is not None else host, nbytes)
+    return flows.events(phase)
 
 
 class NetGuard:

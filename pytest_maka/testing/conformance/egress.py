@@ -7,6 +7,7 @@ proxy (``egress_hosts``); the default target is an HTTP server on the host's 127
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from ...executors.base import Sandbox
 from ..servers import EGRESS_TOKEN, http_server
 from .base import ConformanceBase, Run
 
+#: An address nobody has (RFC 5737 TEST-NET-1): sent to directly, past the proxy.
+TEST_NET = "192.0.2.1"
 #: Runs in the sandbox: ``probe MODE HOST PORT`` with MODE proxy-get, connect or direct.
 PROBE = """
 import http.client, os, socket, sys, urllib.parse
@@ -62,7 +65,7 @@ class EgressTests(ConformanceBase):
     supports_egress: ClassVar[bool] = True
     #: DNS questions asked inside an allowlist phase reach the proxy's responder (logged, refused).
     egress_logs_dns: ClassVar[bool] = True
-    #: What a command sends past the proxy (here a TCP connect to an address) is logged, refused.
+    #: What a command sends past the proxy (here TCP connects to addresses) is logged, refused at once.
     egress_logs_past_proxy: ClassVar[bool] = False
 
     @pytest.fixture
@@ -118,15 +121,18 @@ class EgressTests(ConformanceBase):
             unset = self._egress_probe(sandbox, tmp_path, "direct", t.ip, t.port, prefix="env -i PATH=$PATH ")
             dns = self._egress_probe(sandbox, tmp_path, "dns", "unlisted.test", t.port)
             listed_name = self._egress_probe(sandbox, tmp_path, "dns", t.name, t.port)
-        assert unset.stdout.startswith("FAILED"), unset
+            elsewhere = self._egress_probe(sandbox, tmp_path, "direct", TEST_NET, t.port, prefix="env -i PATH=$PATH ")
+        assert unset.stdout.startswith("FAILED") and elsewhere.stdout.startswith("FAILED"), (unset, elsewhere)
         assert dns.stdout.startswith("FAILED"), f"DNS answered inside the sandbox: {dns.stdout}"
         assert listed_name.stdout.startswith("FAILED"), "names resolve only in the proxy, never in the sandbox"
         events = log.events()
         assert not any(e.allowed for e in events), events
         past = [e for e in events if e.method != "DNS"]
         assert all(e.reason == PAST_PROXY for e in past), "nothing else reached the proxy"
-        if self.egress_logs_past_proxy:
-            assert [(e.method, e.destination) for e in past] == [("TCP", f"{t.ip}:{t.port}")], events
+        if self.egress_logs_past_proxy:  # the sandbox's own loopback is not past the proxy: it never leaves
+            target = [] if ipaddress.ip_address(t.ip).is_loopback else [("TCP", f"{t.ip}:{t.port}")]
+            assert [(e.method, e.destination) for e in past] == [*target, ("TCP", f"{TEST_NET}:{t.port}")], events
+            assert "ConnectionRefusedError" in elsewhere.stdout, f"refused at once: {elsewhere.stdout}"
         if self.egress_logs_dns:
             assert {"unlisted.test:53", f"{t.name}:53"} <= {e.destination for e in events}, events
 
