@@ -3,6 +3,7 @@ prints the terminal summary and applies the exit-code policy. Never runs on xdis
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import sys
@@ -55,9 +56,10 @@ class MakaReporter:
             self._waiting_since = now
         elif now - self._waiting_since >= WARM_AFTER_SEC:
             self._waiting_since = float("inf")  # once
-            from .report import warm
+            with contextlib.suppress(Exception):  # only a head start: the end of the session reports a failure
+                from .report import warm
 
-            warm()
+                warm()
 
     def set_expected(self, nodeids: list[str]) -> None:
         if self.expected is None:

@@ -53,6 +53,21 @@ def test_the_reporter_warms_once_after_waiting_long_enough(monkeypatch: pytest.M
     assert calls == [1]
 
 
+def test_a_failing_warm_up_changes_nothing_for_the_item_that_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(reporter.time, "monotonic", lambda: now[0])
+
+    def broken() -> None:
+        raise RuntimeError("a template that does not compile")
+
+    monkeypatch.setattr(report, "warm", broken)
+    fake = SimpleNamespace(_waiting_since=None)
+    reporter.MakaReporter._warm_views(fake)
+    now[0] += reporter.WARM_AFTER_SEC
+    reporter.MakaReporter._warm_views(fake)  # no exception reaches the waiting item
+    assert fake._waiting_since == float("inf")
+
+
 def _tiny_page():
     records = [rec("t1", "s1", Status.AGENT_SUCCESS), rec("t2", "s1", Status.AGENT_FAILURE)]
     return summarize(records), records
