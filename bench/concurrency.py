@@ -23,7 +23,9 @@ an agent waiting on a model), runs the cohort on the local executor once per con
 /logs, uploads) are made there, e.g. on a tmpfs (/dev/shm); the output directory stays where
 the bench puts it.
 
-A configuration ``PxC`` is ``-n P`` (1: no xdist) with ``--maka-concurrency C``.
+A configuration ``PxC`` is ``-n P`` (1: no xdist) with ``--maka-concurrency C``; each
+configuration of the list runs into an output directory of its own (``1x200,1x200`` runs
+the same configuration twice, both from scratch).
 Figures only: nothing here asserts on timing.
 """
 
@@ -140,6 +142,12 @@ def startup(spec: Path, out: Path) -> tuple[float, float]:
     return time.monotonic() - started, usage.ru_utime + usage.ru_stime
 
 
+def run_dirs(root: Path, configs: Sequence[tuple[int, int]]) -> list[tuple[Path, Path]]:
+    """(start-up output, run output) directory per configuration, distinct for every entry:
+    a configuration listed twice runs twice from scratch, never resuming the first run."""
+    return [(root / f"out-{n}-collect", root / f"out-{n}-{p}x{c}") for n, (p, c) in enumerate(configs)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=200)
@@ -157,10 +165,9 @@ def main() -> None:
         print(f"{args.cells} cells, subject sleeps {args.sleep:g} s, local executor, {os.cpu_count()} cpus{where}")
         head = ["wall s", "ideal s", "ratio", "start s", "run/ideal", "cpu s", "cpu/cell", "peak MB"]
         print(f"{'config':>16}  " + "  ".join(f"{h:>9}" for h in head) + "  exit  load")
-        for processes, concurrency in configs:
+        for (processes, concurrency), (collect_out, out) in zip(configs, run_dirs(root, configs), strict=True):
             load = os.getloadavg()[0]
-            start, start_cpu = startup(spec, root / "out-collect")
-            out = root / f"out-{processes}x{concurrency}"
+            start, start_cpu = startup(spec, collect_out)
             wall, peak, code, cpu = run(spec, out, processes, concurrency, env=env)
             ideal = args.sleep * args.cells / min(args.cells, processes * concurrency)
             label = f"-n {processes} --mc {concurrency}"

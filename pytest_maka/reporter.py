@@ -3,6 +3,7 @@ prints the terminal summary and applies the exit-code policy. Never runs on xdis
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import sys
@@ -17,9 +18,12 @@ from .core.cell import Cell
 from .core.records import attempt_record, cell_record, is_final, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .run.lifecycle import attempt_dir_for
+from .scale.plugin import WAIT_CALLBACKS_KEY
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
 
+#: Seconds of waiting for cells after which the report's code is loaded ahead of the session's end.
+WARM_AFTER_SEC = 2.0
 EXIT_NO_OFFICIAL_RESULT = 7
 EXIT_NOT_ALL_PASSED = 8
 
@@ -38,8 +42,24 @@ class MakaReporter:
         self.cells_by_id = maka.cohort.cell_by_id()
         self.run_started = time.time()
         self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
+        self._waiting_since: float | None = None
+        config.stash.setdefault(WAIT_CALLBACKS_KEY, []).append(self._warm_views)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
+
+    def _warm_views(self) -> None:
+        """While items wait for their cells: once the run has waited ``WARM_AFTER_SEC``, load
+        and compile what the end-of-session views need (imports, the HTML template), so
+        that work is done while the cells' subjects run instead of after the last cell."""
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        elif now - self._waiting_since >= WARM_AFTER_SEC:
+            self._waiting_since = float("inf")  # once
+            with contextlib.suppress(Exception):  # only a head start: the end of the session reports a failure
+                from .report import warm
+
+                warm()
 
     def set_expected(self, nodeids: list[str]) -> None:
         if self.expected is None:

@@ -15,14 +15,14 @@ from typing import Any
 
 from ..core.stats import summarize
 from .egress import refused_rows
-from .html import render_html
+from .html import INCLUDED_TEMPLATES, TEMPLATE, environment, render_html
 from .markdown import render_markdown
 from .terminal import format_duration, terminal_lines
 
 HTML_FILE = "report.html"
 MARKDOWN_FILE = "summary.md"
 
-__all__ = ["HTML_FILE", "MARKDOWN_FILE", "run_window", "terminal_lines", "write_atomic", "write_views"]
+__all__ = ["HTML_FILE", "MARKDOWN_FILE", "run_window", "terminal_lines", "warm", "write_atomic", "write_views"]
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -64,6 +64,14 @@ def run_window(records: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     wall = format_duration(max(0.0, wall_s))
     return f"{first.isoformat(timespec='seconds')} → {last.isoformat(timespec='seconds')} (wall {wall})"
+
+
+def warm() -> None:
+    """Compile the report's templates now, with the ones it includes (a cohort run does this
+    while its cells run, see the reporter); Jinja keeps them compiled for the render."""
+    env = environment()
+    for name in (TEMPLATE, *INCLUDED_TEMPLATES):
+        env.get_template(name)
 
 
 def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict | None = None) -> dict[str, Path]:

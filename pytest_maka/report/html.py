@@ -29,6 +29,8 @@ from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
 TEMPLATE = "report.html.j2"
+#: The templates ``TEMPLATE`` includes (compiled ahead by ``report.warm``).
+INCLUDED_TEMPLATES = ("_style.css.j2", "_report.js.j2")
 TEMPLATES_DIR = Path(__file__).with_name("templates")
 #: Flagged tasks listed in the health table (the grid flags every one).
 MAX_HEALTH_ROWS = 200
