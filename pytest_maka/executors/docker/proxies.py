@@ -182,11 +182,12 @@ def pool_labels() -> dict[str, str]:
 class ProxyPool:
     """At most one ready entry per key, refilled in the background; each entry is claimed once."""
 
-    def __init__(self, workers: int = 2) -> None:
+    def __init__(self, workers: int = 8) -> None:
         self._lock = threading.Lock()
         self._ready: dict[Hashable, Future[ProxyEntry]] = {}
         self._workers = workers
-        self._pool: ThreadPoolExecutor | None = None
+        self._own: ThreadPoolExecutor | None = None
+        self._spares: ThreadPoolExecutor | None = None
         self._closed = False
         atexit.register(self.close)
 
@@ -194,16 +195,18 @@ class ProxyPool:
         self, key: Hashable, make: Callable[[], ProxyEntry], spare: Callable[[], ProxyEntry] | None = None
     ) -> Future[ProxyEntry]:
         """An entry for one attempt: the ready one for ``key`` if any, else ``make()`` now (in the
-        background, labelled for the attempt); with ``spare``, the next ready one is started."""
+        background, labelled for the attempt); with ``spare``, the next ready one is made once
+        this one is (one at a time, so that it never slows down an attempt waiting for its own)."""
         with self._lock:
             if self._closed:
                 raise InfraError("the docker executor is closed")
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="maka-egress-pool")
+            if self._own is None or self._spares is None:
+                self._own = ThreadPoolExecutor(self._workers, thread_name_prefix="maka-egress-own")
+                self._spares = ThreadPoolExecutor(1, thread_name_prefix="maka-egress-spare")
             ready = self._ready.pop(key, None)
-            mine = ready if ready is not None and not _failed(ready) else self._pool.submit(make)
+            mine = ready if ready is not None and not _failed(ready) else self._own.submit(make)
             if spare is not None:
-                self._ready[key] = self._pool.submit(spare)
+                self._ready[key] = self._spares.submit(_after, mine, spare)
         if ready is not None and ready is not mine:
             _discard(ready)
         return mine
@@ -213,11 +216,18 @@ class ProxyPool:
         with self._lock:
             self._closed = True
             pending, self._ready = list(self._ready.values()), {}
-            pool, self._pool = self._pool, None
+            pools, self._own, self._spares = (self._own, self._spares), None, None
         for future in pending:
             _discard(future)
-        if pool is not None:
-            pool.shutdown(wait=True)
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+
+def _after(first: Future[ProxyEntry], make: Callable[[], ProxyEntry]) -> ProxyEntry:
+    with contextlib.suppress(Exception):
+        first.result()
+    return make()
 
 
 def _failed(future: Future[ProxyEntry]) -> bool:
