@@ -115,6 +115,9 @@ def host_direct(url: str, n: int) -> list[float]:
 def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct: Callable[[], list[float]] | None,
             direct_url: str | None, args: argparse.Namespace) -> None:  # fmt: skip
     executor = make()
+    with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:  # nothing made ahead yet
+        cold = one_lease(executor, Path(tmp) / "cold", target, 1, 2, direct_url)
+    print(f"{label:6} the process's first lease (nothing made ahead): first phase {ms(cold['first_phase'])}")
     for workers in (1, 4):
         with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:
             roots = [Path(tmp) / f"lease-{i}" for i in range(workers * args.leases)]
