@@ -141,6 +141,9 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
             f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
+        each = {k: " ".join(f"{x * 1000:.0f}" for x in merged[k]) for k in ("first_phase", "first_with_command")}
+        print(f"{label:6} concurrency {workers}: each first phase (ms, in lease order): {each['first_phase']}; "
+              f"with a command: {each['first_with_command']}")  # fmt: skip
     executor.close()
 
 

@@ -159,7 +159,7 @@ def test_a_supervisor_that_died_makes_the_next_phase_an_infra_failure(
     make_executor, docker_api, egress_upstream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     network, ip, port = egress_upstream
-    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, prestart=False)
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, egress_prestart=False)
     plan = _plan(f"allowed.test:{port}")
     log = EgressLog(tmp_path / "egress.log")
     with _lease(executor, _request(tmp_path, "dies")) as sandbox:

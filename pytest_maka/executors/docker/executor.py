@@ -239,7 +239,7 @@ class DockerExecutor(SeparateVerifier, Containers):
             state_dir=self.options.resolved_state_dir(),
             attempt_dir=request.attempt_dir,
             pool=self.proxies,
-            spares=self.options.prestart,
+            spares=self.options.egress_prestart,
         )
 
     def _make_spare(self, key: Hashable) -> Spare:
