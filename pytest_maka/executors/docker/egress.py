@@ -3,12 +3,14 @@
 The attempt's container joins (per command of an allowlist phase) a network created with
 ``internal`` (no route out) and no host address on its bridge (``inhibit_ipv4``), so the
 only thing it can talk to is the proxy container, which sits on that network and on the
-egress network (``egress_network``, the default bridge unless set). tinyproxy is started
-inside the proxy container per phase with that phase's rules and stopped after it; its
-log becomes the phase's egress events. The proxy image is built locally from
-``debian:bookworm-slim`` with Debian's ``tinyproxy-bin``, once per engine. What a command
-sends past the proxy (UDP, raw IP, TCP to other addresses or ports) is refused and logged
-in the attempt container's own namespace by a helper container (``netguard``).
+egress network (``egress_network``, the default bridge unless set). Both are made ahead
+(``proxies.ProxyPool``) and claimed as the lease starts; tinyproxy is started in the proxy
+container per phase with that phase's rules and stopped after it, by one command each way
+over the supervisor's attached stream (no ``exec``); its log becomes the phase's egress
+events. The proxy image is built locally from ``debian:bookworm-slim`` with Debian's
+``tinyproxy-bin``, once per engine. What a command sends past the proxy (UDP, raw IP, TCP to
+other addresses or ports) is refused and logged in the attempt container's own namespace by
+a helper container (``netguard``), started in the background as the lease starts.
 """
 
 from __future__ import annotations

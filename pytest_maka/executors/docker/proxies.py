@@ -38,6 +38,8 @@ from .archive import text_files
 from .engines import Engine, one_line
 
 STDOUT = 1
+#: How long one command may take before its process counts as hung (a phase's stop waits up to ~15 s).
+CALL_TIMEOUT_SEC = 120.0
 
 
 class Channel:
@@ -53,6 +55,7 @@ class Channel:
         self._raw: Any = getattr(self._conn, "_sock", self._conn)
         self._buf = b""
         self._lock = threading.Lock()
+        self._broken: str | None = None
 
     def call(self, msg: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Send ``msg`` as a JSON line, return the supervisor's JSON answer."""
@@ -62,7 +65,11 @@ class Channel:
     def exchange(self, line: bytes, what: str) -> bytes:
         """Send one line, return the one line answered; a process gone raises InfraError."""
         with self._lock, self.engine.guard(what, refusals=False):
+            if self._broken is not None:
+                raise InfraError(f"{what}: the {self.name} is gone ({self._broken})")
             try:
+                if hasattr(self._raw, "settimeout"):  # a process that hangs fails the phase, in time
+                    self._raw.settimeout(CALL_TIMEOUT_SEC)
                 self._raw.sendall(line + b"\n")
                 while b"\n" not in self._buf:
                     stream, size = next_frame_header(self._conn)
@@ -72,7 +79,8 @@ class Channel:
                     if stream == STDOUT:
                         self._buf += data
             except (OSError, EOFError, docker.errors.DockerException) as exc:
-                raise InfraError(f"{what}: the {self.name} is gone ({one_line(exc)})") from None
+                self._broken = one_line(exc) or type(exc).__name__  # the stream is out of step from here on
+                raise InfraError(f"{what}: the {self.name} is gone ({self._broken})") from None
             answer, _, self._buf = self._buf.partition(b"\n")
         return answer
 
