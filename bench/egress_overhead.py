@@ -66,23 +66,31 @@ def _run(sandbox: Any, root: Path, command: str, env: dict[str, str], network: b
 
 
 def one_lease(
-    executor: Any, root: Path, target: tuple[str, int], requests: int, phases: int, direct_url: str | None
-) -> dict[str, list[float]]:
-    """One attempt: ``phases`` allowlist phases timed empty, then ``requests`` GETs via the proxy."""
+    executor: Any, root: Path, target: tuple[str, int], requests: int, phases: int, direct_url: str | None,
+    with_command: bool = False,
+) -> dict[str, list[float]]:  # fmt: skip
+    """One attempt: ``phases`` allowlist phases timed empty, then ``requests`` GETs via the proxy.
+
+    ``with_command``: the first phase runs one networked ``true`` (what a real first phase waits
+    for: the proxy, the packet logger and the resolver), timed as ``first_with_command``."""
     task = make_task(root / "task", docker_image="python:3.11-slim")
-    req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s")
+    hint = {"egress": True} if "egress" in LeaseRequest.__dataclass_fields__ else {}  # the plan has an allowlist
+    req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s", **hint)
     (root / "a").mkdir(parents=True, exist_ok=True)
     name, port = target
     plan = PhasePlan("allowlist", hostpattern.parse_all([f"{name}:{port}"]))
     log = EgressLog(root / "a" / "egress.log")
-    out: dict[str, list[float]] = {k: [] for k in ("first_phase", "phase", "proxied", "direct", "cmd", "cmd_proxied")}
+    keys = ("first_phase", "first_with_command", "phase", "proxied", "direct", "cmd", "cmd_proxied")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     env = {**ENV, "T": TIMER}
     with executor.lease(req) as sandbox:
         for i in range(phases):
             t = time.perf_counter()
             with sandbox.egress_phase("agent", plan, log):
-                pass
-            out["first_phase" if i == 0 else "phase"].append(time.perf_counter() - t)
+                if i == 0 and with_command:
+                    _run(sandbox, root, "true", env, True)
+            key = "phase" if i else "first_with_command" if with_command else "first_phase"
+            out[key].append(time.perf_counter() - t)
         with sandbox.egress_phase("agent", plan, log):
             for _ in range(phases):  # a command's start, without and behind the forwarder
                 for key, network in (("cmd", False), ("cmd_proxied", True)):
@@ -158,13 +166,19 @@ def host_direct(url: str, n: int) -> list[float]:
 def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct: Callable[[], list[float]] | None,
             direct_url: str | None, args: argparse.Namespace) -> None:  # fmt: skip
     executor = make()
+    with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:  # nothing made ahead yet
+        cold = one_lease(executor, Path(tmp) / "cold", target, 1, 2, direct_url)
+    print(f"{label:6} the process's first lease (nothing made ahead): first phase {ms(cold['first_phase'])}")
     for workers in (1, 4):
         with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:
             roots = [Path(tmp) / f"lease-{i}" for i in range(workers * args.leases)]
             started = time.perf_counter()
+            jobs = [(r, i % 2 == 1) for i, r in enumerate(roots)]  # every other lease: a command in its first phase
             with ThreadPoolExecutor(workers) as pool:
                 results = list(
-                    pool.map(lambda r: one_lease(executor, r, target, args.requests, args.phases, direct_url), roots)
+                    pool.map(
+                        lambda j: one_lease(executor, j[0], target, args.requests, args.phases, direct_url, j[1]), jobs
+                    )
                 )
             wall = time.perf_counter() - started
         merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}
@@ -173,10 +187,14 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
         cmd = statistics.median(merged["cmd_proxied"]) - statistics.median(merged["cmd"])
         print(
             f"{label:12} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
+            f"with a networked command {ms(merged['first_with_command'])}, "
             f"later phase {ms(merged['phase'])}; command start {ms(merged['cmd'])}, behind the forwarder "
             f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
+        each = {k: " ".join(f"{x * 1000:.0f}" for x in merged[k]) for k in ("first_phase", "first_with_command")}
+        print(f"{label:6} concurrency {workers}: each first phase (ms, in lease order): {each['first_phase']}; "
+              f"with a command: {each['first_with_command']}")  # fmt: skip
     executor.close()
 
 

@@ -105,6 +105,9 @@ class LeaseRequest:
     deadline: float | None = None
     #: Host directories bound read-only into the sandbox (an installed agent): sandbox path -> host path.
     mounts: Mapping[str, Path] = field(default_factory=dict)
+    #: A phase of the attempt's network plan is ``allowlist``: the executor may make its egress
+    #: proxy ready while the lease starts, instead of in the first such phase (a hint only).
+    egress: bool = False
 
 
 @runtime_checkable

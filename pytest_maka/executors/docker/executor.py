@@ -28,6 +28,7 @@ from .images import ImageStore
 from .layers import layered_image
 from .leases import SlotPool, acquire
 from .options import DockerOptions
+from .proxies import ProxyPool
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
 from .verifier_env import SEPARATE_FEATURES, SeparateVerifier
@@ -53,6 +54,8 @@ class DockerExecutor(SeparateVerifier, Containers):
         self._configs: dict[tuple[str, str], dict[str, Any]] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
+        #: Egress networks and proxy containers made ahead (one ready per key, see proxies.py).
+        self.proxies = ProxyPool()
         self.features = frozenset(
             {
                 "users",
@@ -94,6 +97,7 @@ class DockerExecutor(SeparateVerifier, Containers):
         containers of dead processes (e.g. a killed xdist worker) on every engine that answers.
         On this host, the shims of containers left by a killed engine are killed too."""
         self.spares.close()
+        self.proxies.close()
         orphans, self._orphans = self._orphans, []
         for engine in self.engines:
             mine = [cid for e, cid in orphans if e is engine]
@@ -189,6 +193,8 @@ class DockerExecutor(SeparateVerifier, Containers):
                         check_started(sandbox)
                     else:
                         sandbox.adopt(spare.keepers, name=_container_name(request))
+                    if request.egress:  # the proxy and packet logger get ready while the lease goes on
+                        egress.prepare(cid)
                     if self.options.prestart and plain:
                         self.spares.refill(key)
                     entries = first_entries(task) + [(Path(src), dest) for dest, src in request.uploads.items()]
@@ -239,6 +245,8 @@ class DockerExecutor(SeparateVerifier, Containers):
             hosts=self.options.egress_hosts,
             state_dir=self.options.resolved_state_dir(),
             attempt_dir=request.attempt_dir,
+            pool=self.proxies,
+            spares=self.options.egress_prestart,
         )
 
     def _make_spare(self, key: Hashable) -> Spare:

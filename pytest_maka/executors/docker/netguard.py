@@ -15,17 +15,20 @@ and the host drops bridged packets addressed outside the internal subnet.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 from collections.abc import Mapping
 
 import docker.errors
 
+from ...core.errors import InfraError
 from ...egress.log import EgressEvent, PastProxyFlows
 from ...egress.packets import PROTOCOLS
 from . import labels as L
 from .archive import text_files
 from .engines import Engine, one_line
+from .proxies import Channel
 
 NFLOG_GROUP = 7
 LOG_FILE = "/run/maka/packets.json"
@@ -73,6 +76,15 @@ COLLECT_SCRIPT = (
     'i=0; while [ "$(wc -l < $L)" -lt "${want:-0}" ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.01; done; '
     "off=$(cat /run/maka/offset 2>/dev/null || echo 0); size=$(stat -c %s $L); "
     "tail -c +$((off + 1)) $L | head -c $((size - off)); echo $size > /run/maka/offset"
+)
+
+
+#: The helper's main process: runs /etc/maka/<command>.sh for each line "<command> [arg] [arg]" on its
+#: standard input and answers one line, "<exit code> <output in base64>" (the harness attaches once).
+LOOP = (
+    'while read -r cmd a b; do case "$cmd" in start|route|collect) ;; *) echo 2; continue;; esac; '
+    'out=$(sh /etc/maka/$cmd.sh "$a" "$b" 2>&1); code=$?; '
+    'printf "%s %s\\n" "$code" "$(printf %s "$out" | base64 -w0)"; done'
 )
 
 
@@ -135,12 +147,13 @@ class NetGuard:
         self.container: str | None = None
         #: The engine gives a default route on the internal network itself: no route to set per join.
         self.native_route = False
+        self.channel: Channel | None = None
 
     def start(self, container: str, subnet: str, proxy_ip: str, proxy_port: int) -> None:
         """Create the helper in ``container``'s namespace, load the rules, start ulogd2 (raises on failure)."""
         ipaddress.ip_network(subnet)  # a subnet the engine reported, checked before it reaches nft
         self._create(container, subnet, proxy_ip, proxy_port)
-        code, out = self._exec(["sh", "-c", START_SCRIPT])
+        code, out = self._call("start")
         if code != 0:
             raise RuntimeError(f"the packet logger did not start: {out.strip()[:300]}")
 
@@ -158,35 +171,48 @@ class NetGuard:
             )
             self.id = api.create_container(
                 self.image,
-                entrypoint=["sleep"],
-                command=["infinity"],
+                entrypoint=["sh", "-c", LOOP],
+                stdin_open=True,
                 labels={**self.labels, L.ROLE: "egress-guard"},
                 host_config=host_config,
             )["Id"]
             self.container = container
-            files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF}
+            files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF,
+                     "start.sh": START_SCRIPT, "route.sh": ROUTE_SCRIPT, "collect.sh": COLLECT_SCRIPT}  # fmt: skip
             api.put_archive(self.id, "/etc/maka", text_files(files))
+        self.channel = Channel(self.engine, self.id, "packet logger")  # before the start: nothing is missed
+        with self.engine.guard("starting the packet logger", refusals=False):
             api.start(self.id)
 
     def route(self, proxy_ip: str, gateway: str | None) -> None:
         """After the container joined the internal network: make sure its default route leads there."""
         if self.native_route:
             return
-        code, out = self._exec(["sh", "-c", ROUTE_SCRIPT, "maka", proxy_ip, gateway or ""])
+        code, out = self._call("route", proxy_ip, gateway or "")
         if code != 0:
             raise RuntimeError(f"setting the sandbox's route to the egress proxy failed: {out.strip()[:200]}")
         self.native_route = out.strip() == "native"
 
     def collect(self, phase: str) -> list[EgressEvent]:
         """The refused packets logged since the last call, as events of ``phase``."""
-        code, out = self._exec(["sh", "-c", COLLECT_SCRIPT])
+        code, out = self._call("collect")
         return parse_packets(out, phase) if code == 0 else []
 
-    def _exec(self, argv: list[str]) -> tuple[int, str]:
-        assert self.id is not None
-        return exec_as_root(self.engine, self.id, argv)
+    def _call(self, *words: str) -> tuple[int, str]:
+        """One command of the helper's loop: (exit code, output); a helper gone raises RuntimeError."""
+        if self.channel is None:
+            raise RuntimeError("the packet logger is not running")
+        try:
+            answer = self.channel.exchange(" ".join(words).encode(), f"the packet logger's {words[0]}")
+            code, _, out = answer.partition(b" ")
+            return int(code), base64.b64decode(out).decode(errors="replace")
+        except (InfraError, ValueError) as exc:
+            raise RuntimeError(str(exc)) from None
 
     def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         if self.id is not None:
             try:
                 with self.engine.guard("removing the packet logger", refusals=False):

@@ -78,6 +78,8 @@ class DockerOptions(BaseModel):
     egress_network: str = "bridge"
     #: Names the egress proxy resolves as given (name -> IP address or "host-gateway").
     egress_hosts: dict[str, str] = Field(default_factory=dict)
+    #: Keep one egress network and proxy container ready for the next attempt with an allowlist.
+    egress_prestart: bool = True
     no_new_privileges: bool = True
     #: Start the next container of an environment ahead of time (once it was leased twice).
     prestart: bool = True

@@ -102,6 +102,10 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
 
     def _join(self, target: str, proxied: bool) -> None:
         """Join ``target`` for a command; the egress proxy's network also gets the packet logger's route."""
+        if self.egress is not None and proxied:  # its packet logger runs, its resolver is the proxy
+            self.egress.ready(self.id, self.restarts)
+        elif self.egress is not None:  # the container's own resolver back, if an allowlist phase set the proxy's
+            self.egress.own_files(self.id)
         with self.engine.guard(f"connecting the container to the network {target}", refusals=False):
             self.api.connect_container_to_network(self.id, target)
         self.networks_used.add("egress-internal" if proxied else target)
@@ -124,7 +128,7 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         """Phase ``name`` of the network plan: an allowlist phase runs behind the attempt's proxy."""
         if self.egress is None:
             raise InfraError("this docker sandbox has no egress proxy")
-        with self.egress.phase(name, plan, log, container=self.id):
+        with self.egress.phase(name, plan, log, container=self.id, generation=self.restarts):
             yield
 
     def _exec(

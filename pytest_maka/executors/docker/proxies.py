@@ -1,0 +1,247 @@
+"""Egress proxies made ahead of time: an internal network and a running proxy container, ready to claim.
+
+A ``ProxyEntry`` is one attempt's internal network (``internal``, no host address on its
+bridge) and its proxy container, whose main process is the supervisor
+(``pytest_maka/egress/supervisor.py``): the harness attaches to the container's standard
+streams once (``attach_socket``: the same hijacked stream as ``docker exec``, so it works over
+``ssh://`` engines too) and switches phases with one command each way, no ``exec``.
+
+``ProxyPool`` keeps one ready entry per key (engine, egress network, extra hosts), made in a
+background thread: a lease whose plan has an allowlist phase claims one when it starts
+(``claim``: the ready one, or one made for it now, in the background), and the next is made
+at once. An entry serves one attempt only and is removed with its lease. Ready entries carry
+the run and owner labels (``cell`` says ``spare``), and are removed by ``close()``, at
+interpreter exit and, after a crash, by the dead-owner sweep (``maka docker-cleanup``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ipaddress
+import json
+import threading
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from docker.utils.socket import next_frame_header, read_exactly
+
+from ...core.errors import InfraError
+from ...egress import relay, supervisor, wire
+from . import labels as L
+from .archive import text_files
+from .engines import Engine, one_line
+
+STDOUT = 1
+#: How long one command may take before its process counts as hung (a phase's stop waits up to ~15 s).
+CALL_TIMEOUT_SEC = 120.0
+
+
+class Channel:
+    """The harness's end of one container's main process's standard streams: one line each way per call."""
+
+    def __init__(self, engine: Engine, container: str, name: str = "egress proxy's supervisor") -> None:
+        self.engine = engine
+        self.name = name
+        with engine.guard("attaching to the egress proxy", refusals=False):
+            api = engine.api
+            self._conn = api.attach_socket(container, params={"stdin": 1, "stdout": 1, "stream": 1})
+            api._disable_socket_timeout(self._conn)
+        self._raw: Any = getattr(self._conn, "_sock", self._conn)
+        self._buf = b""
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+
+    def call(self, msg: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Send ``msg`` as a JSON line, return the supervisor's JSON answer."""
+        answer: dict[str, Any] = json.loads(self.exchange(json.dumps(msg).encode(), what))
+        return answer
+
+    def exchange(self, line: bytes, what: str) -> bytes:
+        """Send one line, return the one line answered; a process gone raises InfraError."""
+        with self._lock, self.engine.guard(what, refusals=False):
+            if self._broken is not None:
+                raise InfraError(f"{what}: the {self.name} is gone ({self._broken})")
+            try:
+                if hasattr(self._raw, "settimeout"):  # a process that hangs fails the phase, in time
+                    self._raw.settimeout(CALL_TIMEOUT_SEC)
+                self._raw.sendall(line + b"\n")
+                while b"\n" not in self._buf:
+                    stream, size = next_frame_header(self._conn)
+                    if stream < 0:
+                        raise EOFError("end of stream")
+                    data = read_exactly(self._conn, size) if size else b""
+                    if stream == STDOUT:
+                        self._buf += data
+            except (OSError, EOFError, docker.errors.DockerException) as exc:
+                self._broken = one_line(exc) or type(exc).__name__  # the stream is out of step from here on
+                raise InfraError(f"{what}: the {self.name} is gone ({self._broken})") from None
+            answer, _, self._buf = self._buf.partition(b"\n")
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+
+@dataclass
+class ProxyEntry:
+    """One internal network and its running proxy container (with its open channel)."""
+
+    engine: Engine
+    network_id: str
+    network_name: str
+    proxy_id: str
+    proxy_ip: str
+    subnet: str
+    gateway: str | None
+    image: str
+    channel: Channel
+
+
+def make_entry(
+    engine: Engine, image: str, *, labels: Mapping[str, str], egress_network: str, hosts: Mapping[str, str],
+    upstream_port: int,
+) -> ProxyEntry:  # fmt: skip
+    """Create the network and the proxy container, start the supervisor, attach, and wait for its answer.
+
+    Anything that fails removes what was made and raises (InfraError with the reason, as a rule)."""
+    api = engine.api
+    name = f"maka-egress-{uuid.uuid4().hex[:12]}"
+    labels = {**labels, **L.owner_labels(), L.RUN: L.run_id(), L.ROLE: "egress"}
+    made: dict[str, str] = {}
+    channel: Channel | None = None
+    try:
+        with engine.guard("creating the egress network"):
+            made["network"] = api.create_network(
+                name, driver="bridge", internal=True, labels=labels,
+                options={"com.docker.network.bridge.inhibit_ipv4": "true"},
+            )["Id"]  # fmt: skip
+            ipam = (api.inspect_network(made["network"]).get("IPAM") or {}).get("Config") or [{}]
+        with engine.guard("creating the egress proxy container"):
+            host_config = api.create_host_config(
+                init=True,
+                network_mode=egress_network,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                pids_limit=256,
+                extra_hosts=dict(hosts),
+                # logs on tmpfs: tinyproxy calls fsync after every line; the DNS responder binds port 53
+                tmpfs={"/run/maka": "size=64m"},
+                # nothing is forwarded: the relay and tinyproxy only answer (checked per phase)
+                sysctls={"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ip_forward": "0"},
+            )
+            made["proxy"] = api.create_container(
+                image,
+                entrypoint=["python3", "-u", "/etc/maka/supervisor.py"],
+                command=[str(upstream_port)],
+                stdin_open=True,
+                labels={**labels, L.ROLE: "egress-proxy"},
+                host_config=host_config,
+                name=f"{name}-proxy",
+            )["Id"]
+            files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in (relay, wire, supervisor)}
+            api.put_archive(made["proxy"], "/etc/maka", text_files(files))
+        channel = Channel(engine, made["proxy"])  # before the start: nothing it says is missed
+        with engine.guard("starting the egress proxy container"):
+            api.start(made["proxy"])
+            api.connect_container_to_network(made["proxy"], made["network"])
+            endpoint = api.inspect_container(made["proxy"])["NetworkSettings"]["Networks"][name]
+        ip = endpoint.get("IPAddress")
+        if not ip:
+            raise InfraError("the egress proxy container got no address on the attempt's internal network")
+        if not channel.call({"cmd": "ping"}, "starting the egress proxy's supervisor").get("ok"):
+            raise InfraError("the egress proxy's supervisor did not start")
+        subnet = str(ipaddress.ip_network(f"{ip}/{endpoint['IPPrefixLen']}", strict=False))
+        gateway = ipam[0].get("Gateway") or None
+        return ProxyEntry(engine, made["network"], name, made["proxy"], ip, subnet, gateway, image, channel)
+    except BaseException:
+        if channel is not None:
+            channel.close()
+        _remove(engine, made.get("proxy"), made.get("network"))
+        raise
+
+
+def remove_entry(entry: ProxyEntry) -> None:
+    """Remove the proxy container and the network (after the attempt's container left it)."""
+    entry.channel.close()
+    _remove(entry.engine, entry.proxy_id, entry.network_id)
+
+
+def _remove(engine: Engine, proxy: str | None, network: str | None) -> None:
+    if proxy is not None:
+        with engine.guard("removing the egress proxy", refusals=False), contextlib.suppress(docker.errors.NotFound):
+            engine.api.remove_container(proxy, force=True, v=True)
+    if network is not None:
+        with engine.guard("removing the egress network", refusals=False), contextlib.suppress(docker.errors.NotFound):
+            engine.api.remove_network(network)
+
+
+def pool_labels() -> dict[str, str]:
+    """The labels of an entry made before any attempt claimed it."""
+    return {L.CELL: "spare"}
+
+
+class ProxyPool:
+    """At most one ready entry per key, refilled in the background; each entry is claimed once."""
+
+    def __init__(self, workers: int = 8) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[Hashable, Future[ProxyEntry]] = {}
+        self._workers = workers
+        self._own: ThreadPoolExecutor | None = None
+        self._spares: ThreadPoolExecutor | None = None
+        self._closed = False
+        atexit.register(self.close)
+
+    def claim(
+        self, key: Hashable, make: Callable[[], ProxyEntry], spare: Callable[[], ProxyEntry] | None = None
+    ) -> Future[ProxyEntry]:
+        """An entry for one attempt: the ready one for ``key`` if any, else ``make()`` now (in the
+        background, labelled for the attempt); with ``spare``, the next ready one is made once
+        this one is (one at a time, so that it never slows down an attempt waiting for its own)."""
+        with self._lock:
+            if self._closed:
+                raise InfraError("the docker executor is closed")
+            if self._own is None or self._spares is None:
+                self._own = ThreadPoolExecutor(self._workers, thread_name_prefix="maka-egress-own")
+                self._spares = ThreadPoolExecutor(1, thread_name_prefix="maka-egress-spare")
+            ready = self._ready.pop(key, None)
+            mine = ready if ready is not None and not _failed(ready) else self._own.submit(make)
+            if spare is not None:
+                self._ready[key] = self._spares.submit(_after, mine, spare)
+        if ready is not None and ready is not mine:
+            _discard(ready)
+        return mine
+
+    def close(self) -> None:
+        """Remove every ready entry (waits for those still being made)."""
+        with self._lock:
+            self._closed = True
+            pending, self._ready = list(self._ready.values()), {}
+            pools, self._own, self._spares = (self._own, self._spares), None, None
+        for future in pending:
+            _discard(future)
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+
+def _after(first: Future[ProxyEntry], make: Callable[[], ProxyEntry]) -> ProxyEntry:
+    with contextlib.suppress(Exception):
+        first.result()
+    return make()
+
+
+def _failed(future: Future[ProxyEntry]) -> bool:
+    return future.done() and future.exception() is not None
+
+
+def _discard(future: Future[ProxyEntry]) -> None:
+    with contextlib.suppress(Exception):  # engine gone: the dead-owner sweep removes it
+        remove_entry(future.result(timeout=120))
