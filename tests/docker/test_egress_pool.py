@@ -66,7 +66,7 @@ def _exists(docker_api, kind: str, ident: str) -> bool:  # type: ignore[no-untyp
 
 def _ready_entries(executor):  # type: ignore[no-untyped-def]
     """The pool's ready entries (waiting for those still being made)."""
-    return [future.result(timeout=300) for future in list(executor.proxies._ready.values())]
+    return [future.result(timeout=300) for future in executor.proxies.ready()]
 
 
 @contextmanager
@@ -115,6 +115,29 @@ def test_entries_made_ahead_are_removed_at_close(make_executor, docker_api, egre
     assert not _exists(docker_api, "network", entry.network_id)
 
 
+def test_the_pool_keeps_as_many_entries_ready_as_attempts_ran_at_once(
+    make_executor, docker_api, egress_upstream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """With two attempts at once (``--maka-concurrency 2``) two entries are kept ready, so the
+    next two attempts that start together both find one; each is claimed once."""
+    network, ip, port = egress_upstream
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
+    plan = _plan(f"allowed.test:{port}")
+    with _lease(executor, _request(tmp_path, "a")), _lease(executor, _request(tmp_path, "b")):
+        pass
+    ready = _ready_entries(executor)
+    assert len(ready) == 2 and len({e.proxy_id for e in ready}) == 2, ready
+    assert all(docker_api.inspect_container(e.proxy_id)["Config"]["Labels"][L.CELL] == "spare" for e in ready)
+    with _lease(executor, _request(tmp_path, "c")) as c, _lease(executor, _request(tmp_path, "d")) as d:
+        for sandbox, name in ((c, "c"), (d, "d")):
+            with sandbox.egress_phase("agent", plan, EgressLog(tmp_path / f"{name}.log")):
+                pass
+        assert {c.egress.entry.proxy_id, d.egress.entry.proxy_id} == {e.proxy_id for e in ready}
+    assert len(_ready_entries(executor)) == 2, "topped up again"
+    executor.close()
+    assert not any(_exists(docker_api, "container", e.proxy_id) for e in ready)
+
+
 OWNER = """
 import json, os, sys
 from pathlib import Path
@@ -129,7 +152,7 @@ ex = DockerExecutor(DockerOptions(state_dir=root / "state", egress_network=sys.a
 req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s", egress=True)
 with ex.lease(req):
     pass
-entry = next(iter(ex.proxies._ready.values())).result(timeout=300)
+entry = ex.proxies.ready()[0].result(timeout=300)
 print(json.dumps([entry.proxy_id, entry.network_id]), flush=True)
 os._exit(0)  # dies without closing: what a killed worker leaves
 """

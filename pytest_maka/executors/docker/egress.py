@@ -142,6 +142,8 @@ class DockerEgress:
         #: (container, restart count) whose resolv.conf and /etc/hosts are the proxy's now.
         self._files_for: tuple[str, int] | None = None
         self._claimed: Future[ProxyEntry] | None = None
+        #: The pool's key of the claimed entry (engine, egress network, extra hosts).
+        self._key: tuple[object, ...] = ()
         self._prepared: dict[str | None, Future[None]] = {}
         self._threads: ThreadPoolExecutor | None = None
 
@@ -160,9 +162,9 @@ class DockerEgress:
         if container in self._prepared:
             return
         if self._claimed is None:
-            key = (self.engine.key, self.egress_network, tuple(sorted(self.hosts.items())))
+            self._key = (self.engine.key, self.egress_network, tuple(sorted(self.hosts.items())))
             spare = functools.partial(self._make, pool_labels()) if self.spares else None
-            self._claimed = self.pool.claim(key, functools.partial(self._make, self.labels), spare)
+            self._claimed = self.pool.claim(self._key, functools.partial(self._make, self.labels), spare)
         if self._threads is None:
             self._threads = ThreadPoolExecutor(2, thread_name_prefix="maka-egress-prepare")
         self._prepared[container] = self._threads.submit(self._prepare, container)
@@ -384,6 +386,8 @@ class DockerEgress:
         if entry is None and self._claimed is not None:
             with suppress(Exception):  # it failed: it left nothing
                 entry = self._claimed.result()
+        if self._claimed is not None:
+            self.pool.release(self._key)
         self._claimed = None
         if entry is not None:
             remove_entry(entry)

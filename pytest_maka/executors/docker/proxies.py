@@ -6,12 +6,13 @@ bridge) and its proxy container, whose main process is the supervisor
 streams once (``attach_socket``: the same hijacked stream as ``docker exec``, so it works over
 ``ssh://`` engines too) and switches phases with one command each way, no ``exec``.
 
-``ProxyPool`` keeps one ready entry per key (engine, egress network, extra hosts), made in a
-background thread: a lease whose plan has an allowlist phase claims one when it starts
-(``claim``: the ready one, or one made for it now, in the background), and the next is made
-at once. An entry serves one attempt only and is removed with its lease. Ready entries carry
-the run and owner labels (``cell`` says ``spare``), and are removed by ``close()``, at
-interpreter exit and, after a crash, by the dead-owner sweep (``maka docker-cleanup``).
+``ProxyPool`` keeps ready entries per key (engine, egress network, extra hosts; as many as
+the process had attempts at once, at most MAX_READY), made in background threads: a lease
+whose plan has an allowlist phase claims one when it starts (``claim``: a ready one, or one
+made for it now, in the background), and the ready ones are topped up once it is made. An
+entry serves one attempt only and is removed with its lease. Ready entries carry the run and
+owner labels (``cell`` says ``spare``), and are removed by ``close()``, at interpreter exit
+and, after a crash, by the dead-owner sweep (``maka docker-cleanup``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import ipaddress
 import json
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -187,12 +189,25 @@ def pool_labels() -> dict[str, str]:
     return {L.CELL: "spare"}
 
 
+#: At most this many ready entries per key (as many as the process had attempts at once).
+MAX_READY = 4
+
+
 class ProxyPool:
-    """At most one ready entry per key, refilled in the background; each entry is claimed once."""
+    """Ready entries per key, refilled in the background; each entry is claimed once.
+
+    A key keeps as many ready entries as the process has had attempts holding one at once
+    (at least 1, at most MAX_READY): ``--maka-concurrency 4`` keeps four ready, a run of one
+    attempt at a time keeps one. Only an entry that is ready is claimed: while the ready ones
+    are still being made, a claim makes its own at once (waiting for one made after another
+    would chain the attempts that start together).
+    """
 
     def __init__(self, workers: int = 8) -> None:
         self._lock = threading.Lock()
-        self._ready: dict[Hashable, Future[ProxyEntry]] = {}
+        self._ready: dict[Hashable, list[Future[ProxyEntry]]] = {}
+        self._in_use: Counter[Hashable] = Counter()
+        self._peak: Counter[Hashable] = Counter()
         self._workers = workers
         self._own: ThreadPoolExecutor | None = None
         self._spares: ThreadPoolExecutor | None = None
@@ -202,28 +217,49 @@ class ProxyPool:
     def claim(
         self, key: Hashable, make: Callable[[], ProxyEntry], spare: Callable[[], ProxyEntry] | None = None
     ) -> Future[ProxyEntry]:
-        """An entry for one attempt: the ready one for ``key`` if any, else ``make()`` now (in the
-        background, labelled for the attempt); with ``spare``, the next ready one is made once
-        this one is (one at a time, so that it never slows down an attempt waiting for its own)."""
+        """An entry for one attempt (``release(key)`` when it is gone): a ready one for ``key`` if
+        any, else ``make()`` now (in the background, labelled for the attempt); with ``spare``, the
+        ready ones are topped up once this one is made (so that they never slow down an attempt
+        waiting for its own)."""
         with self._lock:
             if self._closed:
                 raise InfraError("the docker executor is closed")
             if self._own is None or self._spares is None:
                 self._own = ThreadPoolExecutor(self._workers, thread_name_prefix="maka-egress-own")
-                self._spares = ThreadPoolExecutor(1, thread_name_prefix="maka-egress-spare")
-            ready = self._ready.pop(key, None)
-            mine = ready if ready is not None and not _failed(ready) else self._own.submit(make)
+                self._spares = ThreadPoolExecutor(MAX_READY, thread_name_prefix="maka-egress-spare")
+            queue = self._ready.setdefault(key, [])
+            failed = [f for f in queue if _failed(f)]
+            queue[:] = [f for f in queue if f not in failed]
+            mine = next((f for f in queue if f.done()), None)
+            if mine is not None:
+                queue.remove(mine)
+            else:
+                mine = self._own.submit(make)
+            self._in_use[key] += 1
+            self._peak[key] = max(self._peak[key], self._in_use[key])
             if spare is not None:
-                self._ready[key] = self._spares.submit(_after, mine, spare)
-        if ready is not None and ready is not mine:
-            _discard(ready)
+                while len(queue) < min(MAX_READY, self._peak[key]):
+                    queue.append(self._spares.submit(_after, mine, spare))
+        for future in failed:
+            _discard(future)
         return mine
+
+    def release(self, key: Hashable) -> None:
+        """An attempt's entry (claimed for ``key``) is gone."""
+        with self._lock:
+            self._in_use[key] = max(0, self._in_use[key] - 1)
+
+    def ready(self) -> list[Future[ProxyEntry]]:
+        """The ready entries of every key (some may still be being made)."""
+        with self._lock:
+            return [f for queue in self._ready.values() for f in queue]
 
     def close(self) -> None:
         """Remove every ready entry (waits for those still being made)."""
         with self._lock:
             self._closed = True
-            pending, self._ready = list(self._ready.values()), {}
+            pending = [f for queue in self._ready.values() for f in queue]
+            self._ready = {}
             pools, self._own, self._spares = (self._own, self._spares), None, None
         for future in pending:
             _discard(future)
