@@ -10,9 +10,12 @@ Per attempt start: the time to enter and leave an allowlist phase with no reques
 tinyproxy + the relay on its unix socket on the host; Docker: the first phase creates the
 internal network and the proxy container, later phases only restart tinyproxy in it).
 Per request: inside the sandbox, a fresh connection per GET through the proxy, compared
-with the same GET without the proxy (local: from the host; Docker: a command joined to the
-upstream's network directly). Concurrency 1 and 4 run that many leases in threads at once,
-like ``-n 1`` and ``-n 4``. Targets: <= 100 ms per attempt start, <= 5 ms per request on
+with the same GET without the proxy, by the same client program at the same concurrency
+(local: a process on the host, run by each lease after its proxied GETs; Docker: a command
+joined to the upstream's network directly). The local upstream is a process of its own on
+127.0.0.1, as a model server is (in the bench's process it would share the interpreter
+lock with the harness's relay). Concurrency 1 and 4 run that many leases in threads at once,
+like ``--maka-concurrency 1`` and ``4``. Targets: <= 100 ms per attempt start, <= 5 ms per request on
 loopback. Traffic stays on 127.0.0.1 and on networks this script creates. Figures only.
 """
 
@@ -54,6 +57,39 @@ for _ in range(n):
 """
 
 
+#: An HTTP server on 127.0.0.1 in a process of its own; prints its port, serves until killed.
+UPSTREAM = """
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"ok " + self.path.encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@contextmanager
+def upstream() -> Iterator[int]:
+    """The local upstream's port, while it runs."""
+    proc = subprocess.Popen(["python3", "-c", UPSTREAM], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def on_host(url: str, n: int) -> list[float]:
+    """N GETs of ``url`` by the sandbox's client program run on the host, without the proxy."""
+    text = subprocess.run(["python3", "-c", TIMER, url, str(n)], capture_output=True, text=True, check=True).stdout
+    return [float(x) for x in text.split()]
+
+
 def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:7.1f} ms" if values else "      -"
 
@@ -67,7 +103,7 @@ def _run(sandbox: Any, root: Path, command: str, env: dict[str, str], network: b
 
 def one_lease(
     executor: Any, root: Path, target: tuple[str, int], requests: int, phases: int, direct_url: str | None,
-    with_command: bool = False,
+    with_command: bool = False, direct_on_host: bool = False,
 ) -> dict[str, list[float]]:  # fmt: skip
     """One attempt: ``phases`` allowlist phases timed empty, then ``requests`` GETs via the proxy.
 
@@ -99,7 +135,9 @@ def one_lease(
                     out[key].append(time.perf_counter() - t)
             text = _run(sandbox, root, f'python3 -c "$T" http://{name}:{port}/ {requests}', env, True)
         out["proxied"] = [float(x) for x in text.split()]
-        if direct_url is not None:
+        if direct_url is not None and direct_on_host:
+            out["direct"] = on_host(direct_url, requests)
+        elif direct_url is not None:
             text = _run(sandbox, root, f'python3 -c "$T" {direct_url} {requests}', env, True)
             out["direct"] = [float(x) for x in text.split()]
     return out
@@ -164,10 +202,11 @@ def host_direct(url: str, n: int) -> list[float]:
 
 
 def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct: Callable[[], list[float]] | None,
-            direct_url: str | None, args: argparse.Namespace) -> None:  # fmt: skip
+            direct_url: str | None, args: argparse.Namespace, direct_on_host: bool = False) -> None:  # fmt: skip
+    """``direct``: the GETs without the proxy by one client alone (printed beside the same-concurrency ones)."""
     executor = make()
     with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:  # nothing made ahead yet
-        cold = one_lease(executor, Path(tmp) / "cold", target, 1, 2, direct_url)
+        cold = one_lease(executor, Path(tmp) / "cold", target, 1, 2, direct_url, direct_on_host=direct_on_host)
     print(f"{label:6} the process's first lease (nothing made ahead): first phase {ms(cold['first_phase'])}")
     for workers in (1, 4):
         with tempfile.TemporaryDirectory(prefix="maka-egress-bench-") as tmp:
@@ -177,12 +216,16 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
             with ThreadPoolExecutor(workers) as pool:
                 results = list(
                     pool.map(
-                        lambda j: one_lease(executor, j[0], target, args.requests, args.phases, direct_url, j[1]), jobs
+                        lambda j: one_lease(
+                            executor, j[0], target, args.requests, args.phases, direct_url, j[1], direct_on_host
+                        ),
+                        jobs,
                     )
                 )
             wall = time.perf_counter() - started
         merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}
-        baseline = direct() if direct is not None else merged["direct"]
+        baseline = merged["direct"]
+        alone = f" (one client alone {ms(direct())})" if direct is not None else ""
         added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
         cmd = statistics.median(merged["cmd_proxied"]) - statistics.median(merged["cmd"])
         print(
@@ -190,7 +233,7 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
             f"with a networked command {ms(merged['first_with_command'])}, "
             f"later phase {ms(merged['phase'])}; command start {ms(merged['cmd'])}, behind the forwarder "
             f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
-            f"without {ms(baseline)}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
+            f"without {ms(baseline)}{alone}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
         each = {k: " ".join(f"{x * 1000:.0f}" for x in merged[k]) for k in ("first_phase", "first_with_command")}
         print(f"{label:6} concurrency {workers}: each first phase (ms, in lease order): {each['first_phase']}; "
@@ -232,17 +275,18 @@ def main() -> int:
             executor.close()
         return 0
     settings = {"on": [True], "off": [False], "ab": [False, True] * args.rounds}[args.past_proxy]
-    with http_server() as server:
-        url = f"http://127.0.0.1:{server.port}/"
+    with upstream() as port:
+        url = f"http://127.0.0.1:{port}/"
         for guard in settings:
             local_egress.GUARD_PAST_PROXY = guard
             measure(
                 "local" if guard else "local/no-tun",
                 lambda: LocalExecutor(LocalOptions(egress_hosts={"allowed.test": "127.0.0.1"})),
-                ("allowed.test", server.port),
+                ("allowed.test", port),
                 lambda: host_direct(url, args.requests * 4),
-                None,
+                url,
                 args,
+                direct_on_host=True,
             )
     if args.docker:
         docker_bench(args)

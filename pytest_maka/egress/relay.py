@@ -1,8 +1,9 @@
 """The relay in front of tinyproxy: counts bytes per connection, checks the SNI of TLS tunnels, logs DNS.
 
-Standard library only (and ``wire``, for what it parses), so the same file runs in the harness
-(``Relay`` on a loop thread, local executor) and as a script inside the Docker proxy container
-(``python3 relay.py``, with ``wire.py`` beside it).
+Standard library only (and ``wire``, for what it parses, and ``pump``, whose thread serves the
+connections), so the same file runs in the harness (local executor; DNS on a loop thread) and as
+a script inside the Docker proxy container (``python3 relay.py``, with ``wire.py`` and ``pump.py``
+beside it).
 It is not a proxy: every connection is passed to tinyproxy unchanged, which decides.
 The relay only reads what it must: the request line (to name the connection), tinyproxy's
 answer to a CONNECT, and the first TLS record of a tunnel, whose ClientHello must name the
@@ -26,27 +27,16 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from .wire import NeedMore, Record, answer, client_hello_sni, now
-except ImportError:  # a script in the proxy container, with wire.py beside it
-    from wire import NeedMore, Record, answer, client_hello_sni, now  # type: ignore[no-redef]
+    from . import pump
+    from .wire import NeedMore, Record, answer, client_hello_sni
+except ImportError:  # a script in the proxy container, with wire.py and pump.py beside it
+    import pump  # type: ignore[no-redef]
+    from wire import NeedMore, Record, answer, client_hello_sni  # type: ignore[no-redef]
 
-#: Bytes of the request line read before giving up on naming the connection.
-MAX_LINE = 8192
-HELLO_TIMEOUT = 10.0
-CHUNK = 65536
-
-
-def _target(line: str) -> tuple[str, int] | None:
-    """(host, port) of a CONNECT request line, else None."""
-    parts = line.split()
-    if len(parts) < 2 or parts[0].upper() != "CONNECT":
-        return None
-    host, _, port = parts[1].rpartition(":")
-    return (host.strip("[]").lower(), int(port)) if host and port.isdigit() else None
+__all__ = ["NeedMore", "Relay", "client_hello_sni", "loop", "main", "run"]
 
 
 class _Dns(asyncio.DatagramProtocol):
@@ -62,35 +52,39 @@ class _Dns(asyncio.DatagramProtocol):
 
 
 # --- the relay --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Streams:
-    """One relayed connection: the client's side, tinyproxy's side and its record."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    up_r: asyncio.StreamReader
-    up_w: asyncio.StreamWriter
-    rec: Record
-    #: The directions that reached their end ("bytes_out", "bytes_in").
-    ended: set[str] = field(default_factory=set)
-
-
 class Relay:
-    """Listens where the sandbox connects, passes each connection to tinyproxy, records it."""
+    """Listens where the sandbox connects, passes each connection to tinyproxy, records it.
+
+    The connections are served by a ``pump.Pump`` (its own thread); DNS on the relay loop.
+    """
 
     def __init__(self, upstream: tuple[str, int], record: Callable[[Record], None]) -> None:
         self.upstream = upstream
         self.record = record
         self._servers: list[Any] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._pump = pump.Pump(upstream, record)
 
     async def listen_unix(self, path: str) -> None:
-        server = await asyncio.start_unix_server(self._client, path)
-        os.chmod(path, 0o666)
-        self._servers.append(server)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            sock.listen(256)
+        except OSError:
+            sock.close()
+            raise
+        self._pump.listen(sock)
 
     async def listen_tcp(self, host: str, port: int) -> None:
-        self._servers.append(await asyncio.start_server(self._client, host, port, reuse_address=True))
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(256)
+        except OSError:
+            sock.close()
+            raise
+        self._pump.listen(sock)
 
     async def listen_dns(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -108,11 +102,8 @@ class Relay:
         """Stop listening and cut the connections still open (each is recorded)."""
         for server in self._servers:
             server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
         self._servers.clear()
+        await asyncio.get_running_loop().run_in_executor(None, self._pump.stop)
 
     async def _dns_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
@@ -127,118 +118,10 @@ class Relay:
 
     async def _dns_unix(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
-            data = await asyncio.wait_for(reader.read(4096), HELLO_TIMEOUT)
+            data = await asyncio.wait_for(reader.read(4096), pump.HELLO_TIMEOUT)
             answer(data, self.record, writer.write)
             await writer.drain()
         writer.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        rec: Record = {"time": now(), "kind": "proxy", "request": None, "bytes_out": 0, "bytes_in": 0,
-                       "sni": None, "reason": None}  # fmt: skip
-        up_w: asyncio.StreamWriter | None = None
-        streams: _Streams | None = None
-        try:
-            head = await _read_line(reader, b"\n")
-            if b"\n" in head:
-                rec["request"] = head.split(b"\n", 1)[0].decode("latin-1").rstrip("\r")
-            target = _target(rec["request"] or "")
-            early = b""
-            if target is not None:  # the whole CONNECT head, and nothing of the tunnel, goes to tinyproxy
-                head = await _read_line(reader, b"\r\n\r\n", head)
-                cut = head.find(b"\r\n\r\n")
-                if cut >= 0:
-                    head, early = head[: cut + 4], head[cut + 4 :]
-            up_r, up_w = await asyncio.open_connection(*self.upstream)
-            up_w.write(head)
-            rec["bytes_out"] += len(head)
-            streams = _Streams(reader, writer, up_r, up_w, rec)
-            if target is not None:
-                await self._tunnel(streams, target, early)
-            else:
-                await _pipe_both(streams)
-        except (OSError, asyncio.IncompleteReadError):
-            pass  # a side hung up
-        except asyncio.CancelledError:
-            if streams is None or len(streams.ended) < 2:  # not a connection that had just ended
-                rec["reason"] = rec["reason"] or "cut at the end of the phase"
-        except Exception as exc:  # never lose the record, whatever the client sent
-            rec["reason"] = rec["reason"] or f"relay: {type(exc).__name__}"
-        finally:
-            for w in (writer, up_w):
-                if w is not None:
-                    with contextlib.suppress(Exception):
-                        w.close()
-            self._tasks.discard(task)
-            self.record(rec)
-
-    async def _tunnel(self, c: _Streams, target: tuple[str, int], hello: bytes) -> None:
-        """Pass tinyproxy's answer; when it opened the tunnel, check the ClientHello before relaying it."""
-        await c.up_w.drain()
-        reply = await c.up_r.readuntil(b"\r\n\r\n")
-        c.writer.write(reply)
-        c.rec["bytes_in"] += len(reply)
-        if b" 200 " not in reply.split(b"\r\n", 1)[0] + b" " or target[1] != 443:
-            # refused (tinyproxy says so and closes), or a port whose server may speak first: relay as is
-            c.up_w.write(hello)
-            c.rec["bytes_out"] += len(hello)
-            await _pipe_both(c)
-            return
-        while True:
-            try:
-                sni = client_hello_sni(hello)
-            except NeedMore:
-                chunk = await asyncio.wait_for(c.reader.read(CHUNK), HELLO_TIMEOUT)
-                if not chunk:
-                    return
-                hello += chunk
-                continue
-            except ValueError:
-                c.rec["reason"] = "not a TLS ClientHello"
-                return
-            c.rec["sni"] = sni
-            if sni is not None and sni.lower().rstrip(".") != target[0]:
-                c.rec["reason"] = "sni mismatch"
-                return
-            break
-        c.up_w.write(hello)
-        c.rec["bytes_out"] += len(hello)
-        await _pipe_both(c)
-
-
-async def _read_line(reader: asyncio.StreamReader, end: bytes, data: bytes = b"") -> bytes:
-    """Bytes until ``end`` has been read (or what came before EOF / the cap); more may follow it."""
-    while end not in data and len(data) < MAX_LINE:
-        chunk = await reader.read(MAX_LINE - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, c: _Streams, key: str) -> None:
-    try:
-        while chunk := await src.read(CHUNK):
-            dst.write(chunk)
-            c.rec[key] += len(chunk)
-            await dst.drain()
-        c.ended.add(key)
-    finally:
-        with contextlib.suppress(Exception):
-            if dst.can_write_eof():
-                dst.write_eof()
-
-
-async def _pipe_both(c: _Streams) -> None:
-    await c.up_w.drain()
-    results = await asyncio.gather(
-        _pipe(c.reader, c.up_w, c, "bytes_out"), _pipe(c.up_r, c.writer, c, "bytes_in"), return_exceptions=True
-    )
-    for r in results:
-        if isinstance(r, asyncio.CancelledError):
-            raise r
 
 
 # --- in the harness: one loop thread per process ----------------------------------------

@@ -34,7 +34,7 @@ import docker.errors
 from docker.utils.socket import next_frame_header, read_exactly
 
 from ...core.errors import InfraError
-from ...egress import relay, supervisor, wire
+from ...egress import forwarder, pump, relay, supervisor, wire
 from . import labels as L
 from .archive import text_files
 from .engines import Engine, one_line
@@ -147,7 +147,8 @@ def make_entry(
                 host_config=host_config,
                 name=f"{name}-proxy",
             )["Id"]
-            files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in (relay, wire, supervisor)}
+            scripts = (relay, wire, pump, forwarder, supervisor)
+            files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in scripts}
             api.put_archive(made["proxy"], "/etc/maka", text_files(files))
         channel = Channel(engine, made["proxy"])  # before the start: nothing it says is missed
         with engine.guard("starting the egress proxy container"):
