@@ -389,6 +389,10 @@ def docker_bench(args: argparse.Namespace) -> None:
         ip = api.inspect_container(cid)["NetworkSettings"]["Networks"][name]["IPAddress"]
         state = Path(tempfile.mkdtemp(prefix="maka-egress-bench-state-"))
         options = {"egress_network": name, "network": name, "egress_hosts": {"allowed.test": ip}, "state_dir": state}
+        # concurrency 4: what --maka-concurrency 4 passes (one executor serves both passes of measure())
+        fields = DockerOptions.model_fields
+        if "concurrency" in fields:  # the code before it had no such key
+            options["concurrency"] = 4
         measure(
             "docker",
             lambda: DockerExecutor(DockerOptions(**options, slots_per_engine=8, prestart=False)),

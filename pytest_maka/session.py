@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
@@ -80,6 +81,16 @@ def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[st
     return build_cohort(loaded, per_source), subject_kinds, executor_kinds
 
 
+def _with_concurrency(config: pytest.Config, options: BaseModel) -> BaseModel:
+    """The executor's options, with ``concurrency`` (if the kind has that key and the spec left it
+    out) set to this process's ``--maka-concurrency``, so it can get that many attempts ready."""
+    if "concurrency" not in type(options).model_fields or getattr(options, "concurrency", None) is not None:
+        return options
+    from .scale.plugin import concurrency
+
+    return options.model_copy(update={"concurrency": concurrency(config)})
+
+
 def _make_subjects(loaded: LoadedSpec, kinds: dict[str, type]) -> dict[str, Subject]:
     """Instantiate each subject; its errors get the key path of its entry in the spec."""
     subjects: dict[str, Subject] = {}
@@ -118,7 +129,7 @@ class MakaSession:
         except MakaUserError as e:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded
-        executor = executor_kinds[loaded.executor.kind](loaded.executor.options)
+        executor = executor_kinds[loaded.executor.kind](_with_concurrency(config, loaded.executor.options))
         if not hasattr(config, "workerinput"):
             try:
                 executor.check()

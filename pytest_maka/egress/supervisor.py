@@ -7,7 +7,7 @@ and answers one JSON line on its standard output:
 - ``{"cmd": "ping"}`` -> ``{"ok": true}`` (sent once the relay code is imported);
 - ``{"cmd": "start", "name", "filter", "conf", "conf_path", "filter_path", "log_path",
   "listen", "dns"}``: checks that the container forwards nothing (``ip_forward`` is 0),
-  writes the phase's tinyproxy filter and configuration, starts tinyproxy (it daemonizes) and
+  writes the phase's tinyproxy filter and configuration, starts tinyproxy (in the foreground, a child) and
   the relay in front of it (in this process, on a loop thread), answers once both listen;
   a failure answers ``{"ok": false, "code": 3|4|6, "out": ...}`` (tinyproxy, relay, forwarding);
 - ``{"cmd": "stop"}``: stops the relay (it records the connections it cuts), then tinyproxy,
@@ -24,10 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -37,6 +37,8 @@ except ImportError:  # a script in the proxy container, with relay.py beside it
     import relay  # type: ignore[no-redef]
 
 PID_PATH = "/run/maka/tinyproxy.pid"
+#: tinyproxy's own output (it logs to its LogFile; this holds what it says before it can).
+ERR_PATH = "/run/maka/tinyproxy.err"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 
 
@@ -46,13 +48,14 @@ def _split(text: str) -> tuple[str, int]:
 
 
 class Supervisor:
-    """One phase at a time: tinyproxy (a daemon) and a relay on this process's loop thread."""
+    """One phase at a time: tinyproxy (a child process) and a relay on this process's loop thread."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.relay: relay.Relay | None = None
         self.records: list[str] = []
         self.log_path: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, msg: dict[str, Any]) -> dict[str, Any]:
         with open(IP_FORWARD) as f:
@@ -62,12 +65,14 @@ class Supervisor:
             with open(path, "w") as f:
                 f.write(text)
         self.log_path, self.records = msg["log_path"], []
-        done = subprocess.run(["tinyproxy", "-c", msg["conf_path"]], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return {"ok": False, "code": 3, "out": (done.stdout + done.stderr)[-300:]}
-        if not _listening(self.upstream):
+        with open(ERR_PATH, "w") as err:  # in the foreground: no daemon's fork, and it is this process's child
+            self.proc = subprocess.Popen(["tinyproxy", "-d", "-c", msg["conf_path"]], stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=err)  # fmt: skip
+        if not _listening(self.upstream, self.proc):
             self._stop_tinyproxy()
-            return {"ok": False, "code": 3, "out": f"tinyproxy does not listen on port {self.upstream[1]}"}
+            with open(ERR_PATH, errors="replace") as err:
+                said = err.read()[-300:]
+            return {"ok": False, "code": 3, "out": said or f"tinyproxy does not listen on port {self.upstream[1]}"}
         records = self.records
 
         async def listen() -> relay.Relay:
@@ -99,45 +104,32 @@ class Supervisor:
         return {"ok": True, "log": text, "relay": "\n".join(self.records) + "\n"}
 
     def _stop_tinyproxy(self) -> None:
-        try:
-            with open(PID_PATH) as f:
-                pid = int(f.read().strip())
-        except (OSError, ValueError):
+        """SIGTERM, and SIGKILL after 5 s; returns once it is gone (its log is then complete)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
             return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-            end = time.monotonic() + 5
-            while time.monotonic() < end and _alive(pid):
-                time.sleep(0.002)
-            if not _alive(pid):
-                break
-        with contextlib.suppress(FileNotFoundError):  # tinyproxy removes it itself as it ends
+        killer = threading.Timer(5.0, proc.kill)  # Popen.wait(timeout) polls in sleeps of up to 50 ms
+        killer.start()
+        try:
+            proc.terminate()
+            proc.wait()
+        finally:
+            killer.cancel()
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(PID_PATH)
 
 
-def _listening(address: tuple[str, int], timeout: float = 5.0) -> bool:
-    """True once something accepts connections at ``address`` (tinyproxy binds after it daemonizes)."""
+def _listening(address: tuple[str, int], proc: subprocess.Popen[bytes], timeout: float = 5.0) -> bool:
+    """True once something accepts connections at ``address``; False if ``proc`` ends first or in time."""
     end = time.monotonic() + timeout
     while True:
         try:
             socket.create_connection(address, timeout=1).close()
             return True
         except OSError:
-            if time.monotonic() >= end:
+            if time.monotonic() >= end or proc.poll() is not None:
                 return False
             time.sleep(0.002)
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie awaiting ``init``'s reaping counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

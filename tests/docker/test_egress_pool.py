@@ -17,7 +17,7 @@ import pytest
 
 from pytest_maka.core import hostpattern
 from pytest_maka.core.errors import InfraError
-from pytest_maka.egress.log import EgressLog
+from pytest_maka.egress.log import PAST_PROXY, EgressLog
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import LeaseRequest
 from pytest_maka.executors.docker import DockerOptions
@@ -224,3 +224,69 @@ def test_rules_switch_per_phase_and_the_own_resolver_comes_back_for_other_networ
     }  # fmt: skip
     assert proxied_resolv.startswith("nameserver ") and own != proxied_resolv
     assert direct == own, "the container's own resolver is back for a network of its own"
+
+
+def test_the_pool_keeps_the_concurrency_it_is_told_ready_from_the_first_lease(
+    make_executor, docker_api, egress_upstream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """``concurrency: 3`` (what ``--maka-concurrency 3`` sets): after one lease, three entries
+    are ready, so three attempts that start together all find one."""
+    network, ip, _ = egress_upstream
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, concurrency=3)
+    with _lease(executor, _request(tmp_path, "one")):
+        pass
+    ready = _ready_entries(executor)
+    assert len(ready) == 3 and len({e.proxy_id for e in ready}) == 3, ready
+    with contextlib.ExitStack() as stack:
+        leases = [stack.enter_context(_lease(executor, _request(tmp_path, n))) for n in "abc"]
+        claimed = {s.egress._claimed.result(timeout=300).proxy_id for s in leases}
+    assert claimed == {e.proxy_id for e in ready}, "each took one made ahead"
+    executor.close()
+    assert not any(_exists(docker_api, "container", e.proxy_id) for e in ready)
+
+
+SEND_UDP = (
+    "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('{ip}', {port}))\""
+)
+
+
+def test_packets_past_the_proxy_are_counted_in_the_phase_that_sent_them(
+    make_executor, egress_upstream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A phase whose commands never join the network collects no packets (none can be from the
+    internal subnet), and every phase that sent some gets exactly its own, also when a phase
+    with no network comes between them and when phases follow one another at once."""
+    network, ip, port = egress_upstream
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
+    plan = _plan(f"allowed.test:{port}")
+    log = EgressLog(tmp_path / "egress.log")
+    with _lease(executor, _request(tmp_path, "counts")) as sandbox:
+        with sandbox.egress_phase("setup", plan, log):
+            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.1", port=9001))
+        with sandbox.egress_phase("agent", plan, log):
+            _run(sandbox, tmp_path, "true", network=False)
+            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.2", port=9002), network=False)
+        with sandbox.egress_phase("verifier", plan, log):
+            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.3", port=9003))
+            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.4", port=9004))
+        assert sandbox.egress.guards, "the packet logger ran"
+    past = [(e.phase, e.method, e.destination) for e in log.events() if e.reason == PAST_PROXY]
+    assert past == [
+        ("setup", "UDP", "10.255.0.1:9001"),
+        ("verifier", "UDP", "10.255.0.3:9003"),
+        ("verifier", "UDP", "10.255.0.4:9004"),
+    ], past
+    assert log.summary("agent")["connections"] == {"allowed": 0, "refused": 0}
+    assert log.summary("verifier")["connections"] == {"allowed": 0, "refused": 2}
+    lines = [json.loads(x) for x in log.path.read_text().splitlines()]
+    assert [(x["phase"], x["destination"]) for x in lines] == [(p, d) for p, _, d in past], "egress.log says the same"
+
+
+def test_the_plugin_passes_its_concurrency_to_the_executor_options(pytester: pytest.Pytester) -> None:
+    """``--maka-concurrency 3`` reaches ``DockerOptions.concurrency`` unless the spec sets it."""
+    from pytest_maka.session import _with_concurrency
+
+    config = pytester.parseconfig("--maka-concurrency", "3")
+    assert _with_concurrency(config, DockerOptions()).concurrency == 3  # type: ignore[attr-defined]
+    assert _with_concurrency(config, DockerOptions(concurrency=2)).concurrency == 2  # type: ignore[attr-defined]
+    assert _with_concurrency(pytester.parseconfig(), DockerOptions()).concurrency == 1  # type: ignore[attr-defined]

@@ -145,6 +145,8 @@ class DockerEgress:
         #: The pool's key of the claimed entry (engine, egress network, extra hosts).
         self._key: tuple[object, ...] = ()
         self._prepared: dict[str | None, Future[None]] = {}
+        #: Containers joined to the internal network since the packets were last collected.
+        self._since_collect: set[str] = set()
         self._threads: ThreadPoolExecutor | None = None
 
     @property
@@ -176,31 +178,21 @@ class DockerEgress:
                           upstream_port=UPSTREAM_PORT)  # fmt: skip
 
     def _prepare(self, container: str | None) -> None:
+        if container is not None and self._resolv is None:  # before any join: the engine rewrites it on the first
+            self._own_resolver(container)
         assert self._claimed is not None
         self.entry = self._claimed.result()
-        if container is None:
-            return
-        assert self._threads is not None
-        guard = self._threads.submit(self._guard, container)
-        try:
-            if self._resolv is None:
-                with self.engine.guard("pointing the sandbox's resolver at the egress proxy"):
-                    self._first_resolver(container, self.entry.network_id)
-            self._proxy_files(container, 0)
-        finally:
-            guard.result()
+        self._guard(container)
 
-    def _first_resolver(self, container: str, network: str) -> None:
-        """Keep the container's resolv.conf, and have the engine rewrite it now.
+    def _own_resolver(self, container: str) -> None:
+        """Keep the container's own resolv.conf (``cat``: an exec costs less engine time than ``get_archive``).
 
         The engine rewrites that file once, when the container first joins a user-defined
-        network (to name its embedded resolver, which on an internal network answers
-        nothing): the container joins and leaves the internal network before the file is
-        written, so the later joins of its commands keep what is written."""
-        code, out = self._exec(["cat", "/etc/resolv.conf"], container)
+        network (to name its embedded resolver, which on an internal network answers nothing):
+        the proxy's is written right after that join (``joined``), and later joins keep it."""
+        with self.engine.guard("reading the sandbox's resolver configuration"):
+            code, out = self._exec(["cat", "/etc/resolv.conf"], container)
         self._resolv = out if code == 0 else ""
-        self.engine.api.connect_container_to_network(container, network)
-        self.engine.api.disconnect_container_from_network(container, network, force=True)
 
     def _exec(self, argv: list[str], container: str | None = None) -> tuple[int, str]:
         target = container or (self.entry.proxy_id if self.entry else None)
@@ -240,7 +232,10 @@ class DockerEgress:
             yield
         finally:
             self.current = None
-            collected = [self._threads.submit(g.collect, name) for g in list(self.guards.values())]
+            # only the loggers of containers that joined the network since the last collection: no
+            # other packet can be from the internal subnet (nothing was in it), and none is pending
+            dirty, self._since_collect = self._since_collect, set()
+            collected = [self._threads.submit(g.collect, name) for c, g in list(self.guards.items()) if c in dirty]
             events = self._stop_phase(name, plan)
             for future in collected:
                 with suppress(docker.errors.APIError, RuntimeError):
@@ -250,11 +245,11 @@ class DockerEgress:
 
     def ready(self, container: str, generation: int = 0) -> None:
         """Before a command of the phase joins the internal network: wait until ``container``'s
-        packet logger runs (or failed, which the record says) and its resolv.conf names the proxy."""
+        packet logger runs (or failed, which the record says) and its own resolv.conf is kept
+        (the proxy's is written right after the join, ``joined``)."""
         try:
             self.prepare(container)
             self._prepared[container].result()
-            self._proxy_files(container, generation)
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
 
@@ -338,6 +333,11 @@ class DockerEgress:
         logger refuses and logs what is not for the proxy. A container restarted since its
         logger started (``generation``: its restart count) has a new namespace, which gets a
         new logger; so does one whose route could not be set (once)."""
+        self._since_collect.add(container)  # this phase's packets must be collected
+        try:
+            self._proxy_files(container, generation)  # after the join: the engine rewrote it on the first
+        except (docker.errors.APIError, OSError) as exc:
+            raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
         reason = "no packet logger"
         stale = self.guards.get(container)
         if stale is not None and stale.generation != generation:

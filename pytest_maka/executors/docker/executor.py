@@ -54,8 +54,9 @@ class DockerExecutor(SeparateVerifier, Containers):
         self._configs: dict[tuple[str, str], dict[str, Any]] = {}
         self._driver: dict[str, str | None] = {}  # engine key -> why storage_opt is unsupported
         self.spares = Spares(self._make_spare, lambda spare: self._dispose_spare(spare))
-        #: Egress networks and proxy containers made ahead (one ready per key, see proxies.py).
-        self.proxies = ProxyPool()
+        #: Egress networks and proxy containers made ahead (per key as many ready as attempts run
+        #: at once, from the first lease on when ``concurrency`` says it; see proxies.py).
+        self.proxies = ProxyPool(ready=self.options.concurrency or 1)
         self.features = frozenset(
             {
                 "users",

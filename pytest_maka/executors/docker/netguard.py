@@ -26,7 +26,6 @@ from ...core.errors import InfraError
 from ...egress.log import EgressEvent, PastProxyFlows
 from ...egress.packets import PROTOCOLS
 from . import labels as L
-from .archive import text_files
 from .engines import Engine, one_line
 from .proxies import Channel
 
@@ -53,8 +52,9 @@ file="{LOG_FILE}"
 #: Load the rules, start ulogd2 and wait until it listens (its "initialization finished" line).
 START_SCRIPT = (
     "set -e; d=$(dirname $(find /usr/lib -name ulogd_output_JSON.so | head -n1)); "
-    'sed "s#/usr/lib/x86_64-linux-gnu/ulogd#$d#" /etc/maka/ulogd.conf > /run/maka/ulogd.conf; '
-    "nft -f /etc/maka/guard.nft; : > /run/maka/ulogd.out; ulogd -d -c /run/maka/ulogd.conf; i=0; "
+    'printf %s "$MAKA_ULOGD" | sed "s#/usr/lib/x86_64-linux-gnu/ulogd#$d#" > /run/maka/ulogd.conf; '
+    'printf %s "$MAKA_NFT" > /run/maka/guard.nft; nft -f /run/maka/guard.nft; : > /run/maka/ulogd.out; '
+    "ulogd -d -c /run/maka/ulogd.conf; i=0; "
     "until grep -q 'entering main loop' /run/maka/ulogd.out; do "
     "i=$((i+1)); [ $i -lt 500 ] || { cat /run/maka/ulogd.out; exit 5; }; sleep 0.01; done"
 )
@@ -79,11 +79,13 @@ COLLECT_SCRIPT = (
 )
 
 
-#: The helper's main process: runs /etc/maka/<command>.sh for each line "<command> [arg] [arg]" on its
+#: The helper's main process: runs the script of <command> for each line "<command> [arg] [arg]" on its
 #: standard input and answers one line, "<exit code> <output in base64>" (the harness attaches once).
+#: The scripts, the rules and ulogd2's configuration come in its environment (no archive to put).
 LOOP = (
-    'while read -r cmd a b; do case "$cmd" in start|route|collect) ;; *) echo 2; continue;; esac; '
-    'out=$(sh /etc/maka/$cmd.sh "$a" "$b" 2>&1); code=$?; '
+    'while read -r cmd a b; do case "$cmd" in start) s=$MAKA_START;; route) s=$MAKA_ROUTE;; '
+    "collect) s=$MAKA_COLLECT;; *) echo 2; continue;; esac; "
+    'out=$(sh -c "$s" "$cmd" "$a" "$b" 2>&1); code=$?; '
     'printf "%s %s\\n" "$code" "$(printf %s "$out" | base64 -w0)"; done'
 )
 
@@ -169,17 +171,17 @@ class NetGuard:
                 pids_limit=64,
                 tmpfs={"/run/maka": "size=16m"},
             )
+            env = {"MAKA_NFT": rules(subnet, proxy_ip, proxy_port), "MAKA_ULOGD": ULOGD_CONF,
+                   "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT}  # fmt: skip
             self.id = api.create_container(
                 self.image,
                 entrypoint=["sh", "-c", LOOP],
+                environment=env,
                 stdin_open=True,
                 labels={**self.labels, L.ROLE: "egress-guard"},
                 host_config=host_config,
             )["Id"]
             self.container = container
-            files = {"guard.nft": rules(subnet, proxy_ip, proxy_port), "ulogd.conf": ULOGD_CONF,
-                     "start.sh": START_SCRIPT, "route.sh": ROUTE_SCRIPT, "collect.sh": COLLECT_SCRIPT}  # fmt: skip
-            api.put_archive(self.id, "/etc/maka", text_files(files))
         self.channel = Channel(self.engine, self.id, "packet logger")  # before the start: nothing is missed
         with self.engine.guard("starting the packet logger", refusals=False):
             api.start(self.id)

@@ -78,8 +78,12 @@ class DockerOptions(BaseModel):
     egress_network: str = "bridge"
     #: Names the egress proxy resolves as given (name -> IP address or "host-gateway").
     egress_hosts: dict[str, str] = Field(default_factory=dict)
-    #: Keep one egress network and proxy container ready for the next attempt with an allowlist.
+    #: Keep egress networks and proxy containers ready for the next attempts with an allowlist.
     egress_prestart: bool = True
+    #: Attempts this process runs at once (the plugin sets it from ``--maka-concurrency`` / ini
+    #: ``maka_concurrency`` when the spec leaves it out): that many egress proxies are kept ready
+    #: from the first lease on (at most 4). None: learned as attempts run.
+    concurrency: int | None = Field(default=None, ge=1, le=1024)
     no_new_privileges: bool = True
     #: Start the next container of an environment ahead of time (once it was leased twice).
     prestart: bool = True

@@ -197,14 +197,17 @@ MAX_READY = 4
 class ProxyPool:
     """Ready entries per key, refilled in the background; each entry is claimed once.
 
-    A key keeps as many ready entries as the process has had attempts holding one at once
-    (at least 1, at most MAX_READY): ``--maka-concurrency 4`` keeps four ready, a run of one
-    attempt at a time keeps one. Only an entry that is ready is claimed: while the ready ones
+    A key keeps as many ready entries as the process has had attempts holding one at once,
+    or as ``ready`` says when that is more (the process's concurrency, known up front: with
+    ``--maka-concurrency 4`` four are kept from the first lease on), at least 1 and at most
+    MAX_READY; a run of one attempt at a time keeps one. Only an entry that is ready is claimed: while the ready ones
     are still being made, a claim makes its own at once (waiting for one made after another
     would chain the attempts that start together).
     """
 
-    def __init__(self, workers: int = 8) -> None:
+    def __init__(self, workers: int = 8, ready: int = 1) -> None:
+        #: Entries kept ready per key from the first claim on (the process's concurrency).
+        self.ready_floor = max(1, min(MAX_READY, ready))
         self._lock = threading.Lock()
         self._ready: dict[Hashable, list[Future[ProxyEntry]]] = {}
         self._in_use: Counter[Hashable] = Counter()
@@ -239,7 +242,7 @@ class ProxyPool:
             self._in_use[key] += 1
             self._peak[key] = max(self._peak[key], self._in_use[key])
             if spare is not None:
-                while len(queue) < min(MAX_READY, self._peak[key]):
+                while len(queue) < min(MAX_READY, max(self._peak[key], self.ready_floor)):
                     queue.append(self._spares.submit(_after, mine, spare))
         for future in failed:
             _discard(future)
