@@ -66,6 +66,29 @@ def test_slots_bound_containers_across_concurrent_cells(cohort: Cohort, docker_a
     assert most == 2, "six cells at once, but never more than two containers"
 
 
+def test_without_a_slot_count_the_engine_takes_as_many_cells_as_the_process_runs_at_once(
+    cohort: Cohort, docker_api, tmp_path
+) -> None:
+    """No ``slots_per_engine``: the default is -n x --maka-concurrency, not -n (one slot for three cells)."""
+    for i in range(3):
+        cohort.task(f"conc-default-{i}", test=DONE_TEST, solve="echo ok > /app/done.txt\n")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}],
+                 executor={"kind": "docker", "state_dir": str(tmp_path / "state")})  # fmt: skip
+    cohort.pytester.makeconftest(
+        """
+        import threading
+
+        three = threading.Barrier(3, timeout=60)
+
+        def pytest_maka_phase(cell, phase):
+            if phase == "agent":
+                three.wait()  # three containers at once, or the barrier breaks
+        """
+    )
+    result = cohort.run_subprocess("--maka-concurrency", "3", timeout=300)
+    result.assert_outcomes(passed=3)
+
+
 def test_ctrl_c_with_cells_in_flight_removes_every_container(cohort: Cohort, docker_api, tmp_path) -> None:
     for i in range(3):
         cohort.task(f"conc-slow-{i}", test=DONE_TEST, agent_timeout=300, solve="sleep 300\n")

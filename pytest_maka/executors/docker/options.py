@@ -129,9 +129,10 @@ class DockerOptions(BaseModel):
         return [e if isinstance(e, EngineOptions) else EngineOptions(url=e) for e in raw]
 
     def default_slots(self) -> int:
+        """``slots_per_engine``, else as many as the run's processes have cells at once (``-n`` x concurrency)."""
         if self.slots_per_engine is not None:
             return self.slots_per_engine
-        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)) * (self.concurrency or 1)
 
     def resolved_state_dir(self) -> Path:
         if self.state_dir is not None:
