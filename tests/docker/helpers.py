@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from pytest_maka.core.task import Task, digest_tree
 from pytest_maka.executors.base import ExecResult, LeaseRequest, Sandbox
-from pytest_maka.testing.conformance import make_cell
+from pytest_maka.testing.conformance import make_cell, make_task
 
 _n = itertools.count()
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -231,3 +232,22 @@ def wait_until(done: Callable[[], bool], timeout_sec: float, proc: subprocess.Po
     while not done() and time.monotonic() < deadline and (proc is None or proc.poll() is None):
         time.sleep(0.2)
     return done()
+
+
+EGRESS_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+
+def egress_request(tmp_path: Path, name: str) -> LeaseRequest:
+    """A lease request for a python:3.11-slim task whose plan has an allowlist phase."""
+    root = tmp_path / name
+    task = make_task(root / "task", id=f"{name}-{uuid.uuid4().hex[:6]}", docker_image="python:3.11-slim")
+    (root / "a").mkdir(parents=True)
+    return LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s",
+                        egress=True)  # fmt: skip
+
+
+def run_in(sandbox: Sandbox, tmp_path: Path, command: str, network: bool = True) -> str:
+    """Run ``command`` in ``sandbox`` (with the phase's network by default): its output and errors."""
+    out, err = tmp_path / f"o-{uuid.uuid4().hex[:6]}", tmp_path / f"e-{uuid.uuid4().hex[:6]}"
+    sandbox.exec(command, env=EGRESS_ENV, timeout_sec=120, stdout_path=out, stderr_path=err, network=network)
+    return out.read_text() + err.read_text()

@@ -208,8 +208,12 @@ def test_ctrl_c_removes_egress_networks_and_proxies(
     )
     proc = start_run(cohort, "-n", "2")
     try:
-        wait_until(lambda: len(_egress_leftovers(docker_api, prefix)) >= 6, 180)
-        assert len(_egress_leftovers(docker_api, prefix)) == 6, "two networks, proxies and packet loggers"
+        wait_until(
+            lambda: len(_egress_leftovers(docker_api, prefix)) >= 4 and len(_guard_hosts(docker_api, proc.pid)) == 2,
+            180,
+        )
+        assert len(_egress_leftovers(docker_api, prefix)) == 4, "two networks and proxies"
+        hosts = _guard_hosts(docker_api, proc.pid)  # one per worker, where the packet loggers run
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -217,6 +221,19 @@ def test_ctrl_c_removes_egress_networks_and_proxies(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert _egress_leftovers(docker_api, prefix) == [], out.decode(errors="replace")[-3000:]
+    assert [h for h in hosts if docker_api.containers(all=True, filters={"id": h})] == [], "no guard host is left"
+
+
+def _guard_hosts(docker_api, controller: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """The guard hosts of the run whose controller is ``controller`` (made by its xdist workers)."""
+
+    def parent(pid: str) -> int:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return -1
+
+    found = docker_api.containers(all=True, filters={"label": f"{L.ROLE}=egress-guard-host"})
+    return [c["Id"] for c in found if parent(c["Labels"].get(L.OWNER_PID, "0")) == controller]
 
 
 def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]

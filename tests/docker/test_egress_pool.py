@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,12 +23,12 @@ from pytest_maka.executors.docker import DockerOptions
 from pytest_maka.executors.docker import labels as L
 from pytest_maka.executors.docker.cleanup import sweep
 from pytest_maka.executors.docker.engines import Engine
-from pytest_maka.testing.conformance import make_cell, make_task
 from pytest_maka.testing.servers import EGRESS_TOKEN
+
+from .helpers import egress_request, run_in
 
 pytestmark = pytest.mark.docker
 
-ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 FETCH = (
     'python3 -c "import sys, urllib.request as u\n'
     "for url in sys.argv[1:]:\n"
@@ -38,22 +37,8 @@ FETCH = (
 )
 
 
-def _request(tmp_path: Path, name: str) -> LeaseRequest:
-    root = tmp_path / name
-    task = make_task(root / "task", id=f"{name}-{uuid.uuid4().hex[:6]}", docker_image="python:3.11-slim")
-    (root / "a").mkdir(parents=True)
-    return LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s",
-                        egress=True)  # fmt: skip
-
-
 def _plan(*entries: str) -> PhasePlan:
     return PhasePlan("allowlist", hostpattern.parse_all(list(entries)))
-
-
-def _run(sandbox, tmp_path: Path, command: str, network: bool = True) -> str:  # type: ignore[no-untyped-def]
-    out, err = tmp_path / f"o-{uuid.uuid4().hex[:6]}", tmp_path / f"e-{uuid.uuid4().hex[:6]}"
-    sandbox.exec(command, env=ENV, timeout_sec=120, stdout_path=out, stderr_path=err, network=network)
-    return out.read_text() + err.read_text()
 
 
 def _exists(docker_api, kind: str, ident: str) -> bool:  # type: ignore[no-untyped-def]
@@ -81,14 +66,14 @@ def test_two_attempts_never_share_a_proxy_and_each_goes_with_its_lease(
     network, ip, port = egress_upstream
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
     plan = _plan(f"allowed.test:{port}")
-    with _lease(executor, _request(tmp_path, "first")) as first:
+    with _lease(executor, egress_request(tmp_path, "first")) as first:
         with first.egress_phase("agent", plan, EgressLog(tmp_path / "first.log")):
-            assert EGRESS_TOKEN in _run(first, tmp_path, FETCH + f"http://allowed.test:{port}/")
+            assert EGRESS_TOKEN in run_in(first, tmp_path, FETCH + f"http://allowed.test:{port}/")
         spare = _ready_entries(executor)
         assert len(spare) == 1, "one entry made ahead for the next attempt"
-        with _lease(executor, _request(tmp_path, "second")) as second:
+        with _lease(executor, egress_request(tmp_path, "second")) as second:
             with second.egress_phase("agent", plan, EgressLog(tmp_path / "second.log")):
-                assert EGRESS_TOKEN in _run(second, tmp_path, FETCH + f"http://allowed.test:{port}/")
+                assert EGRESS_TOKEN in run_in(second, tmp_path, FETCH + f"http://allowed.test:{port}/")
             a, b = first.egress.entry, second.egress.entry
             assert a.proxy_id != b.proxy_id and a.network_id != b.network_id
             assert b.proxy_id == spare[0].proxy_id, "the second attempt took the entry made ahead"
@@ -104,7 +89,7 @@ def test_two_attempts_never_share_a_proxy_and_each_goes_with_its_lease(
 def test_entries_made_ahead_are_removed_at_close(make_executor, docker_api, egress_upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     network, ip, _ = egress_upstream
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
-    with _lease(executor, _request(tmp_path, "one")):
+    with _lease(executor, egress_request(tmp_path, "one")):
         pass
     (entry,) = _ready_entries(executor)
     labels = docker_api.inspect_container(entry.proxy_id)["Config"]["Labels"]
@@ -123,12 +108,12 @@ def test_the_pool_keeps_as_many_entries_ready_as_attempts_ran_at_once(
     network, ip, port = egress_upstream
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
     plan = _plan(f"allowed.test:{port}")
-    with _lease(executor, _request(tmp_path, "a")), _lease(executor, _request(tmp_path, "b")):
+    with _lease(executor, egress_request(tmp_path, "a")), _lease(executor, egress_request(tmp_path, "b")):
         pass
     ready = _ready_entries(executor)
     assert len(ready) == 2 and len({e.proxy_id for e in ready}) == 2, ready
     assert all(docker_api.inspect_container(e.proxy_id)["Config"]["Labels"][L.CELL] == "spare" for e in ready)
-    with _lease(executor, _request(tmp_path, "c")) as c, _lease(executor, _request(tmp_path, "d")) as d:
+    with _lease(executor, egress_request(tmp_path, "c")) as c, _lease(executor, egress_request(tmp_path, "d")) as d:
         for sandbox, name in ((c, "c"), (d, "d")):
             with sandbox.egress_phase("agent", plan, EgressLog(tmp_path / f"{name}.log")):
                 pass
@@ -185,7 +170,7 @@ def test_a_supervisor_that_died_makes_the_next_phase_an_infra_failure(
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, egress_prestart=False)
     plan = _plan(f"allowed.test:{port}")
     log = EgressLog(tmp_path / "egress.log")
-    with _lease(executor, _request(tmp_path, "dies")) as sandbox:
+    with _lease(executor, egress_request(tmp_path, "dies")) as sandbox:
         with sandbox.egress_phase("agent", plan, log):
             pass
         proxy = sandbox.egress.entry.proxy_id
@@ -207,14 +192,14 @@ def test_rules_switch_per_phase_and_the_own_resolver_comes_back_for_other_networ
                              "other.test": ip})  # fmt: skip
     log = EgressLog(tmp_path / "egress.log")
     urls = f"http://allowed.test:{port}/a http://other.test:{port}/b"
-    with _lease(executor, _request(tmp_path, "switch")) as sandbox:
-        own = _run(sandbox, tmp_path, "cat /etc/resolv.conf", network=False)
+    with _lease(executor, egress_request(tmp_path, "switch")) as sandbox:
+        own = run_in(sandbox, tmp_path, "cat /etc/resolv.conf", network=False)
         with sandbox.egress_phase("agent", _plan(f"allowed.test:{port}"), log):
-            agent = _run(sandbox, tmp_path, FETCH + urls)
-            proxied_resolv = _run(sandbox, tmp_path, "cat /etc/resolv.conf")
+            agent = run_in(sandbox, tmp_path, FETCH + urls)
+            proxied_resolv = run_in(sandbox, tmp_path, "cat /etc/resolv.conf")
         with sandbox.egress_phase("verifier", _plan(f"other.test:{port}"), log):
-            verifier = _run(sandbox, tmp_path, FETCH + urls)
-        direct = _run(sandbox, tmp_path, "cat /etc/resolv.conf")  # joins the executor's network, no proxy
+            verifier = run_in(sandbox, tmp_path, FETCH + urls)
+        direct = run_in(sandbox, tmp_path, "cat /etc/resolv.conf")  # joins the executor's network, no proxy
     assert agent.count(EGRESS_TOKEN) == 1 and f"allowed.test:{port}/a {EGRESS_TOKEN}" in agent, agent
     assert verifier.count(EGRESS_TOKEN) == 1 and f"other.test:{port}/b {EGRESS_TOKEN}" in verifier, verifier
     by_phase = {(e.phase, e.destination): e.allowed for e in log.events() if e.method == "GET"}
@@ -233,12 +218,12 @@ def test_the_pool_keeps_the_concurrency_it_is_told_ready_from_the_first_lease(
     are ready, so three attempts that start together all find one."""
     network, ip, _ = egress_upstream
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, concurrency=3)
-    with _lease(executor, _request(tmp_path, "one")):
+    with _lease(executor, egress_request(tmp_path, "one")):
         pass
     ready = _ready_entries(executor)
     assert len(ready) == 3 and len({e.proxy_id for e in ready}) == 3, ready
     with contextlib.ExitStack() as stack:
-        leases = [stack.enter_context(_lease(executor, _request(tmp_path, n))) for n in "abc"]
+        leases = [stack.enter_context(_lease(executor, egress_request(tmp_path, n))) for n in "abc"]
         claimed = {s.egress._claimed.result(timeout=300).proxy_id for s in leases}
     assert claimed == {e.proxy_id for e in ready}, "each took one made ahead"
     executor.close()
@@ -260,15 +245,15 @@ def test_packets_past_the_proxy_are_counted_in_the_phase_that_sent_them(
     executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
     plan = _plan(f"allowed.test:{port}")
     log = EgressLog(tmp_path / "egress.log")
-    with _lease(executor, _request(tmp_path, "counts")) as sandbox:
+    with _lease(executor, egress_request(tmp_path, "counts")) as sandbox:
         with sandbox.egress_phase("setup", plan, log):
-            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.1", port=9001))
+            run_in(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.1", port=9001))
         with sandbox.egress_phase("agent", plan, log):
-            _run(sandbox, tmp_path, "true", network=False)
-            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.2", port=9002), network=False)
+            run_in(sandbox, tmp_path, "true", network=False)
+            run_in(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.2", port=9002), network=False)
         with sandbox.egress_phase("verifier", plan, log):
-            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.3", port=9003))
-            _run(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.4", port=9004))
+            run_in(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.3", port=9003))
+            run_in(sandbox, tmp_path, SEND_UDP.format(ip="10.255.0.4", port=9004))
         assert sandbox.egress.guards, "the packet logger ran"
     past = [(e.phase, e.method, e.destination) for e in log.events() if e.reason == PAST_PROXY]
     assert past == [

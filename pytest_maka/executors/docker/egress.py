@@ -34,6 +34,7 @@ from ...egress.log import EgressEvent, EgressLog
 from ...egress.plan import PhasePlan
 from . import labels as L
 from .engines import Engine, one_line
+from .guardhost import GuardHost, guard_host, guard_host_key, start_logger
 from .netguard import NetGuard, exec_as_root
 from .proxies import ProxyEntry, ProxyPool, make_entry, pool_labels, remove_entry
 
@@ -144,7 +145,7 @@ class DockerEgress:
         self._claimed: Future[ProxyEntry] | None = None
         #: The pool's key of the claimed entry (engine, egress network, extra hosts).
         self._key: tuple[object, ...] = ()
-        self._prepared: dict[str | None, Future[None]] = {}
+        self._prepared: dict[str | None, list[Future[None]]] = {}
         #: Containers joined to the internal network since the packets were last collected.
         self._since_collect: set[str] = set()
         self._threads: ThreadPoolExecutor | None = None
@@ -168,8 +169,12 @@ class DockerEgress:
             spare = functools.partial(self._make, pool_labels()) if self.spares else None
             self._claimed = self.pool.claim(self._key, functools.partial(self._make, self.labels), spare)
         if self._threads is None:
-            self._threads = ThreadPoolExecutor(2, thread_name_prefix="maka-egress-prepare")
-        self._prepared[container] = self._threads.submit(self._prepare, container)
+            self._threads = ThreadPoolExecutor(4, thread_name_prefix="maka-egress-prepare")
+        self._guard_host()  # made once per engine, ahead
+        steps = [self._threads.submit(self._prepare, container)]
+        if container is not None and self._resolv is None:  # before any join: the engine rewrites it on the first
+            steps.append(self._threads.submit(self._own_resolver, container))
+        self._prepared[container] = steps
 
     def _make(self, labels: Mapping[str, str]) -> ProxyEntry:
         build_log = self.attempt_dir / "egress-build.log" if self.attempt_dir else None
@@ -178,8 +183,6 @@ class DockerEgress:
                           upstream_port=UPSTREAM_PORT)  # fmt: skip
 
     def _prepare(self, container: str | None) -> None:
-        if container is not None and self._resolv is None:  # before any join: the engine rewrites it on the first
-            self._own_resolver(container)
         assert self._claimed is not None
         self.entry = self._claimed.result()
         self._guard(container)
@@ -249,7 +252,8 @@ class DockerEgress:
         (the proxy's is written right after the join, ``joined``)."""
         try:
             self.prepare(container)
-            self._prepared[container].result()
+            for step in self._prepared[container]:
+                step.result()
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
 
@@ -320,13 +324,19 @@ class DockerEgress:
         guard = NetGuard(self.engine, entry.image, {**self.labels, **L.owner_labels(), L.RUN: L.run_id()}, generation)
         try:
             with self.engine.guard("starting the egress packet logger"):
-                guard.start(container, entry.subnet, entry.proxy_ip, tinyproxy.PROXY_PORT)
+                args = (container, entry.subnet, entry.proxy_ip, tinyproxy.PROXY_PORT)
+                start_logger(
+                    guard, args, self._guard_host(), lambda f: self.pool.forget(guard_host_key(self.engine), f)
+                )
         except Exception as exc:  # any failure (it runs on a thread): say so, leave nothing
             self.unguarded = f"not logged: {one_line(exc)}"
             with suppress(Exception):
                 guard.close()
             return
         self.guards[container] = guard
+
+    def _guard_host(self) -> Future[GuardHost]:
+        return guard_host(self.pool, self.engine, functools.partial(ensure_proxy_image, self.engine, self.state_dir))
 
     def joined(self, container: str, generation: int = 0) -> None:
         """``container`` just joined the internal network: route it to the proxy, so the packet
@@ -365,14 +375,14 @@ class DockerEgress:
     def _note(self, log: EgressLog) -> None:
         if self._phase is not None:
             # a packet logger still starting counts: no command joins the network before it runs (``ready``)
-            pending = any(not f.done() for f in self._prepared.values())
+            pending = any(not f.done() for steps in self._prepared.values() for f in steps)
             logged = "refused and logged" if self.guards or pending else "not logged: no packet logger"
             log.note(self._phase, off_proxy=self.unguarded or logged)
 
     # --- teardown ---------------------------------------------------------------------
     def close(self) -> None:
         """Remove the packet loggers, the proxy container and the network (after the attempt's container is gone)."""
-        for future in self._prepared.values():
+        for future in [f for steps in self._prepared.values() for f in steps]:
             with suppress(Exception):  # its failure was the phase's to report
                 future.result()
         if self._threads is not None:

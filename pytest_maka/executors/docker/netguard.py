@@ -16,9 +16,11 @@ and the host drops bridged packets addressed outside the internal subnet.
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import docker.errors
 
@@ -29,12 +31,16 @@ from . import labels as L
 from .engines import Engine, one_line
 from .proxies import Channel
 
+if TYPE_CHECKING:
+    from .guardhost import GuardHost
+
 NFLOG_GROUP = 7
-LOG_FILE = "/run/maka/packets.json"
+#: The logger's files: ``$D`` is /run/maka in a helper of its own, a directory per namespace in the shared one.
+LOG_FILE = "$D/packets.json"
 #: Flows kept per collection (the rest is dropped: a flood must not fill the log).
 MAX_FLOWS = 100_000
 ULOGD_CONF = f"""[global]
-logfile="/run/maka/ulogd.out"
+logfile="$D/ulogd.out"
 loglevel=3
 plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_inppkt_NFLOG.so"
 plugin="/usr/lib/x86_64-linux-gnu/ulogd/ulogd_raw2packet_BASE.so"
@@ -50,13 +56,15 @@ sync=1
 file="{LOG_FILE}"
 """
 #: Load the rules, start ulogd2 and wait until it listens (its "initialization finished" line).
+#: The plugins' directory is looked up once per helper (``find`` costs ~20 ms).
 START_SCRIPT = (
-    "set -e; d=$(dirname $(find /usr/lib -name ulogd_output_JSON.so | head -n1)); "
-    'printf %s "$MAKA_ULOGD" | sed "s#/usr/lib/x86_64-linux-gnu/ulogd#$d#" > /run/maka/ulogd.conf; '
-    'printf %s "$MAKA_NFT" > /run/maka/guard.nft; nft -f /run/maka/guard.nft; : > /run/maka/ulogd.out; '
-    "ulogd -d -c /run/maka/ulogd.conf; i=0; "
-    "until grep -q 'entering main loop' /run/maka/ulogd.out; do "
-    "i=$((i+1)); [ $i -lt 500 ] || { cat /run/maka/ulogd.out; exit 5; }; sleep 0.01; done"
+    "set -e; d=$(cat /run/maka/plugins 2>/dev/null) || "
+    "{ d=$(dirname $(find /usr/lib -name ulogd_output_JSON.so | head -n1)); echo $d > /run/maka/plugins; }; "
+    'printf %s "$MAKA_ULOGD" | sed "s#/usr/lib/x86_64-linux-gnu/ulogd#$d#; s#[$]D#$D#g" > $D/ulogd.conf; '
+    'printf %s "$MAKA_NFT" > $D/guard.nft; nft -f $D/guard.nft; : > $D/ulogd.out; '
+    "ulogd -d -c $D/ulogd.conf -p $D/ulogd.pid; i=0; "
+    "until grep -q 'entering main loop' $D/ulogd.out; do "
+    "i=$((i+1)); [ $i -lt 500 ] || { cat $D/ulogd.out; exit 5; }; sleep 0.01; done"
 )
 #: After a join: a default route via the proxy, unless the engine gave the only default route,
 #: via the internal network's gateway ($2) ("native"), which reaches the output hook as well.
@@ -74,19 +82,24 @@ COLLECT_SCRIPT = (
     "want=$(nft list chain ip maka_guard out "
     "| sed -n 's/.*counter packets \\([0-9]*\\) bytes [0-9]* log group.*/\\1/p'); "
     'i=0; while [ "$(wc -l < $L)" -lt "${want:-0}" ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.01; done; '
-    "off=$(cat /run/maka/offset 2>/dev/null || echo 0); size=$(stat -c %s $L); "
-    "tail -c +$((off + 1)) $L | head -c $((size - off)); echo $size > /run/maka/offset"
+    "off=$(cat $D/offset 2>/dev/null || echo 0); size=$(stat -c %s $L); "
+    "tail -c +$((off + 1)) $L | head -c $((size - off)); echo $size > $D/offset"
 )
 
 
-#: The helper's main process: runs the script of <command> for each line "<command> [arg] [arg]" on its
+#: The logger's loop: runs the script of <command> for each line "<command> [arg] [arg]" on its
 #: standard input and answers one line, "<exit code> <output in base64>" (the harness attaches once).
-#: The scripts, the rules and ulogd2's configuration come in its environment (no archive to put).
+#: The scripts, the rules and ulogd2's configuration come in its environment (no archive to put);
+#: ``MAKA_DIR`` names its files' directory. At ``stop`` or the end of its input it stops ulogd2,
+#: removes that directory and ends (in the shared helper, nothing of the namespace is left).
 LOOP = (
+    'D=${MAKA_DIR:-/run/maka}; export D; mkdir -p "$D"; '
     'while read -r cmd a b; do case "$cmd" in start) s=$MAKA_START;; route) s=$MAKA_ROUTE;; '
-    "collect) s=$MAKA_COLLECT;; *) echo 2; continue;; esac; "
+    "collect) s=$MAKA_COLLECT;; stop) break;; *) echo 2; continue;; esac; "
     'out=$(sh -c "$s" "$cmd" "$a" "$b" 2>&1); code=$?; '
-    'printf "%s %s\\n" "$code" "$(printf %s "$out" | base64 -w0)"; done'
+    'printf "%s %s\\n" "$code" "$(printf %s "$out" | base64 -w0)"; done; '
+    '[ ! -s "$D/ulogd.pid" ] || kill "$(cat "$D/ulogd.pid")" 2>/dev/null; '
+    '[ "$D" = /run/maka ] || rm -rf "$D"; echo "0 "'
 )
 
 
@@ -136,6 +149,12 @@ def parse_packets(text: str, phase: str) -> list[EgressEvent]:
     return flows.events(phase)
 
 
+def _env(subnet: str, proxy_ip: str, proxy_port: int) -> dict[str, str]:
+    """The logger loop's environment: its rules, ulogd2's configuration and its scripts."""
+    return {"MAKA_NFT": rules(subnet, proxy_ip, proxy_port), "MAKA_ULOGD": ULOGD_CONF,
+            "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT}  # fmt: skip
+
+
 class NetGuard:
     """The helper container in one attempt container's network namespace."""
 
@@ -151,10 +170,15 @@ class NetGuard:
         self.native_route = False
         self.channel: Channel | None = None
 
-    def start(self, container: str, subnet: str, proxy_ip: str, proxy_port: int) -> None:
-        """Create the helper in ``container``'s namespace, load the rules, start ulogd2 (raises on failure)."""
+    def start(self, container: str, subnet: str, proxy_ip: str, proxy_port: int, host: GuardHost | None = None) -> None:
+        """Start the logger in ``container``'s namespace (in ``host``, else a helper container of its
+        own), load the rules, start ulogd2 (raises on failure)."""
         ipaddress.ip_network(subnet)  # a subnet the engine reported, checked before it reaches nft
-        self._create(container, subnet, proxy_ip, proxy_port)
+        if host is not None:
+            self.channel = host.open(container, LOOP, _env(subnet, proxy_ip, proxy_port))
+            self.container = container
+        else:
+            self._create(container, subnet, proxy_ip, proxy_port)
         code, out = self._call("start")
         if code != 0:
             raise RuntimeError(f"the packet logger did not start: {out.strip()[:300]}")
@@ -171,12 +195,10 @@ class NetGuard:
                 pids_limit=64,
                 tmpfs={"/run/maka": "size=16m"},
             )
-            env = {"MAKA_NFT": rules(subnet, proxy_ip, proxy_port), "MAKA_ULOGD": ULOGD_CONF,
-                   "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT}  # fmt: skip
             self.id = api.create_container(
                 self.image,
                 entrypoint=["sh", "-c", LOOP],
-                environment=env,
+                environment=_env(subnet, proxy_ip, proxy_port),
                 stdin_open=True,
                 labels={**self.labels, L.ROLE: "egress-guard"},
                 host_config=host_config,
@@ -213,6 +235,9 @@ class NetGuard:
 
     def close(self) -> None:
         if self.channel is not None:
+            if self.id is None:  # in the guard host: stop ulogd2 and remove its files now
+                with contextlib.suppress(RuntimeError):
+                    self._call("stop")
             self.channel.close()
             self.channel = None
         if self.id is not None:

@@ -47,17 +47,30 @@ CALL_TIMEOUT_SEC = 120.0
 class Channel:
     """The harness's end of one container's main process's standard streams: one line each way per call."""
 
-    def __init__(self, engine: Engine, container: str, name: str = "egress proxy's supervisor") -> None:
+    def __init__(
+        self, engine: Engine, container: str, name: str = "egress proxy's supervisor", *, conn: Any = None
+    ) -> None:
+        """Attach to ``container``'s main process, or use ``conn`` (an exec's hijacked stream, ``of_exec``)."""
         self.engine = engine
         self.name = name
-        with engine.guard("attaching to the egress proxy", refusals=False):
+        with engine.guard(f"attaching to the {name}", refusals=False):
             api = engine.api
-            self._conn = api.attach_socket(container, params={"stdin": 1, "stdout": 1, "stream": 1})
+            self._conn = conn or api.attach_socket(container, params={"stdin": 1, "stdout": 1, "stream": 1})
             api._disable_socket_timeout(self._conn)
         self._raw: Any = getattr(self._conn, "_sock", self._conn)
         self._buf = b""
         self._lock = threading.Lock()
         self._broken: str | None = None
+
+    @classmethod
+    def of_exec(cls, engine: Engine, container: str, argv: list[str], env: Mapping[str, str], name: str) -> Channel:
+        """Start ``argv`` in ``container`` (as root) and talk to it over its standard streams."""
+        with engine.guard(f"starting the {name}", refusals=False):
+            api = engine.api
+            eid = api.exec_create(container, argv, stdin=True, stdout=True, stderr=False, environment=dict(env),
+                                  user="0")["Id"]  # fmt: skip
+            conn = api.exec_start(eid, socket=True)
+        return cls(engine, container, name, conn=conn)
 
     def call(self, msg: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Send ``msg`` as a JSON line, return the supervisor's JSON answer."""
@@ -216,7 +229,30 @@ class ProxyPool:
         self._own: ThreadPoolExecutor | None = None
         self._spares: ThreadPoolExecutor | None = None
         self._closed = False
+        #: Helpers shared by the attempts of one engine (the guard host), made once per key.
+        self._shared: dict[Hashable, Future[Any]] = {}
         atexit.register(self.close)
+
+    def shared(self, key: Hashable, make: Callable[[], Any]) -> Future[Any]:
+        """The helper made by ``make()`` for ``key``, made once in the background (closed by ``close``;
+        one that failed stays failed: its users fall back, without paying the attempt again)."""
+        with self._lock:
+            if self._closed:
+                raise InfraError("the docker executor is closed")
+            future = self._shared.get(key)
+            if future is None:
+                if self._own is None or self._spares is None:
+                    self._own = ThreadPoolExecutor(self._workers, thread_name_prefix="maka-egress-own")
+                    self._spares = ThreadPoolExecutor(MAX_READY, thread_name_prefix="maka-egress-spare")
+                future = self._shared[key] = self._spares.submit(make)
+            return future
+
+    def forget(self, key: Hashable, future: Future[Any]) -> None:
+        """``future``'s helper is gone: the next ``shared(key, ...)`` makes a new one."""
+        with self._lock:
+            if self._shared.get(key) is future:
+                del self._shared[key]
+        _close_shared(future)
 
     def claim(
         self, key: Hashable, make: Callable[[], ProxyEntry], spare: Callable[[], ProxyEntry] | None = None
@@ -264,9 +300,12 @@ class ProxyPool:
             self._closed = True
             pending = [f for queue in self._ready.values() for f in queue]
             self._ready = {}
+            shared, self._shared = list(self._shared.values()), {}
             pools, self._own, self._spares = (self._own, self._spares), None, None
         for future in pending:
             _discard(future)
+        for future in shared:
+            _close_shared(future)
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=True)
@@ -285,3 +324,8 @@ def _failed(future: Future[ProxyEntry]) -> bool:
 def _discard(future: Future[ProxyEntry]) -> None:
     with contextlib.suppress(Exception):  # engine gone: the dead-owner sweep removes it
         remove_entry(future.result(timeout=120))
+
+
+def _close_shared(future: Future[Any]) -> None:
+    with contextlib.suppress(Exception):  # engine gone: the dead-owner sweep removes it
+        future.result(timeout=120).close()
