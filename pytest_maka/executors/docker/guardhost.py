@@ -64,7 +64,7 @@ class GuardHost:
             return cls(engine, cid)
         except BaseException:
             if cid is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception), engine.guard("removing a half-made egress guard host"):
                     api.remove_container(cid, force=True, v=True)
             raise
 
@@ -87,7 +87,7 @@ class GuardHost:
             return False
 
     def close(self) -> None:
-        with contextlib.suppress(docker.errors.DockerException, OSError):
+        with contextlib.suppress(InfraError), self.engine.guard("removing the egress guard host"):
             self.engine.api.remove_container(self.id, force=True, v=True)
 
 

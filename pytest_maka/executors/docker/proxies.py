@@ -70,7 +70,7 @@ class Channel:
             eid = api.exec_create(container, argv, stdin=True, stdout=True, stderr=False, environment=dict(env),
                                   user="0")["Id"]  # fmt: skip
             conn = api.exec_start(eid, socket=True)
-        return cls(engine, container, name, conn=conn)
+            return cls(engine, container, name, conn=conn)
 
     def call(self, msg: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Send ``msg`` as a JSON line, return the supervisor's JSON answer."""
