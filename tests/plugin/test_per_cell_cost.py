@@ -33,17 +33,21 @@ def pytest_maka_phase(cell, phase):
 
 @pytest.mark.sandbox
 @needs_bwrap
-def test_a_cohort_run_freezes_start_up_objects_and_hands_them_back(cohort: Cohort) -> None:
+def test_a_cohort_run_freezes_start_up_objects_and_the_next_session_hands_them_back(cohort: Cohort) -> None:
     for name in ("t0", "t1"):
         cohort.task(name)
     cohort.write()
     cohort.pytester.makeconftest(FREEZE_PROBE)
     assert gc.get_freeze_count() == 0
-    result = cohort.run("--maka-concurrency", "4")  # in-process: the same interpreter as this test
-    result.assert_outcomes(passed=2, failed=2)
-    counts = [int(n) for n in (cohort.root / "frozen.txt").read_text().split()]
-    assert len(counts) == 4 and all(n > 0 for n in counts), "cells ran while start-up objects were frozen"
-    assert gc.get_freeze_count() == 0, "the session handed the frozen objects back to the collector"
+    try:
+        result = cohort.run("--maka-concurrency", "4")  # in-process: the same interpreter as this test
+        result.assert_outcomes(passed=2, failed=2)
+        counts = [int(n) for n in (cohort.root / "frozen.txt").read_text().split()]
+        assert len(counts) == 4 and all(n > 0 for n in counts), "cells ran while start-up objects were frozen"
+        assert gc.get_freeze_count() > 0, "left frozen: the end of the process skips them"
+    finally:
+        cohort.pytester.runpytest("--collect-only", "-p", "no:cacheprovider")  # any next session
+    assert gc.get_freeze_count() == 0, "the next session handed the frozen objects back to the collector"
 
 
 def test_collect_only_freezes_nothing(cohort: Cohort) -> None:
@@ -72,14 +76,15 @@ def test_locate_maps_sandbox_paths_to_their_host_directories(tmp_path: Path, wor
     task = make_task(tmp_path / "task", workdir=workdir)
     sandbox = LocalSandbox(task, tmp_path / "scratch", LocalOptions())
     try:
-        workspace, logs, mounts = sandbox._workspace, sandbox._logs, sandbox._mounts
-        assert sandbox._locate(workdir) == (workspace, [])
-        assert sandbox._locate(f"{workdir}/src/a.py") == (workspace, ["src", "a.py"])
-        assert sandbox._locate("/logs/verifier/reward.txt") == (logs, ["verifier", "reward.txt"])
-        assert sandbox._locate("/tests/test.sh") == (mounts, ["tests", "test.sh"])
+        files = sandbox.files
+        workspace, logs, mounts = files.workspace, files.logs, files.mounts
+        assert files.locate(workdir) == (workspace, [])
+        assert files.locate(f"{workdir}/src/a.py") == (workspace, ["src", "a.py"])
+        assert files.locate("/logs/verifier/reward.txt") == (logs, ["verifier", "reward.txt"])
+        assert files.locate("/tests/test.sh") == (mounts, ["tests", "test.sh"])
         for bad in ("/proc/x", "/usr/bin/sh", "/"):
             with pytest.raises(ValueError, match="cannot place files"):
-                sandbox._locate(bad)
+                files.locate(bad)
     finally:
         sandbox.close()
 
