@@ -78,9 +78,15 @@ def make_cohort(root: Path, cells: int, sleep: float) -> Path:
 
 
 def _rss_of_tree(root_pid: int) -> int:
-    """Sum of RSS (bytes) of ``root_pid`` and its Python descendants (the harness processes)."""
+    """Sum of RSS (bytes) of ``root_pid`` and its Python descendants (the harness processes).
+
+    A child caught between its fork and its exec (every sandbox's start) still shows its parent's
+    name, command line and memory: it is not counted (it was, before 2026-12-03, inflating the
+    peak at high concurrency by whatever forks were under way at the sample)."""
     children: dict[int, list[int]] = {}
     names: dict[int, str] = {}
+    cmdlines: dict[int, bytes] = {}
+    parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -88,17 +94,21 @@ def _rss_of_tree(root_pid: int) -> int:
         try:
             stat = (entry / "stat").read_text()
             statm = (entry / "statm").read_text().split()
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
         pid = int(entry.name)
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        children.setdefault(int(rest[1]), []).append(pid)
+        parents[pid] = int(rest[1])
+        children.setdefault(parents[pid], []).append(pid)
         names[pid] = name
+        cmdlines[pid] = cmdline
         rss[pid] = int(statm[1]) * os.sysconf("SC_PAGE_SIZE")
     total, stack = 0, [root_pid]
     while stack:
         pid = stack.pop()
-        if names.get(pid, "").startswith("python") or pid == root_pid:
+        forked = pid != root_pid and cmdlines.get(pid) == cmdlines.get(parents.get(pid, 0))
+        if pid == root_pid or (names.get(pid, "").startswith("python") and not forked):
             total += rss.get(pid, 0)
         stack.extend(children.get(pid, []))
     return total
