@@ -20,7 +20,7 @@ Contract every executor keeps (checked by tests/conformance for each one):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,8 @@ class ExecResult:
     stderr_truncated: bool = False
     #: Resource limits the command ran into (e.g. ``memory``, ``pids``), where the executor can tell.
     limits_hit: tuple[str, ...] = ()
+    #: The command ran in a sandbox set up ahead (``ExecAhead``), released when it was due.
+    set_up_ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,28 @@ class ProtectedRestore(Protocol):
     """
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ExecAhead(Protocol):
+    """Optional sandbox capability: set a later ``exec`` up ahead, while the process is idle.
+
+    ``exec_ahead`` names a command that will run later with these settings (the verifier's,
+    said while the subject runs) and the paths put before it. The sandbox may prepare what it
+    can of that command's environment, but starts nothing of the command; an ``exec`` of the
+    same command, env, cwd and network later gets exactly the isolation and limits of a fresh
+    one (what was prepared is used only if nothing it depends on changed, else discarded).
+    """
+
+    def exec_ahead(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        network: bool = False,
+        puts: Sequence[str] = (),
+    ) -> None: ...
 
 
 @runtime_checkable

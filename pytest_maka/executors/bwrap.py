@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -169,12 +170,14 @@ def command_argv(
     env_fd: int,
     extra_args: Iterable[str] = (),
     wrapper: str | None = None,
+    block_fd: int | None = None,
 ) -> list[str]:
     """The per-exec part: network, task binds (in order), working directory, environment.
 
     The environment is read by bwrap from ``env_fd`` (see ``env_file``), never put on the
     command line, where any user of the host could read it (``ps``, /proc/PID/cmdline).
     ``wrapper`` is a shell script run instead of the command, which it gets as ``$1``.
+    ``block_fd``: bwrap sets the sandbox up, then waits for a byte on it before the command.
     """
     argv = list(prefix)
     if isolated and not network:
@@ -186,6 +189,8 @@ def command_argv(
     argv += extra_args
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
     argv += ["--chdir", cwd, "--clearenv", "--args", str(env_fd)]
     argv += ["--", "/bin/sh", "-c", command] if wrapper is None else ["--", "/bin/sh", "-c", wrapper, "maka", command]
     return argv
@@ -217,10 +222,17 @@ def env_file(env: Mapping[str, str]) -> int:
 class NamespaceStopper:
     """Stops everything in a bwrap pid namespace; the namespace is learnt from ``--info-fd``."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], info_read_fd: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], info_read_fd: int, info: tuple[int, str] | None = None) -> None:
+        """``info``: what bwrap reported, when the caller has read it already."""
         self._proc = proc
         self._info_fd = info_read_fd
-        self._info: tuple[int, str] | None = None
+        self._info: tuple[int, str] | None = info
+
+    @property
+    def pid1(self) -> int:
+        """The host pid of the sandbox's pid 1 (0 while bwrap has not reported it)."""
+        info = self._namespace()
+        return info[0] if info else 0
 
     def _namespace(self) -> tuple[int, str] | None:
         """(host pid of the sandbox's pid 1, pid namespace link text), once bwrap reported it."""
@@ -262,6 +274,8 @@ class NamespaceStopper:
         """
         info = self._namespace()
         deadline = time.monotonic() + 5.0
+        if info is not None and _wait_gone(info[0], info[1], 5.0):
+            return
         while time.monotonic() < deadline:
             if info is not None and not _alive_in(info[0], info[1]):
                 return
@@ -294,6 +308,25 @@ def namespace_pids(ns_link: str) -> list[int]:
         if name.isdigit() and _pid_namespace(int(name)) == ns_link and not _is_zombie(int(name)):
             pids.append(int(name))
     return pids
+
+
+def _wait_gone(pid: int, ns_link: str, timeout: float) -> bool:
+    """Wait (on a pidfd, no polling) until ``pid`` of namespace ``ns_link`` has exited; False when
+    that cannot be waited for this way (no pidfd here) or it outlived ``timeout``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        return False
+    try:
+        if not _alive_in(pid, ns_link):  # checked after opening: the descriptor is that process's
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
+    finally:
+        os.close(fd)
 
 
 def _alive_in(pid: int, ns_link: str) -> bool:

@@ -50,4 +50,4 @@ def _mount_list(self: LocalSandbox) -> list[str]:
     mounts += [f"{p} (host, ro)" for p in self.options.ro_binds]
     mounts += [f"{dest} (ro, {src.name})" for dest, src in self._ro_mounts.items()]
     labels = {self._workdir: "workspace", LOGS_DIR: "logs"}
-    return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self._binds()]
+    return mounts + [f"{dest} (rw, {labels.get(dest, 'upload')})" for dest in self.files.binds()]

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -18,16 +17,18 @@ from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_D
 from ..egress.tunguard import TunGuard
 from . import bwrap, disk
 from .base import ExecResult
-from .content import read_regular, write_via_put
+from .content import write_via_put
 from .copyout import CopyReport
 from .disk import CappedDisk
-from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
+from .hostfs import remove_path
 from .limits import MB, LimitSpec, open_limits
+from .local_ahead import AheadSlot, Prepared, start_prepared
 from .local_describe import describe_isolation
 from .local_egress import LocalEgress
+from .local_files import LeaseFiles, sandbox_parts
 from .local_options import DEFAULT_MAX_OUTPUT, LocalOptions
 from .local_spawn import LocalProcess, close_fd
-from .process import run_process
+from .process import run_process, run_started
 
 
 class LocalSandbox:
@@ -49,18 +50,12 @@ class LocalSandbox:
         storage_mb = int(task.storage_mb) if task.storage_mb else options.storage_mb
         self._disk, self.storage = self._open_disk(storage_mb)
         area = self._disk.mount_point if self._disk is not None else scratch
-        self._workspace = area / "workspace"
-        self._logs = area / "logs"
-        self._mounts = area / "mounts"  # uploads outside workdir and /logs: one bind per top dir
+        #: The workdir, /logs and the upload tops on the host.
+        self.files = LeaseFiles(self._workdir, area, self._layout)
         self._empty = scratch / "empty"  # bound over masked secret files
-        #: (sandbox path's parts, host directory) of the two bound roots, the deeper first.
-        roots = ((sandbox_parts(self._workdir), self._workspace), (sandbox_parts(LOGS_DIR), self._logs))
-        self._roots = sorted(roots, key=lambda r: -len(r[0]))
-        self._mount_tops: list[str] = []
-        #: Uploads put before the first command (sandbox path -> host source) and their prints.
-        self._uploads: dict[str, Path] = {}
-        self._upload_prints: dict[str, dict[str, Any]] | None = None
         self._spawned: list[LocalProcess] = []
+        #: A command's sandbox set up ahead (``exec_ahead``: the verifier's, while the subject runs).
+        self._ahead = AheadSlot()
         self._lay_out()
         self._prefix = bwrap.isolated_prefix(self._layout, self._empty, options.ro_binds, options.tmpfs_mb * MB)
         self.egress = LocalEgress(scratch, options.egress_hosts, isolated=options.sandbox == "bwrap")
@@ -97,16 +92,17 @@ class LocalSandbox:
             )
 
     def _lay_out(self) -> None:
-        for path in (self._workspace, self._logs, self._mounts):
+        files = self.files
+        for path in (files.workspace, files.logs, files.mounts):
             if os.path.lexists(path):
                 remove_path(path)
         if self.task.workspace_dir is not None:
-            shutil.copytree(self.task.workspace_dir, self._workspace, symlinks=True)
+            shutil.copytree(self.task.workspace_dir, files.workspace, symlinks=True)
         else:
-            self._workspace.mkdir()
+            files.workspace.mkdir()
         for sub in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR):
-            (self._logs / PurePosixPath(sub).relative_to(LOGS_DIR)).mkdir(parents=True)
-        self._mounts.mkdir()
+            (files.logs / PurePosixPath(sub).relative_to(LOGS_DIR)).mkdir(parents=True)
+        files.mounts.mkdir()
         self._empty.touch()
         self._empty.chmod(0o444)
 
@@ -126,8 +122,20 @@ class LocalSandbox:
     ) -> ExecResult:
         """Run ``sh -c command`` in a new sandbox; returns once every process it started is gone."""
         self._require_open()
-        if self._upload_prints is None:  # the first command: what the uploads are before it
-            self._upload_prints = {dest: tree_print(self._host_path(dest)) for dest in self._uploads}
+        self.files.first_command()
+        prepared = None if network else self._take_ahead(command, env, cwd)
+        if prepared is not None:
+            result = run_started(
+                prepared.proc,
+                lambda: prepared.release(self._limits.enter),
+                timeout_sec=timeout_sec,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                max_output_bytes=max_output_bytes,
+                grace_sec=self.options.kill_grace_sec,
+                stopper=prepared.stopper,
+            )
+            return replace(result, limits_hit=tuple(self._limits.exceeded()), set_up_ahead=True)
         argv, pass_fds, env_fd, guard, (read_fd, write_fd) = self._launch(command, env, network, cwd)
         try:
             result = run_process(
@@ -150,6 +158,52 @@ class LocalSandbox:
             os.close(read_fd)
             os.close(write_fd)
 
+    # -- a command set up ahead (executors/local_ahead.py) ------------------------------------
+
+    def exec_ahead(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        network: bool = False,
+        puts: Sequence[str] = (),
+    ) -> None:
+        """Set up the sandbox of a later ``exec(command, env=env, cwd=cwd)`` while the process is
+        idle; ``puts``: paths that will have been put by then (e.g. ``/tests``). Without network only."""
+        self._require_open()
+        if network or self.options.sandbox != "bwrap":
+            return
+        tops = self.files.new_tops(puts)
+        env = dict(env)
+        self._ahead.request(self._exec_key(command, env, cwd), lambda: self._prepare(command, env, cwd, tops))
+
+    def _exec_key(self, command: str, env: Mapping[str, str], cwd: str | None) -> tuple[Any, ...]:
+        return command, tuple(sorted(env.items())), cwd or self._workdir
+
+    def _prepare(self, command: str, env: Mapping[str, str], cwd: str | None, tops: list[str]) -> Prepared | None:
+        """On the ahead worker: bwrap started for ``command``, stopped before it (``--block-fd``)."""
+        if self._closed:
+            return None
+        for top in tops:  # empty until put there (filled in place: the bind holds this directory)
+            (self.files.mounts / top).mkdir(exist_ok=True)
+        binds = self.files.binds(tops)
+        env_fd = bwrap.env_file(env)
+        block_r, block_w = os.pipe()
+        info_r, info_w = os.pipe()
+        argv = self._argv(command, env_fd=env_fd, network=False, proxied=None, cwd=cwd, info_fd=info_w,
+                          binds=binds, block_fd=block_r)  # fmt: skip
+        signature = self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1, binds=binds)
+        sources = [str(p) for p in (*binds.values(), *self._ro_mounts.values(), self._empty)]
+        return start_prepared(argv, signature, block_read=block_r, block_write=block_w, info_read=info_r,
+                              info_write=info_w, env_fd=env_fd, sources=sources)  # fmt: skip
+
+    def _take_ahead(self, command: str, env: Mapping[str, str], cwd: str | None) -> Prepared | None:
+        def signature() -> list[str]:
+            return self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1)
+
+        return self._ahead.take(self._exec_key(command, env, cwd), signature)
+
     def _launch(
         self, command: str, env: Mapping[str, str], network: bool, cwd: str | None
     ) -> tuple[list[str], tuple[int, ...], int, TunGuard | None, tuple[int, int]]:
@@ -169,7 +223,17 @@ class LocalSandbox:
         return argv, (info_fd, env_fd, *(guard.fds if guard else ())) if isolated else (env_fd,), env_fd, guard, pipe
 
     def _argv(
-        self, command: str, *, env_fd: int, network: bool, proxied: Any, cwd: str | None, info_fd: int, extra: Any = ()
+        self,
+        command: str,
+        *,
+        env_fd: int,
+        network: bool,
+        proxied: Any,
+        cwd: str | None,
+        info_fd: int,
+        extra: Any = (),
+        binds: dict[str, Path] | None = None,
+        block_fd: int | None = None,
     ) -> list[str]:
         isolated = self.options.sandbox == "bwrap"
         prefix = self._prefix if isolated else self._open_prefix()
@@ -177,7 +241,7 @@ class LocalSandbox:
             prefix = [*prefix, "--ro-bind", str(src), dest]
         return bwrap.command_argv(
             prefix,
-            binds=self._binds(),
+            binds=self.files.binds() if binds is None else binds,
             network=network and proxied is None,
             isolated=isolated,
             resolv_target=self._layout.resolv_target,
@@ -187,6 +251,7 @@ class LocalSandbox:
             env_fd=env_fd,
             extra_args=(*proxied.extra_args, *extra) if proxied else (),
             wrapper=proxied.wrapper if proxied else None,
+            block_fd=block_fd,
         )
 
     def _stopper(self, read_fd: int) -> Any:
@@ -226,66 +291,37 @@ class LocalSandbox:
         self._spawned.append(proc)
         return proc
 
+    def _open_prefix(self) -> list[str]:
+        taken = {PurePosixPath(d).parts[1] for d in self.files.binds()}
+        return bwrap.open_prefix(self._layout, taken, self.options.ro_binds)
+
+    # -- moving files (executors/local_files.py) ---------------------------------------------
+
     def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
         """The content of a regular file, reached through real directories only."""
         self._require_open()
-        base, parts = self._locate(sandbox_path)
-        parent = descend(base, parts[:-1], make=False) if parts else None
-        if parent is None:
-            raise FileNotFoundError(f"no regular file at {sandbox_path}")
-        return read_regular(parent / parts[-1], max_bytes)
+        return self.files.read_file(sandbox_path, max_bytes)
 
     def write_file(self, sandbox_path: str, data: bytes) -> None:
         """Create or replace a regular file (through ``put``: planted links are replaced)."""
         self._require_open()
         write_via_put(self, sandbox_path, data, self._scratch)
 
-    def _binds(self) -> dict[str, Path]:
-        """Sandbox path -> host path, in mount order (outer directories first)."""
-        binds = {f"/{top}": self._mounts / top for top in self._mount_tops}
-        for dest, src in sorted(((self._workdir, self._workspace), (LOGS_DIR, self._logs)), key=lambda b: len(b[0])):
-            binds[dest] = src
-        return binds
-
-    def _open_prefix(self) -> list[str]:
-        taken = {PurePosixPath(d).parts[1] for d in self._binds()}
-        return bwrap.open_prefix(self._layout, taken, self.options.ro_binds)
-
-    # -- moving files -------------------------------------------------------------------
-
     def put(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a file or directory to ``sandbox_path``, replacing whatever is there."""
         self._require_open()
-        base, parts = self._locate(sandbox_path)
-        if not parts:  # the workdir or /logs itself: replace its content
-            if not host_path.is_dir():
-                raise ValueError(f"cannot replace directory {sandbox_path} with a file")
-            descend(base, [], make=True)
-            clear_dir(base)
-            shutil.copytree(host_path, base, symlinks=True, dirs_exist_ok=True)
-            return
-        parent = descend(base, parts[:-1], make=True)
-        assert parent is not None
-        target = parent / parts[-1]
-        if os.path.lexists(target):
-            remove_path(target)
-        if host_path.is_dir():
-            shutil.copytree(host_path, target, symlinks=True)
-        else:
-            shutil.copy2(host_path, target)
-        if base == self._mounts and parts[0] not in self._mount_tops:
-            self._mount_tops.append(parts[0])
-        if base == self._mounts and self._upload_prints is None:
-            self._uploads[sandbox_path] = host_path
-        elif self._upload_prints is not None and sandbox_path in self._uploads:  # the harness replaced it
-            self._uploads[sandbox_path] = host_path  # (a later step's upload): compare against this copy
-            self._upload_prints[sandbox_path] = tree_print(self._host_path(sandbox_path))
+        self.files.put(host_path, sandbox_path)
 
-    def _host_path(self, sandbox_path: str) -> Path:
-        base, parts = self._locate(sandbox_path)
-        return base.joinpath(*parts)
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in
+        ``report``); False when nothing is at ``sandbox_path``."""
+        self._require_open()
+        return self.files.get(sandbox_path, host_path, report=report)
 
-    # -- restoring before verification -----------------------------------------------------
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
+        self._require_open()
+        self.files.remove(sandbox_path)
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Copy in again every upload the subject changed; nothing else can have survived it.
@@ -293,17 +329,7 @@ class LocalSandbox:
         With bwrap the system directories are the host's, read-only, and the root and /tmp
         are new for every command: only the workdir, /logs and the upload mounts persist.
         """
-        changed: list[str] = []
-        restored: list[str] = []
-        for dest, source in self._uploads.items() if self._upload_prints is not None else ():
-            before = self._upload_prints.get(dest, {})
-            now = tree_print(self._host_path(dest))
-            if now == before:
-                continue
-            diff = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
-            changed += [f"{dest}/{rel}".rstrip("/") for rel in diff]
-            self.put(source, dest)
-            restored.append(dest)
+        changed, restored = self.files.restore_uploads()
         if self.options.sandbox == "none":
             mechanism = (
                 "none: the host filesystem is shared read-write; changes outside the workdir are neither "
@@ -314,55 +340,11 @@ class LocalSandbox:
                 "bwrap: host system directories read-only, root and /tmp new per command; "
                 "uploads compared by inode and ctime and copied in again when changed"
             )
-        return {
-            "mechanism": mechanism,
-            "changed": changed[:50],
-            "changed_count": len(changed),
-            "restored": restored,
-        }
-
-    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
-        """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in
-        ``report``); False when nothing is at ``sandbox_path``."""
-        self._require_open()
-        base, parts = self._locate(sandbox_path)
-        parent = descend(base, parts[:-1], make=False) if parts else base.parent
-        source = base if not parts else (parent / parts[-1] if parent is not None else None)
-        if source is None or not os.path.lexists(source):
-            return False
-        if os.path.lexists(host_path):
-            remove_path(host_path)
-        host_path.parent.mkdir(parents=True, exist_ok=True)
-        return copy_out(source, host_path, report, PurePosixPath(sandbox_path).name)
-
-    def remove(self, sandbox_path: str) -> None:
-        """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
-        self._require_open()
-        base, parts = self._locate(sandbox_path)
-        if not parts:
-            descend(base, [], make=True)
-            clear_dir(base)
-            return
-        parent = descend(base, parts[:-1], make=False, unlink_blockers=True)
-        if parent is not None and os.path.lexists(parent / parts[-1]):
-            remove_path(parent / parts[-1])
-        if base == self._mounts and len(parts) == 1 and parts[0] in self._mount_tops:
-            self._mount_tops.remove(parts[0])  # nothing left to bind there (a later put binds it again)
-
-    def _locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
-        """The host directory holding ``sandbox_path`` and the path's parts below it."""
-        parts = sandbox_parts(sandbox_path)
-        for root, host in self._roots:  # the deeper root first (a workdir below /logs)
-            if parts[: len(root)] == root:
-                return host, list(parts[len(root) :])
-        top = parts[0] if parts else ""
-        if not top or top in bwrap.RESERVED_TOPS or top in self._layout.system_tops:
-            raise ValueError(f"the local executor cannot place files at {sandbox_path}")
-        return self._mounts, list(parts)
+        return {"mechanism": mechanism, "changed": changed[:50], "changed_count": len(changed), "restored": restored}
 
     def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
         """The live workspace directory on the host (no copy: ``report`` stays empty)."""
-        return self._workspace
+        return self.files.workspace
 
     def baseline_workspace(self) -> Path | None:
         return self.task.workspace_dir
@@ -377,6 +359,7 @@ class LocalSandbox:
         """Remove the scratch directory (also what the subject made read-only)."""
         if not self._closed:
             self._closed = True
+            self._ahead.close()
             self._limits.close()
             if self._disk is not None:
                 self._disk.close()
@@ -390,10 +373,4 @@ class LocalSandbox:
             raise RuntimeError("this sandbox's lease has ended")
 
 
-@lru_cache(maxsize=4096)
-def sandbox_parts(sandbox_path: str) -> tuple[str, ...]:
-    """The names of an absolute sandbox path below ``/`` (cached: a cell uses a handful of paths)."""
-    path = PurePosixPath(sandbox_path)
-    if not path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"sandbox paths must be absolute, without '..': {sandbox_path!r}")
-    return path.parts[1:]
+__all__ = ["LocalSandbox", "sandbox_parts"]

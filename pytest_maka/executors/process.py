@@ -188,27 +188,68 @@ def run_process(
                 os.close(gate[0])
         if gate is not None and hold is not None:
             _open_gate(proc, gate[1], hold)
-        assert proc.stdout is not None and proc.stderr is not None
-        sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
-        pump = OutputPump(sinks)
-        pump.start()
-        stopper = make_stopper(proc)
-        timed_out = False
+        return _supervise(proc, out, err, started, timeout_sec, max_output_bytes, grace_sec, make_stopper(proc))
+
+
+def run_started(
+    proc: subprocess.Popen[bytes],
+    release: Callable[[], None],
+    *,
+    timeout_sec: float | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    max_output_bytes: int,
+    grace_sec: float,
+    stopper: Stopper,
+) -> ExecResult:
+    """``run_process`` for a process started ahead and held until ``release()`` (which must put it
+    under its limits before letting it go): the deadline and the output count from the release."""
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    stderr_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        started = time.monotonic()
         try:
-            with cancel.on_cancel(stopper.kill):  # a cell cancelled on a pool thread (Ctrl-C)
-                finished = wait_for(proc, timeout_sec)
-            if finished:
-                stopper.reap()
-            else:
-                timed_out = True
-                _stop(proc, stopper, grace_sec)
+            release()
         except BaseException:
             stopper.kill()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
             raise
-        finally:
-            pump.finish(_PIPE_CLOSE_SEC)
-            proc.stdout.close()
-            proc.stderr.close()
+        return _supervise(proc, out, err, started, timeout_sec, max_output_bytes, grace_sec, stopper)
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    out: BinaryIO,
+    err: BinaryIO,
+    started: float,
+    timeout_sec: float | None,
+    max_output_bytes: int,
+    grace_sec: float,
+    stopper: Stopper,
+) -> ExecResult:
+    """Drain the output into ``out`` and ``err`` until the tree is gone; stop it at the deadline."""
+    assert proc.stdout is not None and proc.stderr is not None
+    sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
+    pump = OutputPump(sinks)
+    pump.start()
+    timed_out = False
+    try:
+        with cancel.on_cancel(stopper.kill):  # a cell cancelled on a pool thread (Ctrl-C)
+            finished = wait_for(proc, timeout_sec)
+        if finished:
+            stopper.reap()
+        else:
+            timed_out = True
+            _stop(proc, stopper, grace_sec)
+    except BaseException:
+        stopper.kill()
+        raise
+    finally:
+        pump.finish(_PIPE_CLOSE_SEC)
+        proc.stdout.close()
+        proc.stderr.close()
     return ExecResult(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,

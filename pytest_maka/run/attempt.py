@@ -18,7 +18,7 @@ from ..egress.phase import network_phase, network_record
 from ..egress.plan import PHASES
 from ..executors.base import LeaseRequest, Sandbox
 from .phase import wait_healthy
-from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify
+from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead
 from .restore import base_env, guarded, image_env_of, restore_for_verification
 from .separate import run_collect_hooks, verify_separately
 from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan, subject_mounts
@@ -80,6 +80,7 @@ def run_attempt_steps(
         if agent_timeout is not None and agent_timeout <= 0:
             work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
             return
+        verify_ahead(work, sandbox)  # the verifier's sandbox may be set up while the subject runs
         if not run_subject(work, sandbox, agent_timeout, limit_name):
             return
         with work.timed("freeze"):

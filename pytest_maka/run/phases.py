@@ -18,13 +18,13 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import Sandbox
+from ..executors.base import ExecAhead, Sandbox
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
-from ..verifiers.base import Verdict, Verifier, VerifyContext
+from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
-from .phase import phase_user
+from .phase import is_default_user, phase_user
 from .restore import VERIFIER_HOME, base_env, image_env_of, layer_env, printable, salvage, verifier_env
 from .separate import KEPT_VERIFIER_KEYS
 from .work import INSTRUCTION_FILE, AttemptWork
@@ -187,6 +187,26 @@ def diff_workspace(sandbox: Sandbox, dest: Path, report: CopyReport) -> tuple[st
             remove_path(dest)
 
 
+def verifier_exec_env(verifier: Verifier, task: Task, sandbox: Sandbox) -> dict[str, str]:
+    return verifier_env(task, imports_workdir=getattr(verifier, "imports_workdir", False), image=image_env_of(sandbox))
+
+
+def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:
+    """Before the subject runs: tell a sandbox that can set a command up ahead what the verifier
+    will run (the same command, env and cwd ``verify`` gives it; nothing of it starts now)."""
+    task, verifier = work.cell.task, work.verifier
+    if not isinstance(sandbox, ExecAhead) or not isinstance(verifier, PlansExec):
+        return
+    if task.verifier_environment is not None or task.verifier_collect or not is_default_user(task.verifier_user):
+        return
+    if work.plan.verifier.network:
+        return
+    planned = verifier.planned_exec(task)
+    if planned is not None:
+        env = verifier_exec_env(verifier, task, sandbox)
+        sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts)
+
+
 def verify(
     work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
 ) -> None:
@@ -198,9 +218,7 @@ def verify(
         work.budget_exceeded = work.budget_exceeded or cut_by
         return
     ctx = VerifyContext(
-        env=verifier_env(
-            task, imports_workdir=getattr(verifier, "imports_workdir", False), image=image_env_of(sandbox)
-        ),
+        env=verifier_exec_env(verifier, task, sandbox),
         timeout_sec=timeout,
         stdout_path=d / "verifier.stdout.txt",
         stderr_path=d / "verifier.stderr.txt",
@@ -237,6 +255,7 @@ def verify(
         "timed_out": result.timed_out,
         "timeout_sec": timeout,
         "duration_s": round(result.duration_s, 4),
+        "set_up_ahead": result.set_up_ahead,
         "reward": verdict.score,
         "rewards": verdict.rewards,
         "reward_source": verdict.source,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..core.network_evidence import TAIL_CHARS, network_failure
 from ..core.task import Task
@@ -59,6 +59,25 @@ class Verifier(Protocol):
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         """Read the verdict from what ``run()`` left (files under ``ctx``)."""
         ...
+
+
+@dataclass(frozen=True)
+class PlannedExec:
+    """The one command a verifier's ``run()`` will execute, known before the subject ends."""
+
+    command: str
+    cwd: str | None
+    #: Sandbox paths put before it runs (``/tests``, when the task has tests).
+    puts: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class PlansExec(Protocol):
+    """Optional verifier capability: say ahead what ``run()`` will execute (None: unknown), with
+    ``ctx.env``, ``ctx.network`` and no other command. The kernel then lets the sandbox set that
+    command up while the subject runs (``ExecAhead``); nothing of the verification starts early."""
+
+    def planned_exec(self, task: Task) -> PlannedExec | None: ...
 
 
 def _tail(path: Path) -> str:

@@ -25,9 +25,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from ..core.task import Task
+from ..core.task import TESTS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
-from .base import Verdict, VerifyContext, network_starved
+from .base import PlannedExec, Verdict, VerifyContext, network_starved
 
 PASS_REWARD = 1.0
 #: Larger reward files are not a verdict (a reward is a few bytes).
@@ -187,6 +187,9 @@ class RewardVerifier:
 
     def run(self, sandbox: Sandbox, task: Task, ctx: VerifyContext) -> ExecResult:
         return ctx.run(sandbox, task.verifier_command, cwd=task.workdir)
+
+    def planned_exec(self, task: Task) -> PlannedExec:
+        return PlannedExec(task.verifier_command, task.workdir, (TESTS_DIR,) if task.tests_dir is not None else ())
 
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         return network_starved(read_reward(ctx.verifier_dir, MultiReward.of(task)), task, ctx)
