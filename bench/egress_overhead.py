@@ -103,22 +103,30 @@ def _run(sandbox: Any, root: Path, command: str, env: dict[str, str], network: b
 
 def one_lease(
     executor: Any, root: Path, target: tuple[str, int], requests: int, phases: int, direct_url: str | None,
-    with_command: bool = False, direct_on_host: bool = False,
+    with_command: bool = False, direct_on_host: bool = False, unproxied: bool = False,
 ) -> dict[str, list[float]]:  # fmt: skip
     """One attempt: ``phases`` allowlist phases timed empty, then ``requests`` GETs via the proxy.
 
     ``with_command``: the first phase runs one networked ``true`` (what a real first phase waits
-    for: the proxy, the packet logger and the resolver), timed as ``first_with_command``."""
+    for: the proxy, the packet logger and the resolver), timed as ``first_with_command``.
+    ``unproxied``: the baseline for that, an attempt without egress whose first command is a
+    networked ``true`` (the executor's network, unfiltered), timed as ``first_unproxied``."""
     task = make_task(root / "task", docker_image="python:3.11-slim")
-    hint = {"egress": True} if "egress" in LeaseRequest.__dataclass_fields__ else {}  # the plan has an allowlist
+    hint = {"egress": not unproxied} if "egress" in LeaseRequest.__dataclass_fields__ else {}
     req = LeaseRequest(cell=make_cell(task, root), attempt=1, attempt_dir=root / "a", scratch_dir=root / "s", **hint)
     (root / "a").mkdir(parents=True, exist_ok=True)
     name, port = target
     plan = PhasePlan("allowlist", hostpattern.parse_all([f"{name}:{port}"]))
     log = EgressLog(root / "a" / "egress.log")
-    keys = ("first_phase", "first_with_command", "phase", "proxied", "direct", "cmd", "cmd_proxied")
+    keys = ("first_phase", "first_with_command", "first_unproxied", "phase", "proxied", "direct", "cmd", "cmd_proxied")
     out: dict[str, list[float]] = {k: [] for k in keys}
     env = {**ENV, "T": TIMER}
+    if unproxied:
+        with executor.lease(req) as sandbox:
+            t = time.perf_counter()
+            _run(sandbox, root, "true", env, True)
+            out["first_unproxied"].append(time.perf_counter() - t)
+        return out
     with executor.lease(req) as sandbox:
         for i in range(phases):
             t = time.perf_counter()
@@ -213,31 +221,34 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
             roots = [Path(tmp) / f"lease-{i}" for i in range(workers * args.leases)]
             started = time.perf_counter()
             jobs = [(r, i % 2 == 1) for i, r in enumerate(roots)]  # every other lease: a command in its first phase
+            bases = [Path(tmp) / f"unproxied-{i}" for i in range(len(roots) // 2)]  # the same, without egress
             with ThreadPoolExecutor(workers) as pool:
-                results = list(
-                    pool.map(
-                        lambda j: one_lease(
-                            executor, j[0], target, args.requests, args.phases, direct_url, j[1], direct_on_host
-                        ),
-                        jobs,
+                futures = [
+                    pool.submit(
+                        one_lease, executor, r, target, args.requests, args.phases, direct_url, cmd, direct_on_host
                     )
-                )
+                    for r, cmd in jobs
+                ]
+                futures += [pool.submit(one_lease, executor, b, target, 0, 0, None, unproxied=True) for b in bases]
+                results = [f.result() for f in futures]
             wall = time.perf_counter() - started
         merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}
+        first_added = statistics.median(merged["first_with_command"]) - statistics.median(merged["first_unproxied"])
         baseline = merged["direct"]
         alone = f" (one client alone {ms(direct())})" if direct is not None else ""
         added = statistics.median(merged["proxied"]) - statistics.median(baseline) if baseline else float("nan")
         cmd = statistics.median(merged["cmd_proxied"]) - statistics.median(merged["cmd"])
         print(
             f"{label:12} concurrency {workers}: attempt start (first phase) {ms(merged['first_phase'])}, "
-            f"with a networked command {ms(merged['first_with_command'])}, "
+            f"with a networked command {ms(merged['first_with_command'])} "
+            f"(without egress {ms(merged['first_unproxied'])}: added {first_added * 1000:+.0f} ms), "
             f"later phase {ms(merged['phase'])}; command start {ms(merged['cmd'])}, behind the forwarder "
             f"{cmd * 1000:+6.1f} ms; request via proxy {ms(merged['proxied'])}, "
             f"without {ms(baseline)}{alone}, added {added * 1000:6.2f} ms; {len(roots)} leases in {wall:.1f} s"
         )
-        each = {k: " ".join(f"{x * 1000:.0f}" for x in merged[k]) for k in ("first_phase", "first_with_command")}
+        each = {k: " ".join(f"{x * 1000:.0f}" for x in merged[k]) for k in merged if k.startswith("first")}
         print(f"{label:6} concurrency {workers}: each first phase (ms, in lease order): {each['first_phase']}; "
-              f"with a command: {each['first_with_command']}")  # fmt: skip
+              f"with a command: {each['first_with_command']}; without egress: {each['first_unproxied']}")  # fmt: skip
     executor.close()
 
 

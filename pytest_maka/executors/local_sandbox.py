@@ -175,6 +175,8 @@ class LocalSandbox:
         if network or self.options.sandbox != "bwrap":
             return
         tops = self.files.new_tops(puts)
+        for top in tops:  # now, on this thread: a put meanwhile fills it in place (the bind holds it)
+            (self.files.mounts / top).mkdir(exist_ok=True)
         env = dict(env)
         self._ahead.request(self._exec_key(command, env, cwd), lambda: self._prepare(command, env, cwd, tops))
 
@@ -185,12 +187,18 @@ class LocalSandbox:
         """On the ahead worker: bwrap started for ``command``, stopped before it (``--block-fd``)."""
         if self._closed:
             return None
-        for top in tops:  # empty until put there (filled in place: the bind holds this directory)
-            (self.files.mounts / top).mkdir(exist_ok=True)
         binds = self.files.binds(tops)
-        env_fd = bwrap.env_file(env)
-        block_r, block_w = os.pipe()
-        info_r, info_w = os.pipe()
+        fds: list[int] = []
+        try:
+            fds.append(env_fd := bwrap.env_file(env))
+            block_r, block_w = os.pipe()
+            fds += (block_r, block_w)
+            info_r, info_w = os.pipe()
+            fds += (info_r, info_w)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
         argv = self._argv(command, env_fd=env_fd, network=False, proxied=None, cwd=cwd, info_fd=info_w,
                           binds=binds, block_fd=block_r)  # fmt: skip
         signature = self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1, binds=binds)
