@@ -142,6 +142,12 @@ class LeaseFiles:
         if base == self.mounts and len(parts) == 1 and parts[0] in self.mount_tops:
             self.mount_tops.remove(parts[0])  # nothing left to bind there (a later put binds it again)
 
+    def reopen_roots(self) -> None:
+        """Give the workdir and ``/logs`` back the owner permissions the subject may have taken: a
+        command has no capability, so without them the verifier could not even enter its workdir."""
+        for root in (self.workspace, self.logs):
+            descend(root, [], make=True)
+
     def restore_uploads(self) -> tuple[list[str], list[str]]:
         """Copy in again every upload changed since the first command: (paths changed, uploads restored)."""
         changed: list[str] = []

@@ -337,6 +337,7 @@ class LocalSandbox:
         With bwrap the system directories are the host's, read-only, and the root and /tmp
         are new for every command: only the workdir, /logs and the upload mounts persist.
         """
+        self.files.reopen_roots()
         changed, restored = self.files.restore_uploads()
         if self.options.sandbox == "none":
             mechanism = (

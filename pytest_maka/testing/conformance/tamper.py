@@ -226,6 +226,12 @@ class TamperTests(ConformanceBase):
         if self.system_dirs_writable:  # an entry the engine cannot name: its directory comes back whole
             assert "/usr/local/bin" in record["verifier"]["tamper"]["restored"], record["verifier"]["tamper"]
 
+    def test_locked_workdir_and_logs_stay_official(self, executor: Executor, task: Task, tmp_path: Path) -> None:
+        """A subject that takes every permission from its workdir and /logs cannot keep the verifier
+        out (a verifier failure is outside the denominator): its honest part is graded."""
+        record = self.attempt(executor, task, tmp_path, "echo done > done.txt; chmod 000 . /logs /logs/verifier; true")
+        assert record["status"] == "agent_success", record["error"]
+
     def test_deep_trees_stay_official(self, executor: Executor, task: Task, tmp_path: Path) -> None:
         record = self.attempt(executor, task, tmp_path, NESTED + "; echo done > done.txt")
         if self.verifies_deep_trees:
