@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .process import wait_for
+from .process import wait_for, wait_readable
 
 #: Host system directories bound read-only into the sandbox (symlinked when the host's are links).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -219,6 +218,15 @@ def env_file(env: Mapping[str, str]) -> int:
     return fd
 
 
+def parse_info(data: bytes) -> tuple[int, str] | None:
+    """(host pid of the sandbox's pid 1, its pid namespace link text) from what bwrap wrote to
+    ``--info-fd``; None while that is not all there yet."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        info = json.loads(data)
+        return int(info["child-pid"]), f"pid:[{int(info['pid-namespace'])}]"
+    return None
+
+
 class NamespaceStopper:
     """Stops everything in a bwrap pid namespace; the namespace is learnt from ``--info-fd``."""
 
@@ -227,6 +235,7 @@ class NamespaceStopper:
         self._proc = proc
         self._info_fd = info_read_fd
         self._info: tuple[int, str] | None = info
+        self._info_data = b""  # what bwrap wrote so far (it writes its report in several pieces)
 
     @property
     def pid1(self) -> int:
@@ -238,9 +247,9 @@ class NamespaceStopper:
         """(host pid of the sandbox's pid 1, pid namespace link text), once bwrap reported it."""
         if self._info is None:
             os.set_blocking(self._info_fd, False)
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                data = json.loads(os.read(self._info_fd, 65536))
-                self._info = (int(data["child-pid"]), f"pid:[{int(data['pid-namespace'])}]")
+            with contextlib.suppress(OSError):
+                self._info_data += os.read(self._info_fd, 65536)
+            self._info = parse_info(self._info_data)
         return self._info
 
     def _members(self) -> list[int]:
@@ -320,11 +329,8 @@ def _wait_gone(pid: int, ns_link: str, timeout: float) -> bool:
     except (AttributeError, OSError):
         return False
     try:
-        if not _alive_in(pid, ns_link):  # checked after opening: the descriptor is that process's
-            return True
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(timeout * 1000))
+        # checked after opening: the descriptor is that process's
+        return not _alive_in(pid, ns_link) or wait_readable(fd, timeout)
     finally:
         os.close(fd)
 

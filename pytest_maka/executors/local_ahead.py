@@ -20,9 +20,7 @@ the process (``--die-with-parent``, tied to the worker thread, which never ends)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -31,7 +29,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ..core import progress
-from .bwrap import NamespaceStopper
+from .bwrap import NamespaceStopper, parse_info
+from .process import wait_readable
 
 #: How long the worker waits before looking again while some attempt is doing harness work.
 IDLE_POLL_SEC = 0.01
@@ -135,18 +134,15 @@ def start_prepared(
 def _read_info(fd: int) -> tuple[int, str] | None:
     """(host pid of the sandbox's pid 1, its pid namespace) from bwrap's ``--info-fd``, once all of
     it is written (bwrap writes it in several pieces); None if bwrap ends or stalls first."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + SETUP_TIMEOUT_SEC
     data = b""
-    while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
+    while (left := deadline - time.monotonic()) > 0 and wait_readable(fd, left):
         chunk = os.read(fd, 65536)
         if not chunk:
             return None
         data += chunk
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            info = json.loads(data)
-            return int(info["child-pid"]), f"pid:[{int(info['pid-namespace'])}]"
+        if (info := parse_info(data)) is not None:
+            return info
     return None
 
 

@@ -91,16 +91,14 @@ class LeaseFiles:
             if not host_path.is_dir():
                 raise ValueError(f"cannot replace directory {sandbox_path} with a file")
             descend(base, [], make=True)
-            clear_dir(base)
-            shutil.copytree(host_path, base, symlinks=True, dirs_exist_ok=True)
+            _fill(base, host_path)
             return
         parent = descend(base, parts[:-1], make=True)
         assert parent is not None
         target = parent / parts[-1]
         unseen_top = base == self.mounts and len(parts) == 1 and parts[0] not in self.mount_tops
         if unseen_top and host_path.is_dir() and os.path.isdir(target) and not os.path.islink(target):
-            clear_dir(target)  # made for a command set up ahead, which binds this very directory
-            shutil.copytree(host_path, target, symlinks=True, dirs_exist_ok=True)
+            _fill(target, host_path)  # made for a command set up ahead, which binds this very directory
         else:
             if os.path.lexists(target):
                 remove_path(target)
@@ -162,6 +160,12 @@ class LeaseFiles:
             self.put(source, dest)
             restored.append(dest)
         return changed, restored
+
+
+def _fill(directory: Path, source: Path) -> None:
+    """Replace the content of ``directory`` by a copy of ``source``'s, keeping the directory itself."""
+    clear_dir(directory)
+    shutil.copytree(source, directory, symlinks=True, dirs_exist_ok=True)
 
 
 @lru_cache(maxsize=4096)

@@ -207,6 +207,9 @@ class LocalSandbox:
                               info_write=info_w, env_fd=env_fd, sources=sources)  # fmt: skip
 
     def _take_ahead(self, command: str, env: Mapping[str, str], cwd: str | None) -> Prepared | None:
+        if self._ahead.state is None:  # nothing asked ahead (most commands)
+            return None
+
         def signature() -> list[str]:
             return self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1)
 

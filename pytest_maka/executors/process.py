@@ -119,6 +119,13 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def wait_readable(fd: int, timeout: float) -> bool:
+    """True once ``fd`` is readable (a pidfd: its process has ended), False after ``timeout`` seconds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0.0) * 1000))
+
+
 def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
     """True if ``proc`` exited within ``timeout`` seconds (None: wait forever).
 
@@ -137,9 +144,7 @@ def wait_for(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
             return False
         return True
     try:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        if not poller.poll(max(timeout, 0.0) * 1000):
+        if not wait_readable(pidfd, timeout):
             return False
     finally:
         os.close(pidfd)
