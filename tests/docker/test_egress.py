@@ -292,7 +292,7 @@ def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_di
         owner.kill()
         owner.wait()
         for cid in reversed(made):
-            with contextlib.suppress(docker.errors.NotFound):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # gone, or going (409)
                 docker_api.remove_container(cid, force=True)
 
 

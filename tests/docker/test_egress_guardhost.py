@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,60 @@ def test_a_guard_host_that_is_gone_is_replaced_and_traffic_is_still_logged(
     assert _refused_udp(tmp_path / "three.log")
     second = executor.proxies.shared(key, lambda: None).result(timeout=60)
     assert second.id != first.id
+
+
+def _execs(docker_api, container: str, since: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """The commands the engine ran with ``exec`` in ``container`` since ``since``."""
+    events = docker_api.events(since=f"{since:.6f}", until=f"{time.time() + 1:.6f}",
+                               filters={"container": container, "event": "exec_create"}, decode=True)  # fmt: skip
+    return [str(e.get("Action", "")).partition(": ")[2] for e in events]
+
+
+def test_the_proxys_resolver_is_written_from_the_guard_host_without_an_exec(
+    make_executor, docker_api, egress_upstream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The first networked command of an allowlist phase: the proxy's resolv.conf and the
+    sidecars' /etc/hosts lines come through the container's root from the guard host; the
+    only exec in the container is the command itself; the container's own files come back."""
+    network, ip, port = egress_upstream
+    executor = make_executor(egress_network=network, network=network, egress_hosts={"allowed.test": ip},
+                             egress_prestart=False)  # fmt: skip
+    with executor.lease(egress_request(tmp_path, "files")) as sandbox:
+        sandbox.egress.direct.update({"db": "10.99.0.5"})  # a sidecar, named in /etc/hosts for the phase
+        own = run_in(sandbox, tmp_path, "cat /etc/resolv.conf /etc/hosts", network=False)
+        sandbox.egress.ready(sandbox.id)  # the packet logger runs, the own resolver is read (ahead, as a rule)
+        since = time.time()
+        with sandbox.egress_phase("agent", _plan(port), EgressLog(tmp_path / "egress.log")):
+            proxied = run_in(sandbox, tmp_path, "cat /etc/resolv.conf /etc/hosts")
+            proxy_ip = sandbox.egress.proxy_ip
+        execs = _execs(docker_api, sandbox.id, since)
+        run_in(sandbox, tmp_path, "true")  # the executor's own network: the container's own files back
+        back = run_in(sandbox, tmp_path, "cat /etc/resolv.conf /etc/hosts", network=False)
+    assert proxied.startswith(f"nameserver {proxy_ip}\n"), proxied
+    assert "10.99.0.5\tdb # maka-sidecar" in proxied, proxied
+    assert execs == ["sh -c cat /etc/resolv.conf /etc/hosts"] or (
+        len(execs) == 1 and "cat /etc/resolv.conf /etc/hosts" in execs[0]
+    ), execs
+    assert back == own, "no trace of the phase in the container's files"
+
+
+def test_a_resolver_file_the_guard_host_may_not_write_is_written_by_an_exec(
+    make_executor, docker_api, egress_upstream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A subject that takes every permission off its resolv.conf (the guard host has no
+    ``DAC_OVERRIDE``): the phase still has the proxy's resolver, written by an exec in the
+    container as before. (Links out of the container are refused by ``inroot``; on the
+    engine's overlay file system /etc cannot even be moved away from the engine's mounts.)"""
+    network, ip, port = egress_upstream
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip}, egress_prestart=False)
+    with executor.lease(egress_request(tmp_path, "locked")) as sandbox:
+        moved = run_in(sandbox, tmp_path, "mv /etc /etc.real; chmod 000 /etc/resolv.conf", network=False)
+        sandbox.egress.ready(sandbox.id)
+        since = time.time()
+        with sandbox.egress_phase("agent", _plan(port), EgressLog(tmp_path / "egress.log")):
+            proxied = run_in(sandbox, tmp_path, "cat /etc/resolv.conf")
+            proxy_ip = sandbox.egress.proxy_ip
+        execs = _execs(docker_api, sandbox.id, since)
+    assert "Device or resource busy" in moved, moved
+    assert proxied == f"nameserver {proxy_ip}\n", proxied
+    assert any("/etc/resolv.conf" in e and "printf" in e for e in execs), execs

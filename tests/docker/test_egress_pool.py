@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from pytest_maka.core.errors import InfraError
 from pytest_maka.egress.log import PAST_PROXY, EgressLog
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import LeaseRequest
-from pytest_maka.executors.docker import DockerOptions
+from pytest_maka.executors.docker import DockerOptions, proxies
 from pytest_maka.executors.docker import labels as L
 from pytest_maka.executors.docker.cleanup import sweep
 from pytest_maka.executors.docker.engines import Engine
@@ -275,3 +276,27 @@ def test_the_plugin_passes_its_concurrency_to_the_executor_options(pytester: pyt
     assert _with_concurrency(config, DockerOptions()).concurrency == 3  # type: ignore[attr-defined]
     assert _with_concurrency(config, DockerOptions(concurrency=2)).concurrency == 2  # type: ignore[attr-defined]
     assert _with_concurrency(pytester.parseconfig(), DockerOptions()).concurrency == 1  # type: ignore[attr-defined]
+
+
+def test_the_next_attempts_proxy_is_made_only_after_this_attempts_first_networked_command(
+    make_executor, docker_api, egress_upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Making a spare entry (a network and a container) costs the engine more than the attempt's
+    first networked command: it waits until that command is done, then tops the pool up."""
+    monkeypatch.setattr(proxies, "SPARE_WAIT_SEC", 600.0)  # however slow the machine: only the command ends the wait
+    network, ip, port = egress_upstream
+    executor = make_executor(egress_network=network, egress_hosts={"allowed.test": ip})
+    with _lease(executor, egress_request(tmp_path, "first")):
+        pass
+    [ready] = _ready_entries(executor)
+    with _lease(executor, egress_request(tmp_path, "second")) as sandbox:
+        sandbox.egress.prepare(sandbox.id)
+        assert sandbox.egress._claimed.result(timeout=300).proxy_id == ready.proxy_id, "the ready one"
+        time.sleep(1.5)
+        pending = executor.proxies.ready()
+        assert len(pending) == 1 and not pending[0].done(), "nothing made before the first networked command"
+        with sandbox.egress_phase("agent", _plan(f"allowed.test:{port}"), EgressLog(tmp_path / "e.log")):
+            run_in(sandbox, tmp_path, "true")
+            assert sandbox.egress.settled.is_set()
+            spare = pending[0].result(timeout=300)
+    assert spare.proxy_id != ready.proxy_id and _exists(docker_api, "container", spare.proxy_id)

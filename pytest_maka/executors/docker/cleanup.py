@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -93,7 +94,8 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
             except docker.errors.NotFound:
                 continue
             except docker.errors.APIError as exc:
-                name += f": not removed: {one_line(exc)}"
+                if not (exc.status_code == 409 and _gone_soon(engine, c["Id"])):  # another sweep removes it
+                    name += f": not removed: {one_line(exc)}"
             if is_local(engine):
                 reap_shims([c["Id"]])
         removed.append(name)
@@ -112,6 +114,21 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
                     tags += f": not removed: {one_line(exc)}"
             removed.append(f"image {tags}")
     return removed
+
+
+def _gone_soon(engine: Engine, container: str, wait_sec: float = 30.0) -> bool:
+    """Whether ``container``, being removed by someone else (another run's sweep), is gone within ``wait_sec``."""
+    deadline = time.monotonic() + wait_sec
+    while time.monotonic() < deadline:
+        try:
+            with engine.guard("waiting for a container's removal", refusals=False):
+                engine.api.inspect_container(container)
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def _sweep_networks(engine: Engine, *, everything: bool, dry_run: bool) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -35,8 +36,9 @@ from ...egress.plan import PhasePlan
 from . import labels as L
 from .engines import Engine, one_line
 from .guardhost import GuardHost, guard_host, guard_host_key, start_logger
-from .netguard import NetGuard, exec_as_root
+from .netguard import NetGuard
 from .proxies import ProxyEntry, ProxyPool, make_entry, pool_labels, remove_entry
+from .resolver import ResolverFiles
 
 PROXY_DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
@@ -48,15 +50,6 @@ PROXY_TAG = "pytest-maka-egress-proxy:" + hashlib.sha256(PROXY_DOCKERFILE.encode
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 #: tinyproxy listens here, inside the proxy container only; the relay listens on PROXY_PORT.
 UPSTREAM_PORT = tinyproxy.PROXY_PORT + 1
-#: Ends the /etc/hosts lines naming the sidecars during an allowlist phase.
-HOSTS_MARK = "# maka-sidecar"
-#: The attempt container's files for a phase: resolv.conf ($1), and the sidecars' lines in /etc/hosts
-#: taken out ($2 = "strip") and, when given ($3), added.
-FILES_SCRIPT = (
-    'printf %s "$1" > /etc/resolv.conf; [ "$2" = strip ] || exit 0; '
-    f'h=$(grep -v "{HOSTS_MARK}" /etc/hosts); printf "%s\\n" "$h" > /etc/hosts; '
-    '[ -z "$3" ] || printf %s "$3" >> /etc/hosts'
-)
 
 
 @dataclass(frozen=True)
@@ -138,10 +131,8 @@ class DockerEgress:
         self.guards: dict[str, NetGuard] = {}
         #: Why traffic past the proxy is not logged for this attempt (None: it is, or not tried yet).
         self.unguarded: str | None = None
-        #: The attempt container's own resolv.conf, put back before it joins another network.
-        self._resolv: str | None = None
-        #: (container, restart count) whose resolv.conf and /etc/hosts are the proxy's now.
-        self._files_for: tuple[str, int] | None = None
+        #: The attempt container's resolv.conf and /etc/hosts: its own, or the proxy's.
+        self.files = ResolverFiles(engine, self.direct)
         self._claimed: Future[ProxyEntry] | None = None
         #: The pool's key of the claimed entry (engine, egress network, extra hosts).
         self._key: tuple[object, ...] = ()
@@ -149,6 +140,9 @@ class DockerEgress:
         #: Containers joined to the internal network since the packets were last collected.
         self._since_collect: set[str] = set()
         self._threads: ThreadPoolExecutor | None = None
+        #: Set once the attempt's first networked command of an allowlist phase is done (or its first
+        #: such phase, or the lease): the pool makes the next attempt's spare only then.
+        self.settled = threading.Event()
 
     @property
     def network_id(self) -> str | None:
@@ -167,14 +161,12 @@ class DockerEgress:
         if self._claimed is None:
             self._key = (self.engine.key, self.egress_network, tuple(sorted(self.hosts.items())))
             spare = functools.partial(self._make, pool_labels()) if self.spares else None
-            self._claimed = self.pool.claim(self._key, functools.partial(self._make, self.labels), spare)
+            make = functools.partial(self._make, self.labels)
+            self._claimed = self.pool.claim(self._key, make, spare, self.settled)
         if self._threads is None:
             self._threads = ThreadPoolExecutor(4, thread_name_prefix="maka-egress-prepare")
         self._guard_host()  # made once per engine, ahead
-        steps = [self._threads.submit(self._prepare, container)]
-        if container is not None and self._resolv is None:  # before any join: the engine rewrites it on the first
-            steps.append(self._threads.submit(self._own_resolver, container))
-        self._prepared[container] = steps
+        self._prepared[container] = [self._threads.submit(self._prepare, container)]
 
     def _make(self, labels: Mapping[str, str]) -> ProxyEntry:
         build_log = self.attempt_dir / "egress-build.log" if self.attempt_dir else None
@@ -186,21 +178,8 @@ class DockerEgress:
         assert self._claimed is not None
         self.entry = self._claimed.result()
         self._guard(container)
-
-    def _own_resolver(self, container: str) -> None:
-        """Keep the container's own resolv.conf (``cat``: an exec costs less engine time than ``get_archive``).
-
-        The engine rewrites that file once, when the container first joins a user-defined
-        network (to name its embedded resolver, which on an internal network answers nothing):
-        the proxy's is written right after that join (``joined``), and later joins keep it."""
-        with self.engine.guard("reading the sandbox's resolver configuration"):
-            code, out = self._exec(["cat", "/etc/resolv.conf"], container)
-        self._resolv = out if code == 0 else ""
-
-    def _exec(self, argv: list[str], container: str | None = None) -> tuple[int, str]:
-        target = container or (self.entry.proxy_id if self.entry else None)
-        assert target is not None
-        return exec_as_root(self.engine, target, argv)
+        if container is not None:  # before any join: the engine rewrites it on the first
+            self.files.keep_own(container, self.guards.get(container))
 
     # --- phases -----------------------------------------------------------------------
     @contextmanager
@@ -235,6 +214,7 @@ class DockerEgress:
             yield
         finally:
             self.current = None
+            self.settled.set()
             # only the loggers of containers that joined the network since the last collection: no
             # other packet can be from the internal subnet (nothing was in it), and none is pending
             dirty, self._since_collect = self._since_collect, set()
@@ -257,29 +237,10 @@ class DockerEgress:
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
 
-    def _proxy_files(self, container: str | None, generation: int) -> None:
-        """The proxy's files in ``container`` (written once; again after a restart or ``own_files``)."""
-        if container is None or self.entry is None or self._files_for == (container, generation):
-            return
-        self._files(container, f"nameserver {self.entry.proxy_ip}\n", add=True)
-        self._files_for = (container, generation)
-
     def own_files(self, container: str) -> None:
         """Before ``container`` joins a network of its own (``all``, ``services``): its own resolv.conf
-        and /etc/hosts back (one exec, only after an allowlist phase wrote the proxy's)."""
-        if self._files_for is not None and self._files_for[0] == container:
-            self._files_for = None
-            self._files(container, self._resolv, add=False)
-
-    def _files(self, container: str | None, resolv: str | None, *, add: bool) -> None:
-        """One exec: the container's resolv.conf, and the sidecars' names in its /etc/hosts for the
-        phase (the proxy's resolver answers only for allowed names), or those lines taken out."""
-        if container is None or resolv is None:
-            return
-        lines = "".join(f"{ip}\t{name} {HOSTS_MARK}\n" for name, ip in sorted(self.direct.items()))
-        argv = ["sh", "-c", FILES_SCRIPT, "maka", resolv, "strip" if self.direct else "", lines if add else ""]
-        with self.engine.guard("pointing the sandbox's resolver at the egress proxy"):
-            self._exec(argv, container)
+        and /etc/hosts back (only after an allowlist phase wrote the proxy's)."""
+        self.files.restore(container, self.guards.get(container))
 
     def _start_phase(self, name: str, plan: PhasePlan) -> None:
         assert self.entry is not None
@@ -344,17 +305,18 @@ class DockerEgress:
         logger started (``generation``: its restart count) has a new namespace, which gets a
         new logger; so does one whose route could not be set (once)."""
         self._since_collect.add(container)  # this phase's packets must be collected
-        try:
-            self._proxy_files(container, generation)  # after the join: the engine rewrote it on the first
-        except (docker.errors.APIError, OSError) as exc:
-            raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
-        reason = "no packet logger"
         stale = self.guards.get(container)
         if stale is not None and stale.generation != generation:
             with suppress(Exception):
                 stale.close()
             del self.guards[container]
             self._guard(container, generation)
+        try:  # after the join: the engine rewrote it on the first
+            if self.entry is not None:
+                self.files.proxy(container, generation, self.entry.proxy_ip, self.guards.get(container))
+        except (docker.errors.APIError, OSError) as exc:
+            raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
+        reason = "no packet logger"
         for attempt in (1, 2):
             guard = self.guards.get(container)
             if guard is None or self.entry is None:
@@ -382,6 +344,7 @@ class DockerEgress:
     # --- teardown ---------------------------------------------------------------------
     def close(self) -> None:
         """Remove the packet loggers, the proxy container and the network (after the attempt's container is gone)."""
+        self.settled.set()
         for future in [f for steps in self._prepared.values() for f in steps]:
             with suppress(Exception):  # its failure was the phase's to report
                 future.result()

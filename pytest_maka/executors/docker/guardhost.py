@@ -4,8 +4,9 @@ Starting a helper container per attempt (``network_mode: container:<id>``) costs
 create and start on the engine: 150 ms on a quiet engine, up to a second under load, on the
 path of an attempt's first networked command. The guard host is made once per engine and
 process, ahead: a container of the proxy image with no network, the host's process table
-(``pid: host``) and three capabilities (``SYS_ADMIN`` to enter a namespace, ``NET_ADMIN`` to
-load rules and routes there, ``SYS_PTRACE`` to open another container's namespace). For each
+(``pid: host``) and four capabilities (``SYS_ADMIN`` to enter a namespace, ``NET_ADMIN`` to
+load rules and routes there, ``SYS_PTRACE`` to open another container's namespace and root,
+``SYS_CHROOT`` to read and write the attempt container's resolver files in its root, ``inroot``). For each
 attempt container the harness starts one ``exec`` in it, ``nsenter --net`` into that
 container's namespace running the packet logger's loop, and talks to it over the exec's
 streams. No subject can reach it: it is on no network and runs only the harness's scripts.
@@ -54,7 +55,7 @@ class GuardHost:
                     network_mode="none",
                     pid_mode="host",
                     cap_drop=["ALL"],
-                    cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
+                    cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYS_CHROOT"],
                     security_opt=["no-new-privileges:true"],
                     tmpfs={"/run/maka": "size=64m"},
                 )
@@ -75,7 +76,7 @@ class GuardHost:
         if pid <= 0:
             raise RuntimeError("the sandbox's container is not running")
         argv = ["nsenter", "-t", str(pid), "-n", "sh", "-c", script]
-        env = {**env, "MAKA_DIR": f"/run/maka/{uuid.uuid4().hex[:12]}"}
+        env = {**env, "MAKA_DIR": f"/run/maka/{uuid.uuid4().hex[:12]}", "MAKA_PID": str(pid)}
         return Channel.of_exec(self.engine, self.id, argv, env, "packet logger")
 
     def alive(self) -> bool:

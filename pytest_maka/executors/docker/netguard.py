@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import ipaddress
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import docker.errors
@@ -27,6 +29,7 @@ import docker.errors
 from ...core.errors import InfraError
 from ...egress.log import EgressEvent, PastProxyFlows
 from ...egress.packets import PROTOCOLS
+from . import inroot
 from . import labels as L
 from .engines import Engine, one_line
 from .proxies import Channel
@@ -87,6 +90,11 @@ COLLECT_SCRIPT = (
 )
 
 
+#: In the guard host only (``MAKA_PID``: the sandbox's process there): its resolv.conf and /etc/hosts
+#: read or written in its root by ``inroot`` (an ``exec`` in the container costs the engine far more).
+FILES_SCRIPT = 'exec python3 -I -S -c "$MAKA_INROOT" "$MAKA_PID" "$1" "$2"'
+
+
 #: The logger's loop: runs the script of <command> for each line "<command> [arg] [arg]" on its
 #: standard input and answers one line, "<exit code> <output in base64>" (the harness attaches once).
 #: The scripts, the rules and ulogd2's configuration come in its environment (no archive to put);
@@ -95,7 +103,7 @@ COLLECT_SCRIPT = (
 LOOP = (
     'D=${MAKA_DIR:-/run/maka}; export D; mkdir -p "$D"; '
     'while read -r cmd a b; do case "$cmd" in start) s=$MAKA_START;; route) s=$MAKA_ROUTE;; '
-    "collect) s=$MAKA_COLLECT;; stop) break;; *) echo 2; continue;; esac; "
+    "collect) s=$MAKA_COLLECT;; files) s=$MAKA_FILES;; stop) break;; *) echo 2; continue;; esac; "
     'out=$(sh -c "$s" "$cmd" "$a" "$b" 2>&1); code=$?; '
     'printf "%s %s\\n" "$code" "$(printf %s "$out" | base64 -w0)"; done; '
     '[ ! -s "$D/ulogd.pid" ] || kill "$(cat "$D/ulogd.pid")" 2>/dev/null; '
@@ -152,7 +160,13 @@ def parse_packets(text: str, phase: str) -> list[EgressEvent]:
 def _env(subnet: str, proxy_ip: str, proxy_port: int) -> dict[str, str]:
     """The logger loop's environment: its rules, ulogd2's configuration and its scripts."""
     return {"MAKA_NFT": rules(subnet, proxy_ip, proxy_port), "MAKA_ULOGD": ULOGD_CONF,
-            "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT}  # fmt: skip
+            "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT,
+            "MAKA_FILES": FILES_SCRIPT, "MAKA_INROOT": inroot_source()}  # fmt: skip
+
+
+@functools.cache
+def inroot_source() -> str:
+    return Path(inroot.__file__).read_text()
 
 
 class NetGuard:
@@ -216,6 +230,24 @@ class NetGuard:
         if code != 0:
             raise RuntimeError(f"setting the sandbox's route to the egress proxy failed: {out.strip()[:200]}")
         self.native_route = out.strip() == "native"
+
+    def write_files(self, resolv: str, hosts: str | None) -> bool:
+        """The sandbox's resolv.conf and (``hosts``: the sidecars' lines, None to leave it) /etc/hosts,
+        written from the guard host; False where this logger cannot (its own helper, refused)."""
+        spec = "keep" if hosts is None else "strip:" + base64.b64encode(hosts.encode()).decode()
+        return self._in_root(base64.b64encode(resolv.encode()).decode(), spec) is not None
+
+    def read_resolver(self) -> str | None:
+        """The sandbox's resolv.conf, read from the guard host (None where this logger cannot)."""
+        out = self._in_root("read", "")
+        return None if out is None else base64.b64decode(out).decode(errors="replace")
+
+    def _in_root(self, *args: str) -> str | None:
+        """``inroot`` on the sandbox's files: its output, None where it cannot run or refused."""
+        if self.id is not None or self.channel is None:  # a helper of its own sees no other process
+            return None
+        code, out = self._call("files", *args)
+        return out.strip() if code == 0 else None
 
     def collect(self, phase: str) -> list[EgressEvent]:
         """The refused packets logged since the last call, as events of ``phase``."""

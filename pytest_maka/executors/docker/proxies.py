@@ -203,6 +203,9 @@ def pool_labels() -> dict[str, str]:
     return {L.CELL: "spare"}
 
 
+#: A spare is made at most this long after the entry of the attempt that asked for it (sooner
+#: once that attempt's first networked command is done): engine calls made meanwhile slow it.
+SPARE_WAIT_SEC = 5.0
 #: At most this many ready entries per key (as many as the process had attempts at once).
 MAX_READY = 4
 
@@ -255,12 +258,17 @@ class ProxyPool:
         _close_shared(future)
 
     def claim(
-        self, key: Hashable, make: Callable[[], ProxyEntry], spare: Callable[[], ProxyEntry] | None = None
+        self,
+        key: Hashable,
+        make: Callable[[], ProxyEntry],
+        spare: Callable[[], ProxyEntry] | None = None,
+        settled: threading.Event | None = None,
     ) -> Future[ProxyEntry]:
         """An entry for one attempt (``release(key)`` when it is gone): a ready one for ``key`` if
         any, else ``make()`` now (in the background, labelled for the attempt); with ``spare``, the
-        ready ones are topped up once this one is made (so that they never slow down an attempt
-        waiting for its own)."""
+        ready ones are topped up once this one is made and the attempt's network is ``settled``
+        (its first networked command done; at most SPARE_WAIT_SEC later), so that making them
+        never slows down an attempt waiting for its own, nor its first command on the engine."""
         with self._lock:
             if self._closed:
                 raise InfraError("the docker executor is closed")
@@ -279,7 +287,7 @@ class ProxyPool:
             self._peak[key] = max(self._peak[key], self._in_use[key])
             if spare is not None:
                 while len(queue) < min(MAX_READY, max(self._peak[key], self.ready_floor)):
-                    queue.append(self._spares.submit(_after, mine, spare))
+                    queue.append(self._spares.submit(_after, mine, spare, settled))
         for future in failed:
             _discard(future)
         return mine
@@ -311,9 +319,11 @@ class ProxyPool:
                 pool.shutdown(wait=True)
 
 
-def _after(first: Future[ProxyEntry], make: Callable[[], ProxyEntry]) -> ProxyEntry:
+def _after(first: Future[ProxyEntry], make: Callable[[], ProxyEntry], settled: threading.Event | None) -> ProxyEntry:
     with contextlib.suppress(Exception):
         first.result()
+    if settled is not None:
+        settled.wait(SPARE_WAIT_SEC)
     return make()
 
 

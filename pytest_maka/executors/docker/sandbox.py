@@ -99,6 +99,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             finally:
                 if network:
                     self._leave(target)
+                if proxied is not None and self.egress is not None:
+                    self.egress.settled.set()  # the next attempt's proxy may be made now
 
     def _join(self, target: str, proxied: bool) -> None:
         """Join ``target`` for a command; the egress proxy's network also gets the packet logger's route."""
