@@ -221,14 +221,15 @@ def measure(label: str, make: Callable[[], Any], target: tuple[str, int], direct
             started = time.perf_counter()
             jobs = [(r, i % 2 == 1) for i, r in enumerate(roots)]  # every other lease: a command in its first phase
             bases = [Path(tmp) / f"unproxied-{i}" for i in range(len(roots) // 2)]  # the same, without egress
-            with ThreadPoolExecutor(workers) as pool:
-                futures = [
-                    pool.submit(
+            with ThreadPoolExecutor(workers) as pool:  # each baseline right after the lease it is compared with
+                futures = []
+                for i, (r, cmd) in enumerate(jobs):
+                    futures.append(pool.submit(
                         one_lease, executor, r, target, args.requests, args.phases, direct_url, cmd, direct_on_host
-                    )
-                    for r, cmd in jobs
-                ]
-                futures += [pool.submit(one_lease, executor, b, target, 0, 0, None, unproxied=True) for b in bases]
+                    ))  # fmt: skip
+                    if cmd:
+                        futures.append(pool.submit(one_lease, executor, bases[i // 2], target, 0, 0, None,
+                                                   unproxied=True))  # fmt: skip
                 results = [f.result() for f in futures]
             wall = time.perf_counter() - started
         merged: dict[str, list[float]] = {k: [x for r in results for x in r[k]] for k in results[0]}

@@ -116,7 +116,7 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
     return removed
 
 
-def _gone_soon(engine: Engine, container: str, wait_sec: float = 30.0) -> bool:
+def _gone_soon(engine: Engine, container: str, wait_sec: float = 10.0) -> bool:
     """Whether ``container``, being removed by someone else (another run's sweep), is gone within ``wait_sec``."""
     deadline = time.monotonic() + wait_sec
     while time.monotonic() < deadline:
