@@ -121,6 +121,9 @@ def test_the_proxys_resolver_is_written_from_the_guard_host_without_an_exec(
         execs = _execs(docker_api, sandbox.id, since)
         run_in(sandbox, tmp_path, "true")  # the executor's own network: the container's own files back
         back = run_in(sandbox, tmp_path, "cat /etc/resolv.conf /etc/hosts", network=False)
+        emptied = sandbox.egress.guards[sandbox.id].write_files("", None)  # an own resolv.conf that was empty
+        empty = run_in(sandbox, tmp_path, "wc -c < /etc/resolv.conf", network=False)
+    assert emptied and empty.strip() == "0", empty
     assert proxied.startswith(f"nameserver {proxy_ip}\n"), proxied
     assert "10.99.0.5\tdb # maka-sidecar" in proxied, proxied
     assert execs == ["sh -c cat /etc/resolv.conf /etc/hosts"] or (

@@ -55,7 +55,7 @@ def sandbox(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 def _run(pid: int, hosts: str = "keep", resolv: str = PROXY) -> subprocess.CompletedProcess[str]:
     source = Path(inroot.__file__).read_text()
-    what = resolv if resolv == "read" else base64.b64encode(resolv.encode()).decode()
+    what = resolv if resolv == "read" else "resolv:" + base64.b64encode(resolv.encode()).decode()
     return subprocess.run([sys.executable, "-I", "-S", "-c", source, str(pid), what, hosts],
                           capture_output=True, text=True, timeout=30)  # fmt: skip
 
@@ -69,8 +69,9 @@ def test_resolv_conf_and_hosts_are_written_in_the_sandboxs_root(sandbox: tuple[i
     assert done.returncode == 0, done.stderr
     assert (etc / "resolv.conf").read_text() == PROXY
     assert (etc / "hosts").read_text() == "127.0.0.1\tlocalhost\n10.0.0.9\tdb # maka-sidecar\n"
-    assert _run(pid, "strip:").returncode == 0
+    assert _run(pid, "strip:", resolv="").returncode == 0, "an empty resolv.conf is still one argument"
     assert (etc / "hosts").read_text() == "127.0.0.1\tlocalhost\n", "the sidecars' lines taken out again"
+    assert (etc / "resolv.conf").read_text() == ""
 
 
 def test_an_absolute_link_resolves_inside_the_sandbox_not_on_the_host(

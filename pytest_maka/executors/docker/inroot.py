@@ -11,7 +11,8 @@ only then opens the files, writing only regular ones.
 
 This file is also the program, run by the packet logger's loop as
 ``python3 -I -S -c SOURCE PID read`` (prints resolv.conf in base64) or
-``python3 -I -S -c SOURCE PID RESOLV HOSTS`` (``RESOLV``: the new resolv.conf in base64;
+``python3 -I -S -c SOURCE PID RESOLV HOSTS`` (``RESOLV``: ``resolv:`` and the new resolv.conf
+in base64, so that an empty file is still a word of the logger's command line;
 ``HOSTS``: ``keep``, or ``strip:<base64>``, the marked lines of /etc/hosts replaced by those
 given). Standard library only, no ``ctypes`` (its import alone costs more than the rest).
 Exit codes: 0 done, 3 refused (the harness then uses an ``exec`` in the container).
@@ -91,7 +92,10 @@ def main(argv: list[str]) -> int:
             fd = open_regular("/etc/resolv.conf", os.O_RDONLY)
             print(binascii.b2a_base64(read_all(fd), newline=False).decode())
             return 0
-        rewrite(binascii.a2b_base64(argv[1]), argv[2])
+        kind, _, resolv = argv[1].partition(":")
+        if kind != "resolv":
+            raise ValueError(f"expected read or resolv:<base64>, got {argv[1][:20]!r}")
+        rewrite(binascii.a2b_base64(resolv), argv[2])
     except (OSError, ValueError, IndexError, binascii.Error) as exc:
         print(exc, file=sys.stderr)
         return REFUSED

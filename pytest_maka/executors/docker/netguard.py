@@ -235,7 +235,7 @@ class NetGuard:
         """The sandbox's resolv.conf and (``hosts``: the sidecars' lines, None to leave it) /etc/hosts,
         written from the guard host; False where this logger cannot (its own helper, refused)."""
         spec = "keep" if hosts is None else "strip:" + base64.b64encode(hosts.encode()).decode()
-        return self._in_root(base64.b64encode(resolv.encode()).decode(), spec) is not None
+        return self._in_root("resolv:" + base64.b64encode(resolv.encode()).decode(), spec) is not None
 
     def read_resolver(self) -> str | None:
         """The sandbox's resolv.conf, read from the guard host (None where this logger cannot)."""
