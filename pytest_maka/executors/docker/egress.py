@@ -136,7 +136,8 @@ class DockerEgress:
         self._claimed: Future[ProxyEntry] | None = None
         #: The pool's key of the claimed entry (engine, egress network, extra hosts).
         self._key: tuple[object, ...] = ()
-        self._prepared: dict[str | None, list[Future[None]]] = {}
+        #: Per container: what ``prepare`` started for it (the proxy, its packet logger, its own resolver).
+        self._prepared: dict[str | None, Future[None]] = {}
         #: Containers joined to the internal network since the packets were last collected.
         self._since_collect: set[str] = set()
         self._threads: ThreadPoolExecutor | None = None
@@ -166,7 +167,7 @@ class DockerEgress:
         if self._threads is None:
             self._threads = ThreadPoolExecutor(4, thread_name_prefix="maka-egress-prepare")
         self._guard_host()  # made once per engine, ahead
-        self._prepared[container] = [self._threads.submit(self._prepare, container)]
+        self._prepared[container] = self._threads.submit(self._prepare, container)
 
     def _make(self, labels: Mapping[str, str]) -> ProxyEntry:
         build_log = self.attempt_dir / "egress-build.log" if self.attempt_dir else None
@@ -232,8 +233,7 @@ class DockerEgress:
         (the proxy's is written right after the join, ``joined``)."""
         try:
             self.prepare(container)
-            for step in self._prepared[container]:
-                step.result()
+            self._prepared[container].result()
         except (docker.errors.APIError, OSError) as exc:
             raise InfraError(f"egress proxy for the {self._phase} phase: {one_line(exc)}") from None
 
@@ -337,7 +337,7 @@ class DockerEgress:
     def _note(self, log: EgressLog) -> None:
         if self._phase is not None:
             # a packet logger still starting counts: no command joins the network before it runs (``ready``)
-            pending = any(not f.done() for steps in self._prepared.values() for f in steps)
+            pending = any(not f.done() for f in self._prepared.values())
             logged = "refused and logged" if self.guards or pending else "not logged: no packet logger"
             log.note(self._phase, off_proxy=self.unguarded or logged)
 
@@ -345,7 +345,7 @@ class DockerEgress:
     def close(self) -> None:
         """Remove the packet loggers, the proxy container and the network (after the attempt's container is gone)."""
         self.settled.set()
-        for future in [f for steps in self._prepared.values() for f in steps]:
+        for future in list(self._prepared.values()):
             with suppress(Exception):  # its failure was the phase's to report
                 future.result()
         if self._threads is not None:

@@ -92,7 +92,7 @@ COLLECT_SCRIPT = (
 
 #: In the guard host only (``MAKA_PID``: the sandbox's process there): its resolv.conf and /etc/hosts
 #: read or written in its root by ``inroot`` (an ``exec`` in the container costs the engine far more).
-FILES_SCRIPT = 'exec python3 -I -S -c "$MAKA_INROOT" "$MAKA_PID" "$1" "$2"'
+INROOT_SCRIPT = 'exec python3 -I -S -c "$MAKA_INROOT" "$MAKA_PID" "$1" "$2"'
 
 
 #: The logger's loop: runs the script of <command> for each line "<command> [arg] [arg]" on its
@@ -161,7 +161,7 @@ def _env(subnet: str, proxy_ip: str, proxy_port: int) -> dict[str, str]:
     """The logger loop's environment: its rules, ulogd2's configuration and its scripts."""
     return {"MAKA_NFT": rules(subnet, proxy_ip, proxy_port), "MAKA_ULOGD": ULOGD_CONF,
             "MAKA_START": START_SCRIPT, "MAKA_ROUTE": ROUTE_SCRIPT, "MAKA_COLLECT": COLLECT_SCRIPT,
-            "MAKA_FILES": FILES_SCRIPT, "MAKA_INROOT": inroot_source()}  # fmt: skip
+            "MAKA_FILES": INROOT_SCRIPT, "MAKA_INROOT": inroot_source()}  # fmt: skip
 
 
 @functools.cache
