@@ -243,6 +243,11 @@ class NamespaceStopper:
         info = self._namespace()
         return info[0] if info else 0
 
+    def pid1_alive(self) -> bool:
+        """Whether the sandbox's pid 1 still runs (not a zombie)."""
+        info = self._namespace()
+        return info is not None and _alive_in(info[0], info[1])
+
     def _namespace(self) -> tuple[int, str] | None:
         """(host pid of the sandbox's pid 1, pid namespace link text), once bwrap reported it."""
         if self._info is None:

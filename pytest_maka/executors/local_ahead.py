@@ -48,27 +48,37 @@ class Prepared:
         info: tuple[int, str],
         info_fd: int,
         signature: tuple[str, ...],
-        sources: Mapping[str, tuple[int, int]],
+        sources: Mapping[str, int],
     ) -> None:
         self.proc = proc
         self._block_fd = block_fd
         self._info_fd = info_fd
         #: The command line it was started with, its descriptors' numbers left out.
         self.signature = signature
-        #: Bound host directory -> (device, inode) when it was set up.
+        #: Bound host directory -> a descriptor of it held since before the set-up: while it is
+        #: open, a directory made at that path later can never have its inode number.
         self.sources = dict(sources)
         self.stopper = NamespaceStopper(proc, info_fd, info=info)
 
     def usable(self, signature: Sequence[str]) -> bool:
-        """Still set up (its bwrap waiting), for the same command line and the same directories."""
-        if self.proc.poll() is not None or tuple(signature) != self.signature:
+        """Still set up (its bwrap and its pid 1 waiting: bwrap reports before it sets up, which may
+        still fail), for the same command line and the same directories."""
+        if self.proc.poll() is not None or not self.stopper.pid1_alive() or tuple(signature) != self.signature:
             return False
-        return all(_identity(path) == ident for path, ident in self.sources.items())
+        return all(_identity(path) == _held(fd) for path, fd in self.sources.items())
 
-    def release(self, hold: Callable[[int], None]) -> None:
-        """Put bwrap and the sandbox's pid 1 under ``hold`` (limits), then let the command start."""
-        hold(self.proc.pid)
-        hold(self.stopper.pid1)
+    def hold(self, hold: Callable[[int], None]) -> bool:
+        """Put bwrap and the sandbox's pid 1 under ``hold`` (limits); False when the sandbox ended
+        since ``usable``."""
+        try:
+            hold(self.proc.pid)
+            hold(self.stopper.pid1)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Let the command start (once ``hold`` put it under its limits)."""
         os.write(self._block_fd, b"x")
         self._close_fds()
 
@@ -85,10 +95,11 @@ class Prepared:
                 stream.close()
 
     def _close_fds(self) -> None:
-        for fd in (self._block_fd, self._info_fd):
+        for fd in (self._block_fd, self._info_fd, *self.sources.values()):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._block_fd = self._info_fd = -1
+        self.sources = {}
 
 
 def start_prepared(
@@ -106,7 +117,7 @@ def start_prepared(
     until the sandbox is set up; None (nothing left running) when bwrap fails or takes too long.
 
     Takes ownership of the five descriptors."""
-    identities = {path: _identity(path) for path in sources}
+    held = _hold_all(sources)
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -118,14 +129,14 @@ def start_prepared(
             env={},  # the sandbox's pid 1 keeps its own environ: it must hold no host secret
         )
     except OSError:
-        for fd in (block_read, block_write, info_read, info_write, env_fd):
+        for fd in (block_read, block_write, info_read, info_write, env_fd, *(held or {}).values()):
             os.close(fd)
         return None
     for fd in (block_read, info_write, env_fd):
         os.close(fd)
     info = _read_info(info_read)
-    prepared = Prepared(proc, block_write, info or (0, ""), info_read, tuple(signature), identities)
-    if info is None or None in identities.values():
+    prepared = Prepared(proc, block_write, info or (0, ""), info_read, tuple(signature), held or {})
+    if info is None or held is None:
         prepared.discard()
         return None
     return prepared
@@ -152,6 +163,24 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _held(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _hold_all(paths: Sequence[str]) -> dict[str, int] | None:
+    """A descriptor (``O_PATH``) of each path; None (nothing left open) if one is missing."""
+    held: dict[str, int] = {}
+    try:
+        for path in paths:
+            held[path] = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        for fd in held.values():
+            os.close(fd)
+        return None
+    return held
 
 
 class AheadRequest:

@@ -124,10 +124,13 @@ class LocalSandbox:
         self._require_open()
         self.files.first_command()
         prepared = None if network else self._take_ahead(command, env, cwd)
+        if prepared is not None and not prepared.hold(self._limits.enter):
+            prepared.discard()  # its set-up failed: the command starts as usual
+            prepared = None
         if prepared is not None:
             result = run_started(
                 prepared.proc,
-                lambda: prepared.release(self._limits.enter),
+                prepared.release,
                 timeout_sec=timeout_sec,
                 stdout_path=stdout_path,
                 stderr_path=stderr_path,

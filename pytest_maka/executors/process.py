@@ -207,8 +207,8 @@ def run_started(
     grace_sec: float,
     stopper: Stopper,
 ) -> ExecResult:
-    """``run_process`` for a process started ahead and held until ``release()`` (which must put it
-    under its limits before letting it go): the deadline and the output count from the release."""
+    """``run_process`` for a process started ahead, already under its limits and held until
+    ``release()`` lets it go: the deadline and the output count from the release."""
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -103,6 +104,21 @@ def test_a_replaced_bound_directory_is_never_used(sandbox: LocalSandbox, tmp_pat
     result = run(sandbox, "cat /tests/t.txt", tmp_path)
     assert not result.set_up_ahead
     assert (tmp_path / "o").read_text() == "new\n"
+
+
+def test_a_prepared_sandbox_that_died_before_its_turn_is_not_used(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    """bwrap reports the sandbox before it sets it up, so it may still fail (a bound directory gone
+    meanwhile): the command then starts as usual, never an error."""
+    sandbox.exec_ahead("echo fresh", env=ENV)
+    ready(sandbox)
+    prepared = sandbox._ahead._request._prepared  # type: ignore[union-attr]
+    os.kill(prepared.stopper.pid1, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while prepared.stopper.pid1_alive() and time.monotonic() < deadline:  # a signal is delivered asynchronously
+        time.sleep(0.005)
+    result = run(sandbox, "echo fresh", tmp_path)
+    assert not result.set_up_ahead and result.exit_code == 0
+    assert (tmp_path / "o").read_text() == "fresh\n"
 
 
 def test_another_command_leaves_it_and_the_lease_end_kills_it(tmp_path: Path) -> None:
