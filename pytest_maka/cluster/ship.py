@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from . import untar
+
 #: Directories never shipped (task digests leave them out too).
 PRUNED = frozenset({"__pycache__", ".git"})
 #: Where a worker keeps its unpacked bundles, inside its Dask local directory.
@@ -108,7 +110,9 @@ def local_spec(local_directory: str, key: str, spec: str, data: bytes) -> str:
             root = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=base))
             try:
                 with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                    tar.extractall(root, filter="data")
+                    refused = untar.extract(tar, root, links=True)
+                if refused:
+                    raise untar.UnsafeMember(f"bundle {key}: unsafe member {refused[0].name!r} refused")
             except BaseException:
                 shutil.rmtree(root, ignore_errors=True)
                 raise

@@ -6,8 +6,8 @@ directory and sends its files, gzipped in one tar, through Dask with the result.
 small record-keeping files of an attempt are kept before a huge log) are left out and
 listed in the record's ``transfer``. Only regular files and directories are packed: an
 attempt directory holds no live link (copy-out turns links into plain files), and
-anything else is listed as skipped. The controller extracts with tarfile's ``data``
-filter, member by member, so a bad member is skipped and listed, never written outside
+anything else is listed as skipped. The controller extracts member by member (``untar``:
+tarfile's ``data`` filter rules, on every Python), so a bad member is skipped and listed, never written outside
 the attempt directory, and never costs the rest.
 """
 
@@ -19,6 +19,8 @@ import stat
 import tarfile
 from pathlib import Path
 from typing import Any
+
+from . import untar
 
 #: Names kept in ``transfer.dropped`` / ``transfer.skipped`` (the counts are always exact).
 MAX_LISTED = 50
@@ -65,18 +67,7 @@ def pack(directory: Path, cap: int) -> tuple[bytes, dict[str, Any]]:
 def unpack(data: bytes, target: Path) -> list[str]:
     """Extract the worker's tarball into ``target``; the members refused (kept out)."""
     refused: list[str] = []
-
-    def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        if not (member.isfile() or member.isdir()):
-            _note(refused, member.name)
-            return None
-        try:
-            return tarfile.data_filter(member, path)
-        except tarfile.FilterError:
-            _note(refused, member.name)
-            return None
-
-    target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(target, filter=keep)
+        for member in untar.extract(tar, target):
+            _note(refused, member.name)
     return refused

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.cluster import ship
+from pytest_maka.cluster import ship, untar
 
 from ..conftest import Cohort, needs_bwrap
 from .conftest import StartCluster
@@ -97,7 +97,7 @@ def test_a_bundle_cannot_write_outside_its_root(tmp_path: Path) -> None:
         info.size = 3
         tar.addfile(info, io.BytesIO(b"bad"))
     try:
-        with pytest.raises(tarfile.FilterError):
+        with pytest.raises(untar.UnsafeMember):
             ship.local_spec(str(tmp_path / "w"), "k", "/x/cohort.yaml", buffer.getvalue())
     finally:
         ship.remove_all()
