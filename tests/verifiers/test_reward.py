@@ -112,10 +112,49 @@ def test_reward_json_outside_the_format_is_no_verdict(tmp_path: Path, text: str,
     assert error in verdict.error, verdict.error
 
 
-def test_reward_json_wins_over_reward_txt(tmp_path: Path) -> None:
-    write(tmp_path, "reward.txt", "1\n")
-    write(tmp_path, "reward.json", '{"reward": 0}')
-    assert read_reward(tmp_path).passed is False
+@pytest.mark.parametrize(
+    ("txt", "jsn"),
+    [
+        ("1\n", '{"reward": 0}'),  # the old rule (reward.json wins) gave this one right by luck
+        ("0\n", '{"reward": 1}'),  # code the verifier ran wrote reward.json beside the test's 0
+        ("0.5", '{"tests": 1, "style": 1}'),
+        ("1", '{"reward": 1, '),  # a malformed file beside a pass
+        ("one", '{"reward": 1}'),
+        ("1", '{"reward": 1.0000000000000001}'),
+    ],
+)
+def test_reward_files_that_contradict_each_other_never_pass(tmp_path: Path, txt: str, jsn: str) -> None:
+    write(tmp_path, "reward.txt", txt)
+    write(tmp_path, "reward.json", jsn)
+    verdict = read_reward(tmp_path)
+    assert verdict.passed is False, "a contradiction is the subject's failure, never a pass nor no verdict"
+    assert verdict.details["reward_contradiction"] is True
+    assert "contradict" in verdict.details["reason"] and verdict.source == "reward.json+reward.txt"
+    assert set(verdict.details["reward_files"]) == {"reward.txt", "reward.json"}
+
+
+@pytest.mark.parametrize(
+    ("txt", "jsn", "passed", "score"),
+    [
+        ("1\n", '{"reward": 1.0, "tests": 0.5}', True, 1.0),  # both pass: reward.json's details kept
+        ("1", '{"tests": 1, "style": 1}', True, 1.0),
+        ("0\n", '{"reward": 0.25}', False, 0.25),  # neither passes: reward.json's score
+        ("0", '{"reward": ', False, 0.0),  # malformed beside a failure: still a failure, in the denominator
+        ("zero", '{"reward": 0}', False, 0.0),
+    ],
+)
+def test_two_reward_files_that_agree(tmp_path: Path, txt: str, jsn: str, passed: bool, score: float) -> None:
+    write(tmp_path, "reward.txt", txt)
+    write(tmp_path, "reward.json", jsn)
+    verdict = read_reward(tmp_path)
+    assert (verdict.passed, verdict.score) == (passed, score)
+    assert "reward_contradiction" not in verdict.details
+
+
+def test_two_malformed_reward_files_give_no_verdict(tmp_path: Path) -> None:
+    write(tmp_path, "reward.txt", "yes")
+    write(tmp_path, "reward.json", "[1]")
+    assert read_reward(tmp_path).passed is None
 
 
 def test_non_utf8_oversized_and_links_are_not_rewards(tmp_path: Path) -> None:
