@@ -184,11 +184,30 @@ class ProtectedRestore(Protocol):
 
 
 @runtime_checkable
+class PrivateVerdict(Protocol):
+    """Optional sandbox capability: a verdict channel that only the verification sees.
+
+    ``open_verdict(tests)`` is called after the subject stopped, in place of putting ``/tests``
+    and emptying ``/logs/verifier`` in the environment: from then on the sandbox's commands see
+    a fresh copy of ``tests`` at ``/tests`` (nothing there when None) and an empty
+    ``/logs/verifier``, which no other process of the environment (one the subject left) can
+    see or write; ``put``, ``get`` and ``remove`` of those paths reach the verification's copies.
+    Calling it again starts a fresh channel (the next step's). ``close_verdict()``, after the
+    kernel copied ``/logs/verifier`` out, drops them. docs/security.md, "The verdict channel".
+    """
+
+    def open_verdict(self, tests: Path | None) -> None: ...
+
+    def close_verdict(self) -> None: ...
+
+
+@runtime_checkable
 class ExecAhead(Protocol):
     """Optional sandbox capability: set a later ``exec`` up ahead, while the process is idle.
 
     ``exec_ahead`` names a command that will run later with these settings (the verifier's,
-    said while the subject runs) and the paths put before it. The sandbox may prepare what it
+    said while the subject runs) and the paths put before it; ``verdict``: it will run inside
+    the verdict channel (``PrivateVerdict.open_verdict``). The sandbox may prepare what it
     can of that command's environment, but starts nothing of the command; an ``exec`` of the
     same command, env, cwd and network later gets exactly the isolation and limits of a fresh
     one (what was prepared is used only if nothing it depends on changed, else discarded).
@@ -202,6 +221,7 @@ class ExecAhead(Protocol):
         cwd: str | None = None,
         network: bool = False,
         puts: Sequence[str] = (),
+        verdict: bool = False,
     ) -> None: ...
 
 

@@ -18,14 +18,24 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, Sandbox
+from ..executors.base import ExecAhead, PrivateVerdict, Sandbox
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
 from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
 from .phase import is_default_user, phase_user
-from .restore import VERIFIER_HOME, base_env, image_env_of, layer_env, printable, salvage, verifier_env
+from .restore import (
+    VERIFIER_HOME,
+    base_env,
+    close_verdict,
+    image_env_of,
+    layer_env,
+    printable,
+    salvage,
+    verdict_channel,
+    verifier_env,
+)
 from .separate import KEPT_VERIFIER_KEYS
 from .work import INSTRUCTION_FILE, AttemptWork
 
@@ -204,7 +214,8 @@ def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:
     planned = verifier.planned_exec(task)
     if planned is not None:
         env = verifier_exec_env(verifier, task, sandbox)
-        sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts)
+        verdict = isinstance(sandbox, PrivateVerdict)
+        sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts, verdict=verdict)
 
 
 def verify(
@@ -216,6 +227,7 @@ def verify(
     timeout, cut_by = within_deadline(timeout, deadline)
     if timeout is not None and timeout <= 0:  # the whole-cell deadline left no time to verify
         work.budget_exceeded = work.budget_exceeded or cut_by
+        close_verdict(sandbox)
         return
     ctx = VerifyContext(
         env=verifier_exec_env(verifier, task, sandbox),
@@ -232,8 +244,11 @@ def verify(
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
     notes: list[str] = []
-    with work.timed("collect"):
-        salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+    with work.timed("collect"):  # the reward first, before anything else runs in the environment
+        try:
+            salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+        finally:
+            close_verdict(sandbox)
         artifacts = d / "artifacts"
         salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
@@ -261,6 +276,7 @@ def verify(
         "reward_source": verdict.source,
         "error": verdict.error,
         "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        "verdict_channel": verdict_channel(sandbox),
         **({"collect_notes": notes} if notes else {}),
         **verdict.details,
         "tamper": work.verifier_info.get("tamper"),

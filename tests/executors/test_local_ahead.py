@@ -209,3 +209,26 @@ def test_all_waiting_follows_the_phases_of_open_attempts() -> None:
         progress.phase("agent")
         assert progress.all_waiting()
     assert progress.all_waiting()
+
+
+def test_the_verdict_channel_set_up_ahead_is_the_verifications_alone(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    """Set up ahead inside the verdict channel: it sees the tests and writes a reward that only the
+    harness reads; a command of the subject's meanwhile sees neither, and what it writes at
+    /logs/verifier is not what is read."""
+    command = "cat /tests/t.txt; echo 0 > /logs/verifier/reward.txt"
+    sandbox.exec_ahead(command, env=ENV, puts=["/tests"], verdict=True)
+    ready(sandbox)
+    subject = run(sandbox, "ls -A /tests 2>&1; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt", tmp_path)
+    assert not subject.set_up_ahead and "No such file" in (tmp_path / "o").read_text()
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "t.txt").write_text("hidden until now\n")
+    sandbox.open_verdict(tests)
+    verifier = run(sandbox, command, tmp_path / "v")
+    assert verifier.set_up_ahead and (tmp_path / "v" / "o").read_text() == "hidden until now\n"
+    assert sandbox.get("/logs/verifier", tmp_path / "got")
+    assert (tmp_path / "got" / "reward.txt").read_text() == "0\n"
+    assert not (sandbox.files.logs / "verifier" / "reward.txt").exists(), "the channel is not the environment's"
+    sandbox.close_verdict()
+    after = run(sandbox, "ls -A /tests /logs/verifier 2>&1", tmp_path / "after")
+    assert after.exit_code != 0 and "No such file" in (tmp_path / "after" / "o").read_text()
