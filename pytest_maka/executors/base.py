@@ -193,12 +193,15 @@ class PrivateVerdict(Protocol):
     ``/logs/verifier``, which no other process of the environment (one the subject left) can
     see or write; ``put``, ``get`` and ``remove`` of those paths reach the verification's copies.
     Calling it again starts a fresh channel (the next step's). ``close_verdict()``, after the
-    kernel copied ``/logs/verifier`` out, drops them. docs/security.md, "The verdict channel".
+    kernel copied ``/logs/verifier`` out, drops them. ``verdict_channel()`` says, for the
+    record, who else could reach them. docs/security.md, "The verdict channel".
     """
 
     def open_verdict(self, tests: Path | None) -> None: ...
 
     def close_verdict(self) -> None: ...
+
+    def verdict_channel(self) -> str: ...
 
 
 @runtime_checkable

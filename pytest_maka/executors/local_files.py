@@ -58,9 +58,16 @@ class LeaseFiles:
         return binds
 
     def make_verdict_dirs(self) -> None:
-        """The channel's directories, made empty now if absent (a command set up ahead binds them)."""
+        """The channel's directories, made empty now if absent (a command set up ahead binds them),
+        and a real directory where the private /logs/verifier is mounted."""
         for host in self.verdict.values():
             host.mkdir(parents=True, exist_ok=True)
+        descend(self.logs, [self.verdict_mount_point.name], make=True)
+
+    @property
+    def verdict_mount_point(self) -> Path:
+        """The lease's /logs/verifier on the host: where the private one is mounted."""
+        return self.logs.joinpath(*sandbox_parts(VERIFIER_LOGS_DIR)[len(sandbox_parts(LOGS_DIR)) :])
 
     def open_verdict(self, tests: Path | None) -> None:
         """Fresh /tests (a copy of ``tests``) and an empty /logs/verifier, private to the commands

@@ -214,6 +214,8 @@ class LocalSandbox:
                           binds=binds, block_fd=block_r)  # fmt: skip
         signature = self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1, binds=binds)
         sources = [str(p) for p in (*binds.values(), *self._ro_mounts.values(), self._empty)]
+        if verdict:  # the mount point of its private /logs/verifier: the subject removing it detaches the mount
+            sources.append(str(self.files.verdict_mount_point))
         return start_prepared(argv, signature, block_read=block_r, block_write=block_w, info_read=info_r,
                               info_write=info_w, env_fd=env_fd, sources=sources)  # fmt: skip
 
@@ -358,6 +360,11 @@ class LocalSandbox:
     def close_verdict(self) -> None:
         self._require_open()
         self.files.close_verdict()
+
+    def verdict_channel(self) -> str:
+        if self.options.sandbox == "none":
+            return "shared: sandbox none shares the host, where its host directories can be found"
+        return "private: bound only into the verification's commands (bwrap)"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Copy in again every upload the subject changed; nothing else can have survived it.

@@ -124,7 +124,7 @@ def close_verdict(sandbox: Sandbox) -> None:
 def verdict_channel(sandbox: Sandbox) -> str:
     """The record's word on who could reach /tests and /logs/verifier during the verification."""
     if isinstance(sandbox, PrivateVerdict):
-        return "private: only the verification's commands see /tests and /logs/verifier"
+        return sandbox.verdict_channel()
     return "shared: /tests and /logs/verifier are the environment's (docs/security.md, 'The verdict channel')"
 
 

@@ -28,6 +28,9 @@ class TestDockerConformance(ExecutorConformance):
     verifies_deep_trees = True
     #: A helper in the container's namespace logs and refuses what is sent past the proxy.
     egress_logs_past_proxy = True
+    #: /tests and /logs/verifier are the container's: they stay the verification's only while no
+    #: process the subject left runs (docs/security.md, "The verdict channel").
+    private_verdict_channel = False
 
     def test_network_on_joins_a_network_and_off_has_only_loopback(self, sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
         off = self.run(sandbox, "ls /sys/class/net", tmp_path, network=False)

@@ -232,3 +232,17 @@ def test_the_verdict_channel_set_up_ahead_is_the_verifications_alone(sandbox: Lo
     sandbox.close_verdict()
     after = run(sandbox, "ls -A /tests /logs/verifier 2>&1", tmp_path / "after")
     assert after.exit_code != 0 and "No such file" in (tmp_path / "after" / "o").read_text()
+
+
+def test_a_removed_verdict_mount_point_is_never_used(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    """The subject removes /logs/verifier while the verifier waits set up: that detaches the private
+    mount in the waiting sandbox, which would then write the lease's /logs/verifier. It is discarded."""
+    command = "echo 0 > /logs/verifier/reward.txt"
+    sandbox.exec_ahead(command, env=ENV, verdict=True)
+    ready(sandbox)
+    run(sandbox, "rm -rf /logs/verifier; mkdir /logs/verifier", tmp_path / "s")
+    sandbox.open_verdict(None)
+    verifier = run(sandbox, command, tmp_path / "v")
+    assert not verifier.set_up_ahead and verifier.exit_code == 0
+    assert sandbox.get("/logs/verifier", tmp_path / "got")
+    assert (tmp_path / "got" / "reward.txt").read_text() == "0\n"
