@@ -23,7 +23,7 @@ ENV = {"PATH": "/usr/bin:/bin"}
 #: Rewrites the reward to a pass and every test file it can see, and says what it sees.
 DAEMON = (
     "while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
-    " for f in /tests/*; do [ -f \"$f\" ] && echo 'echo 1 > /logs/verifier/reward.txt' > \"$f\"; done;"
+    ' for f in /tests/*; do [ -f "$f" ] && echo \'echo 1 > /logs/verifier/reward.txt\' > "$f"; done;'
     " ls /tests > /logs/agent/daemon-sees-tests.txt 2>&1; sleep 0.01; done"
 )
 
