@@ -277,6 +277,9 @@ def verify(
         "error": verdict.error,
         "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
         "verdict_channel": verdict_channel(sandbox),
+        # a diagnostic, never a verdict: code the verifier ran may have written the reward and
+        # then ended the script (docs/security.md, "The verdict channel", residual risk)
+        **({"passed_with_exit_code": result.exit_code} if verdict.passed and result.exit_code else {}),
         **({"collect_notes": notes} if notes else {}),
         **verdict.details,
         "tamper": work.verifier_info.get("tamper"),
