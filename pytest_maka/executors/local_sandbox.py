@@ -347,7 +347,7 @@ class LocalSandbox:
         self._require_open()
         self.files.remove(sandbox_path)
 
-    def open_verdict(self, tests: Path | None) -> None:
+    def open_verdict(self, tests: Path | None, scratch: Path) -> None:
         """/tests and /logs/verifier private to the verification: host directories bound only into
         the commands run from now on, over the lease's /logs (docs/security.md, "The verdict channel").
 

@@ -18,7 +18,7 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, PrivateVerdict, Sandbox
+from ..executors.base import ExecAhead, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
@@ -214,7 +214,7 @@ def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:
     planned = verifier.planned_exec(task)
     if planned is not None:
         env = verifier_exec_env(verifier, task, sandbox)
-        verdict = isinstance(sandbox, PrivateVerdict)
+        verdict = isinstance(sandbox, VerdictChannel)
         sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts, verdict=verdict)
 
 

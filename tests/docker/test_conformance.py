@@ -53,6 +53,17 @@ class TestDockerConformance(ExecutorConformance):
         _, ip, port = egress_upstream
         return EgressTarget(name="allowed.test", ip=ip, port=port)
 
+    def test_the_record_says_whether_a_process_of_the_subject_shared_the_channel(  # type: ignore[no-untyped-def]
+        self, executor, task, tmp_path
+    ) -> None:
+        """The channel is the container's: the record says how many processes the subject left ran
+        when the tests went in (none, while every command's leftovers are stopped when it ends)."""
+        record = self.attempt(executor, task, tmp_path, "echo done > done.txt; (sleep 600 &) ; true")
+        assert record["status"] == "agent_success", record["error"]
+        channel = record["verifier"]["verdict_channel"]
+        assert channel.startswith("shared: the container's /tests and /logs/verifier; "), channel
+        assert channel.endswith(" ran when the tests went in"), channel
+
     def test_env_contains_only_what_was_passed(self, sandbox, tmp_path, monkeypatch, docker_api) -> None:  # type: ignore[override]
         """As the suite's, except that variables the image itself sets (``ENV``) are allowed.
 

@@ -223,7 +223,7 @@ def test_the_verdict_channel_set_up_ahead_is_the_verifications_alone(sandbox: Lo
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "t.txt").write_text("hidden until now\n")
-    sandbox.open_verdict(tests)
+    sandbox.open_verdict(tests, tmp_path)
     verifier = run(sandbox, command, tmp_path / "v")
     assert verifier.set_up_ahead and (tmp_path / "v" / "o").read_text() == "hidden until now\n"
     assert sandbox.get("/logs/verifier", tmp_path / "got")
@@ -241,7 +241,7 @@ def test_a_removed_verdict_mount_point_is_never_used(sandbox: LocalSandbox, tmp_
     sandbox.exec_ahead(command, env=ENV, verdict=True)
     ready(sandbox)
     run(sandbox, "rm -rf /logs/verifier; mkdir /logs/verifier", tmp_path / "s")
-    sandbox.open_verdict(None)
+    sandbox.open_verdict(None, tmp_path)
     verifier = run(sandbox, command, tmp_path / "v")
     assert not verifier.set_up_ahead and verifier.exit_code == 0
     assert sandbox.get("/logs/verifier", tmp_path / "got")

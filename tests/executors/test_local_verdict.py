@@ -52,7 +52,7 @@ def test_a_process_running_through_the_verification_cannot_reach_its_channel(
         tests = tmp_path / "tests"
         tests.mkdir()
         (tests / "test.sh").write_text("sleep 0.5; echo 0 > /logs/verifier/reward.txt; sleep 0.5\n")
-        sandbox.open_verdict(tests)
+        sandbox.open_verdict(tests, tmp_path)
         result = run(sandbox, "sh /tests/test.sh; cat /tests/test.sh", tmp_path / "v")
         assert result.exit_code == 0
         assert "sleep 0.5" in (tmp_path / "v" / "o").read_text(), "the tests ran as copied in"

@@ -110,7 +110,7 @@ then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 class VerdictChannelTests(TamperTests):
     """Only the verification's own script decides its reward; honest solutions still pass."""
 
-    #: The verification's /tests and /logs/verifier are its own (``PrivateVerdict``); False: the
+    #: The verification's /tests and /logs/verifier are its own (``VerdictChannel``); False: the
     #: environment's, kept safe only by stopping every process the subject left before verifying.
     private_verdict_channel: ClassVar[bool] = True
     #: The processes a subject leaves running are still there for the verifier (Harbor's shared
