@@ -67,7 +67,7 @@ class LeaseFiles:
     @property
     def verdict_mount_point(self) -> Path:
         """The lease's /logs/verifier on the host: where the private one is mounted."""
-        return self.logs.joinpath(*sandbox_parts(VERIFIER_LOGS_DIR)[len(sandbox_parts(LOGS_DIR)) :])
+        return self.logs / PurePosixPath(VERIFIER_LOGS_DIR).relative_to(LOGS_DIR)
 
     def open_verdict(self, tests: Path | None) -> None:
         """Fresh /tests (a copy of ``tests``) and an empty /logs/verifier, private to the commands
