@@ -218,6 +218,32 @@ def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:
         sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts, verdict=verdict)
 
 
+#: The files a verifier's reward is read from (``verifiers.reward``).
+REWARD_FILES = ("reward.txt", "reward.json")
+
+
+def reward_links(verdict: Verdict, copied: CopyReport) -> Verdict:
+    """``verdict``, or a failure when a reward file was a symbolic link as the verifier ended.
+
+    A reward is a regular file; a link there is the work of code the verifier ran (the
+    subject's), whose copy-out holds the link's text and would read as a malformed reward,
+    moving the attempt out of the denominator. So it is the subject's failure. With more
+    links than the copy lists, a pass cannot be told from that and is refused likewise.
+    """
+    linked = sorted({entry.split(" -> ", 1)[0].split("/", 1)[-1] for entry in copied.links} & set(REWARD_FILES))
+    unlisted = "..." in copied.links and verdict.passed
+    if not linked and not unlisted:
+        return verdict
+    what = f"{' and '.join(linked)} {'was a symbolic link' if len(linked) == 1 else 'were symbolic links'}"
+    reason = f"{what if linked else 'too many symbolic links to tell the reward files'} when the verifier ended"
+    return Verdict(
+        passed=False,
+        score=0.0,
+        source=verdict.source,
+        details={**verdict.details, "reason": f"{reason}: a reward is a regular file", "reward_links": linked},
+    )
+
+
 def verify(
     work: AttemptWork, sandbox: Sandbox, verifier: Verifier, scratch: Path, deadline: tuple[float, str] | None
 ) -> None:
@@ -244,9 +270,14 @@ def verify(
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
     notes: list[str] = []
+    copied = CopyReport()
     with work.timed("collect"):  # the reward first, before anything else runs in the environment
         try:
-            salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+            salvage(
+                notes,
+                "copying /logs/verifier out",
+                lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied),
+            )
         finally:
             close_verdict(sandbox)
         artifacts = d / "artifacts"
@@ -254,7 +285,7 @@ def verify(
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
-        verdict = verifier.grade(task, result, ctx)
+        verdict = reward_links(verifier.grade(task, result, ctx), copied)
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by

@@ -70,6 +70,11 @@ WRITES_LATE = solution(
     "        open('/logs/verifier/reward.json', 'w').write('{\"reward\": 1}')\n    os._exit(0)\n"
     "def answer():\n    return 41"
 )
+#: Imported by the verifier: turns the reward into a link (its copy-out would read as a malformed reward).
+LINKS_REWARD = solution(
+    "import os\nos.makedirs('/logs/verifier', exist_ok=True)\nopen('/tmp/maka-reward', 'w').write('1')\n"
+    "os.symlink('/tmp/maka-reward', '/logs/verifier/reward.txt')"
+)
 HONEST_SOLUTION = solution("def answer():\n    return 42") + "echo done > done.txt\n"
 #: A Terminal-Bench 2 style test: imports the subject's program and checks it; both reward files.
 IMPORTING_VERIFIER = """#!/bin/sh
@@ -173,6 +178,15 @@ class VerdictChannelTests(TamperTests):
         record = self.attempt(executor, task, tmp_path, WRITES_LATE, verifier=IMPORT_THEN_VERIFY)
         self.assert_rejected(record)
         assert record["score"] == 0.0 and record["verifier"]["reward_source"] == "reward.txt", record["verifier"]
+
+    def test_an_imported_program_linking_the_reward_stays_official(
+        self, executor: Executor, task: Task, tmp_path: Path
+    ) -> None:
+        """A reward file that is a link is the subject's failure, never a verifier failure outside the denominator."""
+        record = self.attempt(executor, task, tmp_path, LINKS_REWARD, verifier=IMPORT_THEN_VERIFY)
+        self.assert_rejected(record)
+        assert record["verifier"]["reward_links"] == ["reward.txt"], record["verifier"]
+        assert "symbolic link" in record["error"]["message"], record["error"]
 
     def test_start_up_files_do_not_reach_the_verifier(self, executor: Executor, task: Task, tmp_path: Path) -> None:
         self.require_own_root()
