@@ -19,7 +19,7 @@ from ..content import write_via_put
 from ..copyout import CopyReport
 from .archive import Batch
 from .egress import DockerEgress
-from .engines import Engine
+from .engines import Engine, EngineDown
 from .execs import Capture
 from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
@@ -263,9 +263,10 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             self.remove(TESTS_DIR)
         try:
             with self.engine.guard("listing the processes the subject left"):
-                self._flush()
                 self._witnesses = len(self._processes() - self._keepers)
-        except InfraError:
+        except EngineDown:
+            raise
+        except InfraError:  # e.g. the container stopped: the verifier's command restarts it
             self._witnesses = None
 
     def close_verdict(self) -> None:
