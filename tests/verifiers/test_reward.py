@@ -191,3 +191,28 @@ def test_reward_key_that_is_missing_gives_no_verdict(tmp_path: Path) -> None:
     verdict = read_reward(write(tmp_path, "reward.json", '{"a": 1, "b": 1}'), MultiReward(rule="key", key="tests"))
     assert verdict.passed is None and "no key 'tests'" in (verdict.error or "")
     assert verdict.rewards == {"a": 1.0, "b": 1.0}
+
+
+def test_a_reward_file_that_was_a_link_is_a_failure() -> None:
+    """Copy-out turns a link into a file holding its text: judged as a link, never as a malformed reward."""
+    from pytest_maka.executors.copyout import CopyReport
+    from pytest_maka.run.phases import reward_links
+    from pytest_maka.verifiers.base import Verdict
+
+    malformed = Verdict(passed=None, error="reward.txt is not a number: '/tmp/x'", source="reward.txt")
+    report = CopyReport()
+    report.link("verifier/reward.txt", "/tmp/x")
+    report.link("verifier/notes/log.txt", "/tmp/y")
+    verdict = reward_links(malformed, report)
+    assert (verdict.passed, verdict.score, verdict.details["reward_links"]) == (False, 0.0, ["reward.txt"])
+    assert "reward.txt was a symbolic link" in verdict.details["reason"]
+    other = CopyReport()
+    other.link("verifier/notes/log.txt", "/tmp/y")
+    passed = Verdict(passed=True, score=1.0, source="reward.txt")
+    assert reward_links(passed, other) is passed, "links elsewhere in /logs/verifier change nothing"
+    many = CopyReport()
+    for i in range(60):
+        many.link(f"verifier/l{i}", "/tmp/z")
+    assert reward_links(passed, many).passed is False, "too many links to tell: a pass is not taken"
+    failed = Verdict(passed=False, score=0.0, source="reward.txt")
+    assert reward_links(failed, many) is failed
