@@ -279,7 +279,7 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         elif seen == 0:
             ran = "no process of the subject's ran when the tests went in"
         else:
-            ran = f"{seen} processes the subject left ran when the tests went in"
+            ran = f"{seen} process{'es' if seen > 1 else ''} the subject left ran when the tests went in"
         return f"shared: the container's /tests and /logs/verifier; {ran}"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
