@@ -184,11 +184,35 @@ class ProtectedRestore(Protocol):
 
 
 @runtime_checkable
+class VerdictChannel(Protocol):
+    """Optional sandbox capability: lay out the verdict channel (``/tests`` and ``/logs/verifier``)
+    of a verification, private to it where the sandbox can make it so.
+
+    ``open_verdict(tests, scratch)`` is called after the subject stopped, in place of the
+    kernel's putting ``/tests`` and emptying ``/logs/verifier``: from then on the sandbox's
+    commands see a fresh copy of ``tests`` at ``/tests`` (nothing there when None) and an empty
+    ``/logs/verifier``; ``put``, ``get`` and ``remove`` of those paths reach them. A private
+    channel is seen by no other process of the environment (one the subject left). Calling it
+    again starts a fresh channel (the next step's). ``close_verdict()``, after the kernel copied
+    ``/logs/verifier`` out, ends it. ``verdict_channel()`` says, for the record, whether it was
+    private (``private: ...``) or not (``shared: ...``, and what the sandbox saw).
+    docs/security.md, "The verdict channel".
+    """
+
+    def open_verdict(self, tests: Path | None, scratch: Path) -> None: ...
+
+    def close_verdict(self) -> None: ...
+
+    def verdict_channel(self) -> str: ...
+
+
+@runtime_checkable
 class ExecAhead(Protocol):
     """Optional sandbox capability: set a later ``exec`` up ahead, while the process is idle.
 
     ``exec_ahead`` names a command that will run later with these settings (the verifier's,
-    said while the subject runs) and the paths put before it. The sandbox may prepare what it
+    said while the subject runs) and the paths put before it; ``verdict``: it will run inside
+    the verdict channel (``VerdictChannel.open_verdict``). The sandbox may prepare what it
     can of that command's environment, but starts nothing of the command; an ``exec`` of the
     same command, env, cwd and network later gets exactly the isolation and limits of a fresh
     one (what was prepared is used only if nothing it depends on changed, else discarded).
@@ -202,6 +226,7 @@ class ExecAhead(Protocol):
         cwd: str | None = None,
         network: bool = False,
         puts: Sequence[str] = (),
+        verdict: bool = False,
     ) -> None: ...
 
 

@@ -14,11 +14,14 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.task import LOGS_DIR
+from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
 from . import bwrap
 from .content import read_regular
 from .copyout import CopyReport
 from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
+
+#: The verdict channel's sandbox paths and the names of their host directories.
+VERDICT_PATHS = {TESTS_DIR: "tests", VERIFIER_LOGS_DIR: "verifier"}
 
 
 class LeaseFiles:
@@ -38,14 +41,69 @@ class LeaseFiles:
         #: Uploads put before the first command (sandbox path -> host source) and their prints.
         self.uploads: dict[str, Path] = {}
         self.upload_prints: dict[str, dict[str, Any]] | None = None
+        #: The verdict channel (``open_verdict``): /tests and /logs/verifier of the verification,
+        #: host directories no other command binds; bound while ``verdict_open``.
+        self.verdict = {path: area / "verdict" / name for path, name in VERDICT_PATHS.items()}
+        self.verdict_open = False
 
-    def binds(self, tops: Iterable[str] = ()) -> dict[str, Path]:
+    def binds(self, tops: Iterable[str] = (), *, verdict: bool | None = None) -> dict[str, Path]:
         """Sandbox path -> host path, in mount order (outer directories first); ``tops``: upload
-        directories to bind as well (those a command set up ahead will find filled)."""
+        directories to bind as well (those a command set up ahead will find filled); ``verdict``:
+        bind the verdict channel's directories (by default while it is open), last: over /logs."""
         binds = {f"/{top}": self.mounts / top for top in (*self.mount_tops, *tops)}
         for dest, src in sorted(((self.workdir, self.workspace), (LOGS_DIR, self.logs)), key=lambda b: len(b[0])):
             binds[dest] = src
+        if self.verdict_open if verdict is None else verdict:
+            binds.update(self.verdict)
         return binds
+
+    def make_verdict_dirs(self) -> None:
+        """The channel's directories, made empty now if absent (a command set up ahead binds them),
+        and a real directory where the private /logs/verifier is mounted."""
+        for host in self.verdict.values():
+            host.mkdir(parents=True, exist_ok=True)
+        descend(self.logs, [self.verdict_mount_point.name], make=True)
+
+    @property
+    def verdict_mount_point(self) -> Path:
+        """The lease's /logs/verifier on the host: where the private one is mounted."""
+        return self.logs / PurePosixPath(VERIFIER_LOGS_DIR).relative_to(LOGS_DIR)
+
+    def open_verdict(self, tests: Path | None) -> None:
+        """Fresh /tests (a copy of ``tests``) and an empty /logs/verifier, private to the commands
+        run from now on; filled in place (a command set up ahead holds these very directories).
+
+        The environment's own /tests leaves, and its /logs/verifier becomes a real empty
+        directory: the mount point of the private one (no link the subject left is followed).
+        """
+        self.verdict_open = False
+        self.remove(TESTS_DIR)
+        self.put_dir_empty(VERIFIER_LOGS_DIR)
+        self.make_verdict_dirs()
+        for path, host in self.verdict.items():
+            descend(host, [], make=True)
+            if path == TESTS_DIR and tests is not None:
+                _fill(host, tests)
+            else:
+                clear_dir(host)
+        self.verdict_open = True
+
+    def close_verdict(self) -> None:
+        """The channel's directories emptied; /tests and /logs/verifier are the environment's again."""
+        self.verdict_open = False
+        for host in self.verdict.values():
+            if os.path.isdir(host) and not os.path.islink(host):
+                descend(host, [], make=True)
+                clear_dir(host)
+
+    def put_dir_empty(self, sandbox_path: str) -> None:
+        """A real, empty directory at ``sandbox_path``: a directory there is emptied in place (a
+        command set up ahead has a mount on it, which removing it would detach), anything else
+        (a link, a file) is replaced."""
+        base, parts = self.locate(sandbox_path)
+        target = descend(base, parts, make=True)
+        assert target is not None
+        clear_dir(target)
 
     def new_tops(self, paths: Iterable[str]) -> list[str]:
         """The upload tops that putting ``paths`` would add to the binds."""
@@ -62,8 +120,14 @@ class LeaseFiles:
             self.upload_prints = {dest: tree_print(self.host_path(dest)) for dest in self.uploads}
 
     def locate(self, sandbox_path: str) -> tuple[Path, list[str]]:
-        """The host directory holding ``sandbox_path`` and the path's parts below it."""
+        """The host directory holding ``sandbox_path`` and the path's parts below it (the verdict
+        channel's own directories while it is open)."""
         parts = sandbox_parts(sandbox_path)
+        if self.verdict_open:
+            for path, host in self.verdict.items():
+                root = sandbox_parts(path)
+                if parts[: len(root)] == root:
+                    return host, list(parts[len(root) :])
         for root, host in self._roots:  # the deeper root first (a workdir below /logs)
             if parts[: len(root)] == root:
                 return host, list(parts[len(root) :])

@@ -25,7 +25,7 @@ from .limits import MB, LimitSpec, open_limits
 from .local_ahead import AheadSlot, Prepared, start_prepared
 from .local_describe import describe_isolation
 from .local_egress import LocalEgress
-from .local_files import LeaseFiles, sandbox_parts
+from .local_files import VERDICT_PATHS, LeaseFiles, sandbox_parts
 from .local_options import DEFAULT_MAX_OUTPUT, LocalOptions
 from .local_spawn import LocalProcess, close_fd
 from .process import run_process, run_started
@@ -171,26 +171,34 @@ class LocalSandbox:
         cwd: str | None = None,
         network: bool = False,
         puts: Sequence[str] = (),
+        verdict: bool = False,
     ) -> None:
         """Set up the sandbox of a later ``exec(command, env=env, cwd=cwd)`` while the process is
-        idle; ``puts``: paths that will have been put by then (e.g. ``/tests``). Without network only."""
+        idle; ``puts``: paths that will have been put by then (e.g. ``/tests``); ``verdict``: it
+        will run inside the verdict channel (``open_verdict``). Without network only."""
         self._require_open()
         if network or self.options.sandbox != "bwrap":
             return
+        if verdict:  # /tests is the channel's; like a top below, open_verdict fills them in place
+            puts = [p for p in puts if p not in VERDICT_PATHS]
+            self.files.make_verdict_dirs()
         tops = self.files.new_tops(puts)
         for top in tops:  # now, on this thread: a put meanwhile fills it in place (the bind holds it)
             (self.files.mounts / top).mkdir(exist_ok=True)
         env = dict(env)
-        self._ahead.request(self._exec_key(command, env, cwd), lambda: self._prepare(command, env, cwd, tops))
+        key = self._exec_key(command, env, cwd)
+        self._ahead.request(key, lambda: self._prepare(command, env, cwd, tops, verdict))
 
     def _exec_key(self, command: str, env: Mapping[str, str], cwd: str | None) -> tuple[Any, ...]:
         return command, tuple(sorted(env.items())), cwd or self._workdir
 
-    def _prepare(self, command: str, env: Mapping[str, str], cwd: str | None, tops: list[str]) -> Prepared | None:
+    def _prepare(
+        self, command: str, env: Mapping[str, str], cwd: str | None, tops: list[str], verdict: bool
+    ) -> Prepared | None:
         """On the ahead worker: bwrap started for ``command``, stopped before it (``--block-fd``)."""
         if self._closed:
             return None
-        binds = self.files.binds(tops)
+        binds = self.files.binds(tops, verdict=verdict)
         fds: list[int] = []
         try:
             fds.append(env_fd := bwrap.env_file(env))
@@ -206,6 +214,8 @@ class LocalSandbox:
                           binds=binds, block_fd=block_r)  # fmt: skip
         signature = self._argv(command, env_fd=-1, network=False, proxied=None, cwd=cwd, info_fd=-1, binds=binds)
         sources = [str(p) for p in (*binds.values(), *self._ro_mounts.values(), self._empty)]
+        if verdict:  # the mount point of its private /logs/verifier: the subject removing it detaches the mount
+            sources.append(str(self.files.verdict_mount_point))
         return start_prepared(argv, signature, block_read=block_r, block_write=block_w, info_read=info_r,
                               info_write=info_w, env_fd=env_fd, sources=sources)  # fmt: skip
 
@@ -336,6 +346,25 @@ class LocalSandbox:
         """Delete what is at ``sandbox_path`` (a symlink standing on the way is deleted instead)."""
         self._require_open()
         self.files.remove(sandbox_path)
+
+    def open_verdict(self, tests: Path | None, scratch: Path) -> None:
+        """/tests and /logs/verifier private to the verification: host directories bound only into
+        the commands run from now on, over the lease's /logs (docs/security.md, "The verdict channel").
+
+        No process of the subject can see them: each command is a pid namespace of its own whose
+        processes all end with it, and none of the lease's other commands binds these directories.
+        """
+        self._require_open()
+        self.files.open_verdict(tests)
+
+    def close_verdict(self) -> None:
+        self._require_open()
+        self.files.close_verdict()
+
+    def verdict_channel(self) -> str:
+        if self.options.sandbox == "none":
+            return "shared: sandbox none shares the host, where its host directories can be found"
+        return "private: bound only into the verification's commands (bwrap)"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Copy in again every upload the subject changed; nothing else can have survived it.

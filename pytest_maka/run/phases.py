@@ -18,14 +18,24 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, Sandbox
+from ..executors.base import ExecAhead, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
 from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
 from .freeze import usage_problems, workspace_diff
 from .phase import is_default_user, phase_user
-from .restore import VERIFIER_HOME, base_env, image_env_of, layer_env, printable, salvage, verifier_env
+from .restore import (
+    VERIFIER_HOME,
+    base_env,
+    close_verdict,
+    image_env_of,
+    layer_env,
+    printable,
+    salvage,
+    verdict_channel,
+    verifier_env,
+)
 from .separate import KEPT_VERIFIER_KEYS
 from .work import INSTRUCTION_FILE, AttemptWork
 
@@ -204,7 +214,34 @@ def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:
     planned = verifier.planned_exec(task)
     if planned is not None:
         env = verifier_exec_env(verifier, task, sandbox)
-        sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts)
+        verdict = isinstance(sandbox, VerdictChannel)
+        sandbox.exec_ahead(planned.command, env=env, cwd=planned.cwd, network=False, puts=planned.puts, verdict=verdict)
+
+
+#: The files a verifier's reward is read from (``verifiers.reward``).
+REWARD_FILES = ("reward.txt", "reward.json")
+
+
+def reward_links(verdict: Verdict, copied: CopyReport) -> Verdict:
+    """``verdict``, or a failure when a reward file was a symbolic link as the verifier ended.
+
+    A reward is a regular file; a link there is the work of code the verifier ran (the
+    subject's), whose copy-out holds the link's text and would read as a malformed reward,
+    moving the attempt out of the denominator. So it is the subject's failure. With more
+    links than the copy lists, a pass cannot be told from that and is refused likewise.
+    """
+    linked = sorted({entry.split(" -> ", 1)[0].split("/", 1)[-1] for entry in copied.links} & set(REWARD_FILES))
+    unlisted = "..." in copied.links and verdict.passed
+    if not linked and not unlisted:
+        return verdict
+    what = f"{' and '.join(linked)} {'was a symbolic link' if len(linked) == 1 else 'were symbolic links'}"
+    reason = f"{what if linked else 'too many symbolic links to tell the reward files'} when the verifier ended"
+    return Verdict(
+        passed=False,
+        score=0.0,
+        source=verdict.source,
+        details={**verdict.details, "reason": f"{reason}: a reward is a regular file", "reward_links": linked},
+    )
 
 
 def verify(
@@ -216,6 +253,7 @@ def verify(
     timeout, cut_by = within_deadline(timeout, deadline)
     if timeout is not None and timeout <= 0:  # the whole-cell deadline left no time to verify
         work.budget_exceeded = work.budget_exceeded or cut_by
+        close_verdict(sandbox)
         return
     ctx = VerifyContext(
         env=verifier_exec_env(verifier, task, sandbox),
@@ -232,14 +270,22 @@ def verify(
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
     notes: list[str] = []
-    with work.timed("collect"):
-        salvage(notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir))
+    copied = CopyReport()
+    with work.timed("collect"):  # the reward first, before anything else runs in the environment
+        try:
+            salvage(
+                notes,
+                "copying /logs/verifier out",
+                lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied),
+            )
+        finally:
+            close_verdict(sandbox)
         artifacts = d / "artifacts"
         salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
-        verdict = verifier.grade(task, result, ctx)
+        verdict = reward_links(verifier.grade(task, result, ctx), copied)
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by
@@ -261,6 +307,10 @@ def verify(
         "reward_source": verdict.source,
         "error": verdict.error,
         "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        "verdict_channel": verdict_channel(sandbox),
+        # a diagnostic, never a verdict: code the verifier ran may have written the reward and
+        # then ended the script (docs/security.md, "The verdict channel", residual risk)
+        **({"passed_with_exit_code": result.exit_code} if verdict.passed and result.exit_code else {}),
         **({"collect_notes": notes} if notes else {}),
         **verdict.details,
         "tamper": work.verifier_info.get("tamper"),

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from ..core.errors import SubjectFault
 from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
-from ..executors.base import ImageEnvironment, ProtectedRestore, Sandbox
+from ..executors.base import ImageEnvironment, ProtectedRestore, Sandbox, VerdictChannel
 from ..executors.hostfs import remove_path
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -95,15 +95,37 @@ def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path
 
 
 def fresh_verifier_dirs(sandbox: Sandbox, tests: Path | None, scratch: Path) -> None:
-    """``/logs/verifier`` and the verifier's HOME emptied, ``/tests`` copied in fresh (or removed)."""
+    """``/logs/verifier`` and the verifier's HOME emptied, ``/tests`` copied in fresh (or removed).
+
+    Where the sandbox lays the channel out itself (``VerdictChannel``), ``/tests`` and
+    ``/logs/verifier`` are the verification's own where it can make them so (``close_verdict``
+    after the reward was copied out); elsewhere they are the environment's.
+    """
     empty = scratch / "empty-verifier-dir"
     empty.mkdir(exist_ok=True)
+    if isinstance(sandbox, VerdictChannel):
+        sandbox.put(empty, VERIFIER_HOME)
+        sandbox.open_verdict(tests, scratch)
+        return
     for path in (VERIFIER_LOGS_DIR, VERIFIER_HOME):
         sandbox.put(empty, path)  # put replaces whatever stands there, links included
     if tests is not None:
         sandbox.put(tests, TESTS_DIR)
     else:
         sandbox.remove(TESTS_DIR)
+
+
+def close_verdict(sandbox: Sandbox) -> None:
+    """End the verification's private channel, if the sandbox opened one (its reward was read)."""
+    if isinstance(sandbox, VerdictChannel):
+        sandbox.close_verdict()
+
+
+def verdict_channel(sandbox: Sandbox) -> str:
+    """The record's word on who could reach /tests and /logs/verifier during the verification."""
+    if isinstance(sandbox, VerdictChannel):
+        return sandbox.verdict_channel()
+    return "shared: /tests and /logs/verifier are the environment's (docs/security.md, 'The verdict channel')"
 
 
 def subject_cause(exc: BaseException) -> str | None:

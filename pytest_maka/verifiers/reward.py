@@ -11,6 +11,14 @@ though it rounds to the float 1.0.
 reward.json with several keys and no ``reward`` key (Harbor's multi-reward recipe) is judged
 by the task source's MultiReward rule: by default it passes iff every key is exactly 1, and
 its score is the mean of the keys.
+
+Both files present: Harbor's versions disagree on which one wins (reward.json first in some,
+reward.txt first in others), and code the verifier runs (the subject's program, imported by
+a test) can write the one the test script does not. So two files are read together and a
+contradiction is never a pass: the verdict passes only when each file passes; when one passes
+and the other does not (a failing or malformed reward), it is a failure with the reason in the
+record. Neither passing: reward.json gives the verdict unless it is malformed and reward.txt
+is a number (a malformed file beside a failing one never makes the failure verdict-less).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import math
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -161,20 +169,62 @@ def _reward_json(text: str, multi: MultiReward) -> Verdict:
     return Verdict(passed=passed, score=score, rewards=rewards, error=error, source="reward.json", details=details)
 
 
+def _read_one(verifier_dir: Path, name: str, multi: MultiReward) -> Verdict | None:
+    """The verdict of one reward file; None when it is absent."""
+    try:
+        text = _read_regular(verifier_dir / name)
+    except RewardError as e:
+        return Verdict(passed=None, error=str(e), source=name)
+    if text is None:
+        return None
+    return _reward_json(text, multi) if name == "reward.json" else _reward_txt(text)
+
+
+def _says(verdict: Verdict) -> str:
+    """What one reward file says, for the record."""
+    if verdict.passed is None:
+        return f"no reward ({verdict.error})"
+    return f"{verdict.score:g} ({'a pass' if verdict.passed else 'not a pass'})"
+
+
+def _both(txt: Verdict, jsn: Verdict) -> Verdict:
+    """reward.txt and reward.json both present: a pass only when both pass."""
+    files = {"reward.txt": _says(txt), "reward.json": _says(jsn)}
+    if txt.passed and jsn.passed:
+        return replace(jsn, source="reward.json+reward.txt", details={**jsn.details, "reward_files": files})
+    if txt.passed or jsn.passed:
+        scores = [v.score for v in (txt, jsn) if v.passed is not None and v.score is not None]
+        reason = (
+            f"the reward files contradict each other (reward.txt: {files['reward.txt']}; reward.json: "
+            f"{files['reward.json']}): a contradiction is never a pass"
+        )
+        details = {**jsn.details, "reward_files": files, "reward_contradiction": True, "reason": reason}
+        return Verdict(
+            passed=False,
+            score=min(scores) if scores else 0.0,
+            rewards=jsn.rewards or txt.rewards,
+            source="reward.json+reward.txt",
+            details=details,
+        )
+    chosen = txt if jsn.passed is None and txt.passed is not None else jsn
+    return replace(chosen, details={**chosen.details, "reward_files": files})
+
+
 def read_reward(verifier_dir: Path, multi: MultiReward | None = None) -> Verdict:
-    """Harbor's rule: reward.json (flat ``{name: number}``) wins over reward.txt (one number).
+    """The verdict of the reward files in ``verifier_dir``: reward.json (flat ``{name: number}``)
+    and/or reward.txt (one number); with both, a pass only when both say one (module docstring).
 
     A reward of exactly 1 is a pass. Missing, empty, oversized or malformed rewards give no verdict.
     """
     multi = multi or MultiReward()
-    for name in ("reward.json", "reward.txt"):
-        try:
-            text = _read_regular(verifier_dir / name)
-        except RewardError as e:
-            return Verdict(passed=None, error=str(e), source=name)
-        if text is not None:
-            return _reward_json(text, multi) if name == "reward.json" else _reward_txt(text)
-    return Verdict(passed=None, error="the verifier wrote no reward (reward.txt or reward.json)")
+    jsn = _read_one(verifier_dir, "reward.json", multi)
+    txt = _read_one(verifier_dir, "reward.txt", multi)
+    if jsn is not None and txt is not None:
+        return _both(txt, jsn)
+    found = jsn if jsn is not None else txt
+    if found is None:
+        return Verdict(passed=None, error="the verifier wrote no reward (reward.txt or reward.json)")
+    return found
 
 
 class RewardVerifier:

@@ -209,3 +209,40 @@ def test_all_waiting_follows_the_phases_of_open_attempts() -> None:
         progress.phase("agent")
         assert progress.all_waiting()
     assert progress.all_waiting()
+
+
+def test_the_verdict_channel_set_up_ahead_is_the_verifications_alone(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    """Set up ahead inside the verdict channel: it sees the tests and writes a reward that only the
+    harness reads; a command of the subject's meanwhile sees neither, and what it writes at
+    /logs/verifier is not what is read."""
+    command = "cat /tests/t.txt; echo 0 > /logs/verifier/reward.txt"
+    sandbox.exec_ahead(command, env=ENV, puts=["/tests"], verdict=True)
+    ready(sandbox)
+    subject = run(sandbox, "ls -A /tests 2>&1; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt", tmp_path)
+    assert not subject.set_up_ahead and "No such file" in (tmp_path / "o").read_text()
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "t.txt").write_text("hidden until now\n")
+    sandbox.open_verdict(tests, tmp_path)
+    verifier = run(sandbox, command, tmp_path / "v")
+    assert verifier.set_up_ahead and (tmp_path / "v" / "o").read_text() == "hidden until now\n"
+    assert sandbox.get("/logs/verifier", tmp_path / "got")
+    assert (tmp_path / "got" / "reward.txt").read_text() == "0\n"
+    assert not (sandbox.files.logs / "verifier" / "reward.txt").exists(), "the channel is not the environment's"
+    sandbox.close_verdict()
+    after = run(sandbox, "ls -A /tests /logs/verifier 2>&1", tmp_path / "after")
+    assert after.exit_code != 0 and "No such file" in (tmp_path / "after" / "o").read_text()
+
+
+def test_a_removed_verdict_mount_point_is_never_used(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    """The subject removes /logs/verifier while the verifier waits set up: that detaches the private
+    mount in the waiting sandbox, which would then write the lease's /logs/verifier. It is discarded."""
+    command = "echo 0 > /logs/verifier/reward.txt"
+    sandbox.exec_ahead(command, env=ENV, verdict=True)
+    ready(sandbox)
+    run(sandbox, "rm -rf /logs/verifier; mkdir /logs/verifier", tmp_path / "s")
+    sandbox.open_verdict(None, tmp_path)
+    verifier = run(sandbox, command, tmp_path / "v")
+    assert not verifier.set_up_ahead and verifier.exit_code == 0
+    assert sandbox.get("/logs/verifier", tmp_path / "got")
+    assert (tmp_path / "got" / "reward.txt").read_text() == "0\n"

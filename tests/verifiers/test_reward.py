@@ -112,10 +112,49 @@ def test_reward_json_outside_the_format_is_no_verdict(tmp_path: Path, text: str,
     assert error in verdict.error, verdict.error
 
 
-def test_reward_json_wins_over_reward_txt(tmp_path: Path) -> None:
-    write(tmp_path, "reward.txt", "1\n")
-    write(tmp_path, "reward.json", '{"reward": 0}')
-    assert read_reward(tmp_path).passed is False
+@pytest.mark.parametrize(
+    ("txt", "jsn"),
+    [
+        ("1\n", '{"reward": 0}'),  # the old rule (reward.json wins) gave this one right by luck
+        ("0\n", '{"reward": 1}'),  # code the verifier ran wrote reward.json beside the test's 0
+        ("0.5", '{"tests": 1, "style": 1}'),
+        ("1", '{"reward": 1, '),  # a malformed file beside a pass
+        ("one", '{"reward": 1}'),
+        ("1", '{"reward": 1.0000000000000001}'),
+    ],
+)
+def test_reward_files_that_contradict_each_other_never_pass(tmp_path: Path, txt: str, jsn: str) -> None:
+    write(tmp_path, "reward.txt", txt)
+    write(tmp_path, "reward.json", jsn)
+    verdict = read_reward(tmp_path)
+    assert verdict.passed is False, "a contradiction is the subject's failure, never a pass nor no verdict"
+    assert verdict.details["reward_contradiction"] is True
+    assert "contradict" in verdict.details["reason"] and verdict.source == "reward.json+reward.txt"
+    assert set(verdict.details["reward_files"]) == {"reward.txt", "reward.json"}
+
+
+@pytest.mark.parametrize(
+    ("txt", "jsn", "passed", "score"),
+    [
+        ("1\n", '{"reward": 1.0, "tests": 0.5}', True, 1.0),  # both pass: reward.json's details kept
+        ("1", '{"tests": 1, "style": 1}', True, 1.0),
+        ("0\n", '{"reward": 0.25}', False, 0.25),  # neither passes: reward.json's score
+        ("0", '{"reward": ', False, 0.0),  # malformed beside a failure: still a failure, in the denominator
+        ("zero", '{"reward": 0}', False, 0.0),
+    ],
+)
+def test_two_reward_files_that_agree(tmp_path: Path, txt: str, jsn: str, passed: bool, score: float) -> None:
+    write(tmp_path, "reward.txt", txt)
+    write(tmp_path, "reward.json", jsn)
+    verdict = read_reward(tmp_path)
+    assert (verdict.passed, verdict.score) == (passed, score)
+    assert "reward_contradiction" not in verdict.details
+
+
+def test_two_malformed_reward_files_give_no_verdict(tmp_path: Path) -> None:
+    write(tmp_path, "reward.txt", "yes")
+    write(tmp_path, "reward.json", "[1]")
+    assert read_reward(tmp_path).passed is None
 
 
 def test_non_utf8_oversized_and_links_are_not_rewards(tmp_path: Path) -> None:
@@ -152,3 +191,28 @@ def test_reward_key_that_is_missing_gives_no_verdict(tmp_path: Path) -> None:
     verdict = read_reward(write(tmp_path, "reward.json", '{"a": 1, "b": 1}'), MultiReward(rule="key", key="tests"))
     assert verdict.passed is None and "no key 'tests'" in (verdict.error or "")
     assert verdict.rewards == {"a": 1.0, "b": 1.0}
+
+
+def test_a_reward_file_that_was_a_link_is_a_failure() -> None:
+    """Copy-out turns a link into a file holding its text: judged as a link, never as a malformed reward."""
+    from pytest_maka.executors.copyout import CopyReport
+    from pytest_maka.run.phases import reward_links
+    from pytest_maka.verifiers.base import Verdict
+
+    malformed = Verdict(passed=None, error="reward.txt is not a number: '/tmp/x'", source="reward.txt")
+    report = CopyReport()
+    report.link("verifier/reward.txt", "/tmp/x")
+    report.link("verifier/notes/log.txt", "/tmp/y")
+    verdict = reward_links(malformed, report)
+    assert (verdict.passed, verdict.score, verdict.details["reward_links"]) == (False, 0.0, ["reward.txt"])
+    assert "reward.txt was a symbolic link" in verdict.details["reason"]
+    other = CopyReport()
+    other.link("verifier/notes/log.txt", "/tmp/y")
+    passed = Verdict(passed=True, score=1.0, source="reward.txt")
+    assert reward_links(passed, other) is passed, "links elsewhere in /logs/verifier change nothing"
+    many = CopyReport()
+    for i in range(60):
+        many.link(f"verifier/l{i}", "/tmp/z")
+    assert reward_links(passed, many).passed is False, "too many links to tell: a pass is not taken"
+    failed = Verdict(passed=False, score=0.0, source="reward.txt")
+    assert reward_links(failed, many) is failed

@@ -11,6 +11,7 @@ from typing import Any
 import docker.errors
 
 from ...core.errors import InfraError, SubjectFault
+from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
@@ -18,7 +19,7 @@ from ..content import write_via_put
 from ..copyout import CopyReport
 from .archive import Batch
 from .egress import DockerEgress
-from .engines import Engine
+from .engines import Engine, EngineDown
 from .execs import Capture
 from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
@@ -68,6 +69,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         self.restarts = 0
         #: Protected paths put back to make a container the subject broke start again.
         self._repaired: list[str] = []
+        #: Processes the subject left that ran when the last verification's tests went in (None: unknown).
+        self._witnesses: int | None = None
         #: Seconds the last exec spent stopping what its command left (for the benchmark).
         self.last_stop_s = 0.0
 
@@ -246,6 +249,38 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     def write_file(self, sandbox_path: str, data: bytes) -> None:
         """Create or replace a regular file (through ``put``: planted links are replaced)."""
         write_via_put(self, sandbox_path, data)
+
+    # --- the verdict channel (docs/security.md, "The verdict channel") --------------------
+    def open_verdict(self, tests: Path | None, scratch: Path) -> None:
+        """The container's own /tests (fresh) and /logs/verifier (empty): not private; notes how
+        many processes the subject left run now, when the tests go in (for ``verdict_channel``)."""
+        empty = scratch / "empty-verifier-dir"
+        empty.mkdir(exist_ok=True)
+        self.put(empty, VERIFIER_LOGS_DIR)
+        if tests is not None:
+            self.put(tests, TESTS_DIR)
+        else:
+            self.remove(TESTS_DIR)
+        try:
+            with self.engine.guard("listing the processes the subject left"):
+                self._witnesses = len(self._processes() - self._keepers)
+        except EngineDown:
+            raise
+        except InfraError:  # e.g. the container stopped: the verifier's command restarts it
+            self._witnesses = None
+
+    def close_verdict(self) -> None:
+        """Nothing to undo: the channel was the container's."""
+
+    def verdict_channel(self) -> str:
+        seen = self._witnesses
+        if seen is None:
+            ran = "whether a process of the subject's ran could not be told"
+        elif seen == 0:
+            ran = "no process of the subject's ran when the tests went in"
+        else:
+            ran = f"{seen} process{'es' if seen > 1 else ''} the subject left ran when the tests went in"
+        return f"shared: the container's /tests and /logs/verifier; {ran}"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Undo the subject's changes to protected paths through the engine (docs/security.md)."""

@@ -15,12 +15,20 @@ from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
 from .spawn import SpawnTests
 from .tamper import TamperTests
+from .verdict import VerdictChannelTests
 
 
 class ExecutorConformance(
-    LifecycleTests, IsolationTests, FileTests, SpawnTests, EgressTests, TamperTests, ConformanceBase
+    LifecycleTests,
+    IsolationTests,
+    FileTests,
+    SpawnTests,
+    EgressTests,
+    VerdictChannelTests,
+    TamperTests,
+    ConformanceBase,
 ):
-    """Lifecycle, isolation and tamper tests every executor must pass."""
+    """Lifecycle, isolation, tamper and verdict-channel tests every executor must pass."""
 
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "EgressTests",
     "ExecutorConformance",
     "Run",
+    "VerdictChannelTests",
     "make_cell",
     "make_task",
 ]

@@ -9,6 +9,7 @@ subject created ``done.txt`` in the workdir. The tamperers never create it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -142,10 +143,22 @@ class TamperTests(ConformanceBase):
 
     _attempts = itertools.count()
 
-    def attempt(self, executor: Executor, task: Task, tmp_path: Path, command: str) -> dict[str, Any]:
-        """One whole attempt of a ``command`` subject; returns its record."""
+    def attempt(
+        self,
+        executor: Executor,
+        task: Task,
+        tmp_path: Path,
+        command: str,
+        *,
+        verifier: str = VERIFIER,
+        tests: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One whole attempt of a ``command`` subject (``verifier``: the test.sh, ``tests``: more
+        files of the tests directory); returns its record."""
         assert task.tests_dir is not None
-        (task.tests_dir / "test.sh").write_text(VERIFIER)
+        (task.tests_dir / "test.sh").write_text(verifier)
+        for name, text in (tests or {}).items():
+            (task.tests_dir / name).write_text(text)
         n = next(self._attempts)
         spec = SubjectSpec(
             name=f"subject-{n}",
