@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from ..core.hostpattern import HostPattern
+from ..core.hostreqs import Need, missing_line
 from . import forwarder, relay, tinyproxy
 from .join import joined
 from .log import EgressEvent
@@ -39,7 +40,8 @@ SOCKET_NAME = "proxy.sock"
 TINYPROXY = "tinyproxy"
 #: The user tinyproxy runs as when the harness is root.
 UNPRIVILEGED = "nobody"
-MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
+#: What a proxy says that cannot start for want of a host component (the session checks them first).
+MISSING = missing_line([Need("tinyproxy", "the egress proxy"), Need("forwarder", "the egress proxy")])
 DNS_SOCKET = "dns.sock"
 FORWARDER_NAME = "forwarder.py"
 #: The interpreter that runs the forwarder inside the sandbox (the host's, bound in with /usr).
