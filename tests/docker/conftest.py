@@ -23,7 +23,7 @@ def _engine_reason() -> str | None:
     reason = engine.ping()
     if reason is not None:
         install = COMPONENTS["docker-engine"].install
-        return f"no Docker engine answers at {engine.url} ({reason}): {install}, or run ../shared/ci/provision-docker.sh"
+        return f"no Docker engine answers at {engine.url} ({reason}): {install} (CI: ../shared/ci/provision-docker.sh)"
     return None
 
 
