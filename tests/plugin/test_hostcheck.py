@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +105,7 @@ def test_a_skipped_cell_needs_nothing(cohort: Cohort, monkeypatch: pytest.Monkey
     ]
 
 
+@pytest.mark.needs("docker-engine")
 def test_a_compose_task_on_the_docker_executor_asks_for_the_compose_extra(
     cohort: Cohort, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -122,6 +126,25 @@ def test_a_compose_task_on_the_docker_executor_asks_for_the_compose_extra(
         "pip install 'pytest-maka[compose]'"
     ]
     assert "not supported on the docker executor" not in result.stdout.str() + result.stderr.str()
+    assert_nothing_ran(cohort)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="hiding the socket needs root")
+def test_no_docker_engine_here_is_named_with_its_package(cohort: Cohort) -> None:
+    """The engine's socket hidden (a mount namespace of the run's own): the run stops naming docker.io."""
+    cohort.task("t")
+    cohort.write(executor={"kind": "docker"})
+    socket = os.path.realpath("/var/run/docker.sock")
+    hide = f"mount --bind /dev/null {socket} && " if os.path.exists(socket) else ""
+    run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *cohort.args()]
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    argv = ["unshare", "--mount", "sh", "-c", f'{hide}exec "$@"', "sh", *run]
+    done = subprocess.run(argv, cwd=cohort.root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:] + done.stderr[-2000:]
+    assert [line for line in done.stderr.splitlines() if line.startswith("ERROR:")] == [
+        f"ERROR: {cohort.spec}: this host lacks a running Docker engine (for the docker executor): "
+        "apt-get install docker.io"
+    ]
     assert_nothing_ran(cohort)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 import uuid
@@ -74,12 +75,16 @@ class DockerExecutor(SeparateVerifier, Containers):
         return True
 
     def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
-        """Compose v2 for tasks with sidecars (the engine itself is ``check``'s: it may be remote)."""
+        """This host's engine when no other is named (a remote one is ``check``'s), Compose v2 for tasks
+        with sidecars."""
+        needs = []
+        if not self.options.engines and not os.environ.get("DOCKER_HOST"):
+            needs.append(Need("docker-engine", "the docker executor"))
         compose = [t.id for t in tasks if "compose" in t.features]
-        if not compose:
-            return []
-        more = f" and {len(compose) - 1} more" if len(compose) > 1 else ""
-        return [Need("compose", f"the multi-container task {compose[0]}{more}")]
+        if compose:
+            more = f" and {len(compose) - 1} more" if len(compose) > 1 else ""
+            needs.append(Need("compose", f"the multi-container task {compose[0]}{more}"))
+        return needs
 
     def check(self) -> None:
         """Raise ExecutorUnavailable (one line) when no engine answers; take silent ones out."""
