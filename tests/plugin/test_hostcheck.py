@@ -178,3 +178,37 @@ def test_the_table_names_a_package_for_every_component() -> None:
     assert line == "this host lacks tinyproxy (for a and b); npm (for c): apt-get install tinyproxy-bin npm"
     with pytest.raises(ValueError, match="unknown host component 'bwarp'"):
         Need("bwarp", "x")
+
+
+def test_a_test_that_needs_an_absent_tool_skips_naming_the_package(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The suite's own skips (tests/conftest.py), with real binaries missing from PATH."""
+    pytester.makeconftest("from tests.conftest import pytest_configure, pytest_runtest_setup  # noqa: F401\n")
+    pytester.makepyfile(
+        test_needs="""
+        import pytest
+
+        @pytest.mark.needs("tinyproxy", "curl")
+        def test_proxy():
+            pass
+
+        @pytest.mark.sandbox
+        def test_sandbox():
+            pass
+
+        @pytest.mark.needs("forwarder")  # /usr/bin/python3 is not on PATH: not hidden
+        def test_forwarder_is_here():
+            pass
+        """
+    )
+    monkeypatch.setenv("PATH", path_without(tmp_path / "bin", "tinyproxy", "curl", "bwrap"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED*needs tinyproxy, curl, not on this host: apt-get install tinyproxy-bin curl",
+            "SKIPPED*needs bubblewrap (bwrap), not on this host: apt-get install bubblewrap",
+        ]
+    )
