@@ -75,13 +75,11 @@ def missing(needs: Iterable[Need]) -> list[Need]:
     return out
 
 
-def egress_cells(cohort: Cohort, subjects: Mapping[str, object], policy: Policy, runs: Runs) -> int:
-    """How many cells that will run have a phase (of any step) behind the egress proxy."""
+def egress_cells(cells: Iterable[Cell], subjects: Mapping[str, object], policy: Policy) -> int:
+    """How many of ``cells`` have a phase (of any step) behind the egress proxy."""
     proxied: dict[tuple[str, str], bool] = {}  # (task, subject): the same for every repetition
     count = 0
-    for cell in cohort.cells:
-        if not runs(cell):
-            continue
+    for cell in cells:
         pair = (cell.task.id, cell.subject.name)
         if pair not in proxied:
             subject = subjects[cell.subject.name]
@@ -101,7 +99,7 @@ def cohort_needs(cohort: Cohort, executor: object, subjects: Mapping[str, object
     needs: list[Need] = []
     executor_needs = getattr(executor, "host_needs", None)
     if callable(executor_needs):
-        needs += executor_needs(tasks, egress_cells(cohort, subjects, cohort.loaded.spec.policy, runs))
+        needs += executor_needs(tasks, egress_cells(running, subjects, cohort.loaded.spec.policy))
     for name in dict.fromkeys(cell.subject.name for cell in running):
         subject_needs = getattr(subjects[name], "host_needs", None)
         if callable(subject_needs):
