@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import pid1
 from .core.records import cell_record, group_by_cell
 from .store.ledger import ATTEMPTS_FILE, write_results
 from .store.reading import LedgerError, read_ledger
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``maka`` console script; returns the exit code."""
+    pid1.main_guard()  # as a container's PID 1 (e.g. ``maka worker``): a minimal init reaps orphans
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["docker-cleanup"]:
         from .executors.docker.cleanup import main as cleanup_main

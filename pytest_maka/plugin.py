@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from . import builtins, compat, hookspecs
+from . import builtins, compat, hookspecs, pid1
 from .cluster import plugin as cluster_plugin
 from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
@@ -24,6 +24,7 @@ _CTRL_C_KEY = pytest.StashKey[ExitStack]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pid1.main_guard()  # as a container's PID 1: a minimal init stays PID 1 and reaps orphans
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.register(builtins, "maka-builtins")
     pluginmanager.register(scale_plugin, "maka-scale")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from . import hostcheck
 from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
 from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
@@ -130,16 +131,11 @@ class MakaSession:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded
         executor = executor_kinds[loaded.executor.kind](_with_concurrency(config, loaded.executor.options))
-        if not hasattr(config, "workerinput"):
-            try:
-                executor.check()
-            except ExecutorUnavailable as e:
-                raise pytest.UsageError(f"{loaded.path}: executor: {e}") from None
         out_dir = Path(out_option) if out_option else config.rootpath / "reports" / cohort.name
         workerinput = getattr(config, "workerinput", {})
         started = float(workerinput.get(COHORT_STARTED_KEY) or time.time())
         verifiers = {name: klass() for name, klass in verifier_classes.items()}
-        return cls(
+        maka = cls(
             config=config,
             cohort=cohort,
             subjects=subjects,
@@ -148,6 +144,21 @@ class MakaSession:
             out_dir=out_dir.resolve(),
             started=started,
         )
+        if not hasattr(config, "workerinput"):
+            maka.check_host()
+        return maka
+
+    def check_host(self) -> None:
+        """Before any cell runs: every host component the cells need is here, and the executor works
+        (a usage error of one line naming what to install, otherwise)."""
+        spec_path = self.cohort.loaded.path
+        lacking = hostcheck.check(self.cohort, self.executor, self.subjects, lambda cell: not self.skip_reason(cell))
+        if lacking:
+            raise pytest.UsageError(f"{spec_path}: {lacking}")
+        try:
+            self.executor.check()
+        except ExecutorUnavailable as e:
+            raise pytest.UsageError(f"{spec_path}: executor: {e}") from None
 
     @property
     def out_dir_display(self) -> str:

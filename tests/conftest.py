@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import textwrap
 from collections.abc import Callable
@@ -13,6 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+from pytest_maka import hostcheck
+from pytest_maka.core.hostreqs import COMPONENTS, install_line
 
 #: Task fixtures carry their own test files (a Harbor task's tests/test_outputs.py): data, not our tests.
 collect_ignore = ["fixtures"]
@@ -25,12 +27,46 @@ def pytest_configure(config: pytest.Config) -> None:
     is not what any test means: take SIGINT back (in the controller and in each xdist worker)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    config.addinivalue_line(
+        "markers",
+        "needs(*components): host components the test needs (keys of pytest_maka.core.hostreqs.COMPONENTS); "
+        "skipped with the package to install where one is absent",
+    )
 
 
-HAS_BWRAP = shutil.which("bwrap") is not None
-needs_bwrap = pytest.mark.skipif(
-    not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
-)
+#: What the host has, by component of ``pytest_maka.core.hostreqs`` (probed once per test process).
+_FOUND: dict[str, bool] = {}
+#: Markers that mean a host component: ``sandbox`` tests run bubblewrap, ``browser`` tests Chromium.
+MARKER_NEEDS = {"sandbox": ("bwrap",), "browser": ("chromium",)}
+
+
+def host_has(component: str) -> bool:
+    """True when the host component (a key of ``COMPONENTS``) is here."""
+    if component not in _FOUND:
+        _FOUND[component] = hostcheck.present(component)
+    return _FOUND[component]
+
+
+def lacking(*components: str) -> str | None:
+    """None when every component is here, else the skip reason: what is missing and what installs it."""
+    absent = [COMPONENTS[c] for c in dict.fromkeys(components) if not host_has(c)]
+    if not absent:
+        return None
+    return f"needs {', '.join(c.title for c in absent)}, not on this host: {install_line(absent)}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose host components (``needs`` marks, or a marker of MARKER_NEEDS) are absent."""
+    wanted = [c for mark in item.iter_markers("needs") for c in mark.args]
+    wanted += [c for marker, cs in MARKER_NEEDS.items() if item.get_closest_marker(marker) for c in cs]
+    reason = lacking(*wanted)
+    if reason:
+        pytest.skip(reason)
+
+
+HAS_BWRAP = host_has("bwrap")
+needs_bwrap = pytest.mark.needs("bwrap")
 
 PASS_TEST = (
     "mkdir -p /logs/verifier; if [ -f /app/done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"

@@ -26,6 +26,7 @@ from typing import Literal
 from filelock import FileLock
 
 from ..core.errors import InfraError
+from ..core.hostreqs import Need
 
 #: Where agents live inside a sandbox (mounted read-only).
 AGENT_DIR = "/opt/maka/agent"
@@ -92,6 +93,12 @@ class AgentCache:
 
     def installed(self, spec: InstallSpec) -> bool:
         return (self.path(spec) / MARKER).is_file()
+
+    def host_needs(self, spec: InstallSpec, subject: str) -> list[Need]:
+        """What building ``spec`` needs from the host (npm, or the docker CLI), while it is not built."""
+        if self.installed(spec):
+            return []
+        return [Need("npm" if spec.registry == "npm" else "docker-cli", f"installing {spec.requirement} ({subject})")]
 
     def ensure(self, spec: InstallSpec) -> Path:
         """The install directory of ``spec``, building it first if no one has (once, under a lock)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from ..core.hostpattern import HostPattern
+from ..core.hostreqs import Need, missing_line
 from . import forwarder, relay, tinyproxy
 from .join import joined
 from .log import EgressEvent
@@ -39,7 +40,8 @@ SOCKET_NAME = "proxy.sock"
 TINYPROXY = "tinyproxy"
 #: The user tinyproxy runs as when the harness is root.
 UNPRIVILEGED = "nobody"
-MISSING = "the egress proxy needs tinyproxy and socat on this host: apt-get install tinyproxy-bin socat"
+#: What a proxy says that cannot start for want of a host component (the session checks them first).
+MISSING = missing_line([Need("tinyproxy", "the egress proxy"), Need("forwarder", "the egress proxy")])
 DNS_SOCKET = "dns.sock"
 FORWARDER_NAME = "forwarder.py"
 #: The interpreter that runs the forwarder inside the sandbox (the host's, bound in with /usr).
@@ -95,6 +97,60 @@ class EgressUnavailable(Exception):
     """The egress proxy could not be started: the phase must not run (never an open network)."""
 
 
+#: Where the relay's socket directories are made, whatever TMPDIR is: a unix socket path has at
+#: most 107 bytes, and a user's TMPDIR can be long (the fallback, where this one is not writable).
+SOCKET_ROOT = "/tmp"
+SOCKET_PREFIX = "maka-egress-"
+#: The longest path a unix socket can have (sun_path is 108 bytes with its terminating NUL).
+MAX_SOCKET_PATH = 107
+
+
+def socket_dir(directory: Path) -> Path:
+    """A new private directory for one phase's sockets, with a path short enough for them.
+
+    Its name says whose it is (this process's id and the last parts of the attempt's
+    directory, cut to fit); directories of processes that are gone are removed first.
+    """
+    root = SOCKET_ROOT if os.access(SOCKET_ROOT, os.W_OK | os.X_OK) else tempfile.gettempdir()
+    _sweep(root)
+    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME))
+    head = f"{SOCKET_PREFIX}{os.getpid()}-"
+    room = MAX_SOCKET_PATH - len(os.path.join(root, head)) - len("-12345678/") - longest
+    if room < 0:
+        raise EgressUnavailable(f"{root}: too long a directory for the relay's unix sockets ({MAX_SOCKET_PATH} bytes)")
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(directory.parts[-4:]))[-min(room, 60) :] if room else ""
+    return Path(tempfile.mkdtemp(prefix=f"{head}{tag}-", dir=root))
+
+
+@functools.cache
+def _sweep(root: str) -> None:
+    """Remove the socket directories of processes that are gone (once per process and root)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            pid = entry.name[len(SOCKET_PREFIX) :].split("-", 1)[0]
+            if not (entry.name.startswith(SOCKET_PREFIX) and pid.isdigit() and entry.is_dir(follow_symlinks=False)):
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                    continue
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                if not _answers(os.path.join(entry.path, SOCKET_NAME)):  # a relay in another pid namespace
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                continue
+
+
+def _answers(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        try:
+            s.connect(path)
+        except OSError:
+            return False
+    return True
+
+
 def proxy_env(patterns: tuple[HostPattern, ...], url: str, loopback_names: tuple[str, ...]) -> dict[str, str]:
     """HTTP(S)_PROXY for ``url``; NO_PROXY keeps the sandbox's own loopback direct unless it is allow-listed."""
     env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")}
@@ -139,10 +195,7 @@ class HostProxy:
         self.port: int | None = None
         self._copiers: list[threading.Thread] = []
         self._relay: relay.Relay | None = None
-        # a unix socket path has at most 107 bytes: keep it short, whatever the scratch path is
-        # (its name still says whose it is: the last parts of the attempt's directory)
-        tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(directory.parts[-4:]))[-60:]
-        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"maka-egress-{tag}-"))
+        self._socket_dir = socket_dir(directory)
 
     @property
     def socket_path(self) -> Path:

@@ -19,6 +19,7 @@ from typing import ClassVar
 from pydantic import BaseModel
 
 from ..core.errors import ExecutorUnavailable
+from ..core.hostreqs import Need
 from ..core.task import Task
 from . import disk, limits
 from .base import LeaseRequest
@@ -48,6 +49,14 @@ class LocalExecutor:
     @property
     def isolated(self) -> bool:
         return self.options.sandbox == "bwrap"
+
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        """bubblewrap; with cells behind the egress proxy, tinyproxy and the forwarder too (``egress.host``)."""
+        needs = [Need("bwrap", "the local executor")]
+        if egress_cells:
+            why = f"the egress proxy of {egress_cells} cell{'s' if egress_cells != 1 else ''}"
+            needs += [Need("tinyproxy", why), Need("forwarder", why)]
+        return needs
 
     def check(self) -> None:
         """Raise ExecutorUnavailable unless a trivial sandbox runs here."""

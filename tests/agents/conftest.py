@@ -18,6 +18,7 @@ import pytest
 from pytest_maka.agents.cache import AgentCache, InstallError, default_root
 from pytest_maka.subjects.presets import PRESETS
 from pytest_maka.testing.model_server import Script
+from tests.conftest import lacking
 from tests.docker.conftest import docker_api  # noqa: F401  (fixture: skips without an engine)
 
 SECRET = "sk-maka-agent-secret-5be1c0"
@@ -33,9 +34,9 @@ def agent_cache() -> AgentCache:
 def installed(cache: AgentCache, kind: str) -> Path:
     """Install ``kind`` at its pinned version (once); skip only if its registry cannot deliver it."""
     preset = BY_KIND[kind]
-    tool = "npm" if preset.registry == "npm" else "docker"
-    if shutil.which(tool) is None:
-        pytest.skip(f"installing {kind} needs {tool}, which is not on PATH")
+    reason = lacking("npm" if preset.registry == "npm" else "docker-cli")
+    if reason:
+        pytest.skip(f"installing {kind} {reason}")
     try:
         return cache.ensure(preset.install_spec(None))
     except InstallError as e:

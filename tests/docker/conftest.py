@@ -10,6 +10,7 @@ import pytest
 
 docker = pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'docker>=7.1,<8'")
 
+from pytest_maka.core.hostreqs import COMPONENTS  # noqa: E402
 from pytest_maka.executors.docker import DockerExecutor, DockerOptions  # noqa: E402
 from pytest_maka.executors.docker.engines import Engine  # noqa: E402
 
@@ -21,7 +22,8 @@ def _engine_reason() -> str | None:
     engine = Engine(options.engine_list()[0], slots=1, state_dir=Path("/nonexistent"), retry_sec=0)
     reason = engine.ping()
     if reason is not None:
-        return f"no Docker engine answers at {engine.url} ({reason}); run ../shared/ci/provision-docker.sh"
+        install = COMPONENTS["docker-engine"].install
+        return f"no Docker engine answers at {engine.url} ({reason}): {install} (CI: ../shared/ci/provision-docker.sh)"
     return None
 
 

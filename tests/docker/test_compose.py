@@ -15,7 +15,6 @@ from pytest_maka.core.errors import TaskError
 from pytest_maka.executors.docker import DockerOptions
 from pytest_maka.executors.docker import labels as L
 from pytest_maka.executors.docker.cleanup import sweep
-from pytest_maka.executors.docker.compose import compose_command
 from pytest_maka.executors.docker.engines import Engine
 
 from ..conftest import Cohort
@@ -24,10 +23,7 @@ from .test_image_run import harbor_task
 
 pytestmark = [
     pytest.mark.docker,
-    pytest.mark.skipif(
-        compose_command() is None,
-        reason="Docker Compose v2 (the 'docker compose' plugin) is not installed; .ci/run installs it",
-    ),
+    pytest.mark.needs("compose"),
 ]
 
 COMPOSE = """\

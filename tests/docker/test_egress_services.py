@@ -6,7 +6,6 @@ import uuid
 
 import pytest
 
-from pytest_maka.executors.docker.compose import compose_command
 from pytest_maka.testing.servers import EGRESS_TOKEN
 
 from ..conftest import Cohort
@@ -40,7 +39,7 @@ def _sidecar_task(cohort: Cohort, name: str) -> None:
     (task / "environment" / "docker-compose.yaml").write_text(SIDECAR_COMPOSE)
 
 
-@pytest.mark.skipif(compose_command() is None, reason="Docker Compose v2 (the 'docker compose' plugin) is absent")
+@pytest.mark.needs("compose")
 def test_services_mode_reaches_the_sidecars_by_name_and_nothing_else(
     cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]
@@ -65,7 +64,7 @@ def test_services_mode_reaches_the_sidecars_by_name_and_nothing_else(
     assert _egress_leftovers(docker_api, task) == []
 
 
-@pytest.mark.skipif(compose_command() is None, reason="Docker Compose v2 (the 'docker compose' plugin) is absent")
+@pytest.mark.needs("compose")
 def test_an_allowlist_beside_sidecars_reaches_both_and_is_refused_elsewhere(
     cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from pytest_maka.testing.servers import EGRESS_TOKEN, HttpServer, http_server
 from ..conftest import Cohort, needs_bwrap
 from .procs import processes_with_env
 
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.needs("tinyproxy", "forwarder", "curl")]
 
 LOCAL = {"kind": "local", "egress_hosts": {"allowed.test": "127.0.0.1"}}
 #: This host lets the harness make a TUN device in each sandbox: traffic past the proxy is logged.

@@ -17,7 +17,7 @@ from pytest_maka.testing.servers import EGRESS_TOKEN, http_server
 from ..conftest import Cohort, needs_bwrap
 from .procs import processes_with_env
 
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.needs("tinyproxy", "curl")]
 
 LOCAL = {"kind": "local", "egress_hosts": {"allowed.test": "127.0.0.1"}}
 ALLOWED, REFUSED = 15, 5
@@ -30,7 +30,13 @@ LIST_FORWARDERS = (
 )
 
 
-@pytest.mark.parametrize("interpreter", ["python", "socat-fallback"])
+@pytest.mark.parametrize(
+    "interpreter",
+    [
+        pytest.param("python", marks=pytest.mark.needs("forwarder")),
+        pytest.param("socat-fallback", marks=pytest.mark.needs("socat")),
+    ],
+)
 def test_one_sandbox_command_makes_20_requests_at_once(
     cohort: Cohort, interpreter: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,7 +24,7 @@ from pytest_maka.testing import make_cell, make_task
 
 from ..conftest import needs_bwrap
 
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.needs("tinyproxy", "forwarder")]
 needs_tun = pytest.mark.skipif(tunguard.unavailable() is not None, reason=str(tunguard.unavailable()))
 
 ENV = {"PATH": "/usr/bin:/bin"}

@@ -8,7 +8,6 @@ on 127.0.0.0/8 addresses of their own (a port 443 listener per test, so tests ne
 from __future__ import annotations
 
 import random
-import shutil
 import socket
 import ssl
 import struct
@@ -24,10 +23,7 @@ from pytest_maka.egress.host import HostProxy
 from pytest_maka.egress.log import EgressEvent
 from pytest_maka.testing.servers import TcpServer, tcp_server
 
-needs_tinyproxy = pytest.mark.skipif(
-    shutil.which("tinyproxy") is None or shutil.which("bwrap") is None,
-    reason="tinyproxy and bwrap are needed: apt-get install tinyproxy-bin bubblewrap",
-)
+needs_tinyproxy = pytest.mark.needs("tinyproxy", "bwrap")
 
 
 def client_hello(server_name: str | None) -> bytes:

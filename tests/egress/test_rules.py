@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -123,9 +122,7 @@ def test_log_parser_reads_tinyproxy_lines() -> None:
     assert re.match(r"^\d{4}-12-01T08:26:58\.823Z$", events[0].time)
 
 
-@pytest.mark.skipif(
-    shutil.which("tinyproxy") is None, reason="tinyproxy is not installed: apt-get install tinyproxy-bin"
-)
+@pytest.mark.needs("tinyproxy", "curl")
 def test_real_tinyproxy_enforces_the_rendered_rules(tmp_path: Path) -> None:
     """The regular expressions mean in tinyproxy what the matcher says (plain HTTP and CONNECT)."""
     with http_server() as server, socket.socket() as probe:

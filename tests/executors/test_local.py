@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pytest_maka.testing import ExecutorConformance, make_cell, make_task
 
 needs_bwrap = [
     pytest.mark.sandbox,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
+    pytest.mark.needs("bwrap"),
 ]
 pytestmark = needs_bwrap
 

@@ -4,7 +4,6 @@ and limits as a fresh one, nothing of it before its ``exec``, never used when wh
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ from pytest_maka.testing import make_task
 
 pytestmark = [
     pytest.mark.sandbox,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
+    pytest.mark.needs("bwrap"),
 ]
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/logs/.verifier-home", "MARK": "ahead"}

@@ -3,7 +3,6 @@ local sandbox facts multi-step tasks lean on (a removed upload dir, a replaced u
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -18,7 +17,7 @@ from pytest_maka.testing import make_cell, make_task
 
 pytestmark = [
     pytest.mark.sandbox,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
+    pytest.mark.needs("bwrap"),
 ]
 
 ENV = {"PATH": "/usr/bin:/bin"}

@@ -81,7 +81,6 @@ def test_missing_bubblewrap_is_one_line_before_any_cell(cohort: Cohort, monkeypa
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert errors == [
-        f"ERROR: {cohort.spec}: executor: the local executor needs bubblewrap (bwrap), which is not installed: "
-        "apt-get install bubblewrap"
+        f"ERROR: {cohort.spec}: this host lacks bubblewrap (bwrap) (for the local executor): apt-get install bubblewrap"
     ]
     assert not (cohort.out / "attempts.jsonl").exists()

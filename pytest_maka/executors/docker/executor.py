@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 import uuid
@@ -14,12 +15,13 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from ...core.errors import DeadlineReached, ExecutorUnavailable, InfraError
+from ...core.hostreqs import Need
 from ...core.interrupts import sigint_deferred
 from ...core.task import Task
 from ..base import LeaseRequest
 from . import labels as L
 from .cleanup import is_local, reap_shims, sweep
-from .compose import ComposeProject, compose_command
+from .compose import ComposeProject
 from .containers import Containers, EnvKey, cell_labels, check_started, first_entries
 from .containers import storage_support as storage_support  # re-exported
 from .egress import DockerEgress
@@ -39,7 +41,7 @@ class DockerExecutor(SeparateVerifier, Containers):
 
     kind: ClassVar[str] = "docker"
     Options: ClassVar[type[BaseModel]] = DockerOptions
-    #: Task features (``Task.features``) this executor runs ("compose" where Compose v2 is installed).
+    #: Task features (``Task.features``) this executor runs.
     features: frozenset[str]
 
     def __init__(self, options: DockerOptions | None = None) -> None:
@@ -64,13 +66,25 @@ class DockerExecutor(SeparateVerifier, Containers):
                 "multi-step",
                 "image",
                 *SEPARATE_FEATURES,
-                *(["compose"] if compose_command() else []),
+                "compose",  # with Compose v2 (hostcheck stops a run that needs it where it is absent)
             }
         )
 
     @property
     def isolated(self) -> bool:
         return True
+
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        """This host's engine when no other is named (a remote one is ``check``'s), Compose v2 for tasks
+        with sidecars."""
+        needs = []
+        if not self.options.engines and not os.environ.get("DOCKER_HOST"):
+            needs.append(Need("docker-engine", "the docker executor"))
+        compose = [t.id for t in tasks if "compose" in t.features]
+        if compose:
+            more = f" and {len(compose) - 1} more" if len(compose) > 1 else ""
+            needs.append(Need("compose", f"the multi-container task {compose[0]}{more}"))
+        return needs
 
     def check(self) -> None:
         """Raise ExecutorUnavailable (one line) when no engine answers; take silent ones out."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...agents.cache import AGENT_DIR, AgentCache
 from ...core import hostpattern
 from ...core.errors import SpecError
+from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
 from ...core.task import Task
 from ...core.trajectory import Trajectory
@@ -65,6 +66,10 @@ class AcpSubject(SubjectBase):
 
     def mounts(self, task: Task) -> dict[str, Path]:
         return {AGENT_DIR: self.cache.ensure(self.install)} if self.install else {}
+
+    def host_needs(self) -> list[Need]:
+        """What installing its agent needs from the host (nothing once it is in the cache)."""
+        return self.cache.host_needs(self.install, self.spec.name) if self.install else []
 
     def egress(self) -> list[str]:
         """Allowlist entries: the provider hosts of the preset it installs (if any), and the host of

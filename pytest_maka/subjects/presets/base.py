@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
 from ...core import hostpattern
 from ...core.errors import SpecError
+from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
 from ...core.usage import with_cost
@@ -153,6 +154,10 @@ class PresetSubject(SubjectBase):
         return {n: os.environ[n] for n in self.opts.env}
 
     # -- what the kernel asks ---------------------------------------------------------------
+
+    def host_needs(self) -> list[Need]:
+        """npm (or the docker CLI, for a Python agent) while the agent is not in the install cache yet."""
+        return self.cache.host_needs(self.install, self.spec.name)
 
     def egress(self) -> list[str]:
         """Allowlist entries of the agent phase: the preset's provider endpoints, or ``base_url``'s host instead."""
