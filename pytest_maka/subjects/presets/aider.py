@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ...core.trajectory import Trajectory
 from .base import Invocation, Parsed, Preset
+from .meter import StreamUsage
 
 _TOKENS = re.compile(r"Tokens: ([\d.]+)(k?) sent, ([\d.]+)(k?) received(?:\. Cost: \$([\d.]+) message)?")
 
@@ -58,6 +59,15 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
+def stream_usage(line: str) -> StreamUsage | None:
+    """One reply's tokens (aider rounds counts of 1,000 and more to ``2.4k``) and cost."""
+    match = _TOKENS.search(line)
+    if match is None:
+        return None
+    usage = {"input_tokens": _count(match[1], match[2]), "output_tokens": _count(match[3], match[4])}
+    return StreamUsage({**usage, "cost_usd": float(match[5])} if match[5] else usage)
+
+
 PRESET = Preset(
     kind="aider",
     registry="pypi",
@@ -72,4 +82,5 @@ PRESET = Preset(
     files=_files,
     parse=_parse,
     no_mcp="aider has no MCP client and no tools",
+    stream_usage=stream_usage,
 )
