@@ -77,23 +77,39 @@ class Terminal:
 
 @dataclass
 class Budget:
-    """Token and cost limits checked on every usage the agent reports."""
+    """Token and cost limits checked on every usage the agent reports while it runs.
+
+    Spend is what the agent reports it spent: ``usage_update.cost`` (the session's cumulative
+    cost) and the whole run's cap. ``usage_update.used`` is the context's size, not spend, but
+    every request sends the context, so spend is at least that: a context past ``max_tokens``
+    means the budget is spent (a lower bound, never an early stop).
+    """
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+    #: USD the whole run may still spend (``RunContext.cohort_cost_left``), or None.
+    cohort_left: Callable[[], float | None] | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    #: Tokens in the agent's context at its last ``usage_update`` (a lower bound of its spend).
+    context_tokens: int | None = None
     exceeded: str | None = None
 
-    def update(self, tokens: int | None = None, cost: float | None = None) -> str | None:
+    def update(self, tokens: int | None = None, cost: float | None = None, context: int | None = None) -> str | None:
         if tokens is not None:
             self.tokens = tokens
         if cost is not None:
             self.cost_usd = cost
-        if self.max_tokens is not None and self.tokens is not None and self.tokens > self.max_tokens:
+        if context is not None:
+            self.context_tokens = context
+        spent = max((t for t in (self.tokens, self.context_tokens) if t is not None), default=None)
+        if self.max_tokens is not None and spent is not None and spent > self.max_tokens:
             self.exceeded = self.exceeded or "max_tokens"
         if self.max_cost_usd is not None and self.cost_usd is not None and self.cost_usd > self.max_cost_usd:
             self.exceeded = self.exceeded or "max_cost_usd"
+        left = self.cohort_left() if self.cohort_left is not None and self.exceeded is None else None
+        if left is not None and (left <= 0 or (self.cost_usd or 0.0) > left):
+            self.exceeded = self.exceeded or "cohort_max_cost_usd"
         return self.exceeded
 
 
@@ -150,9 +166,11 @@ class SandboxClient:
             if out is None and update.content:
                 out = "\n".join(str(getattr(getattr(c, "content", None), "text", "")) for c in update.content)
             self.trajectory.result(update.tool_call_id, out if out is not None else update.status)
-        elif kind == "usage_update":  # ``used``: tokens in the context now, a lower bound of what was spent
-            cost = getattr(getattr(update, "cost", None), "amount", None)
-            if self.budget.update(tokens=getattr(update, "used", None), cost=cost):
+        elif kind == "usage_update":  # ``used``: tokens in the context now; ``cost``: the session's spend so far
+            cost = getattr(update, "cost", None)
+            amount = getattr(cost, "amount", None)
+            usd = amount if str(getattr(cost, "currency", "USD")).upper() == "USD" else None
+            if self.budget.update(cost=usd, context=getattr(update, "used", None)):
                 self._on_budget()
 
     # -- files ------------------------------------------------------------------------
