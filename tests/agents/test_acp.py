@@ -61,13 +61,17 @@ def test_permissions_are_allowed_inside_isolation(cohort: Cohort) -> None:
     cohort.run().assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize(("budget", "value"), [("max_cost_usd", 1.0), ("max_tokens", 500)])
+@pytest.mark.parametrize(
+    ("budget", "value"), [("max_cost_usd", 1.0), ("max_tokens", 500), ("cohort_max_cost_usd", 2.0)]
+)
 def test_a_budget_cancels_the_turn_mid_run(cohort: Cohort, budget: str, value: float) -> None:
     _cohort(cohort, "budget", budgets={budget: value})  # the agent reports 1000 tokens and $5, then waits
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["status"] == "budget_exhausted"
     assert record["error"]["message"] == f"budget exhausted: {budget}"
+    assert record["budget"]["exceeded"] == budget
+    assert record["usage"]["cost_usd"] == 5.0  # the agent's own usage_update.cost, kept after the cancel
     assert "budget exceeded: cancelling" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
 
 
