@@ -285,6 +285,8 @@ def load_spec(
                 raise _first_error(e, declared_in) from None
             key_prefix = ""
         raw = {"name": entry.name, "kind": entry.kind, **(entry.model_extra or {})}
+        if entry.egress:  # a declared field, not an extra: carried into every variant explicitly
+            raw["egress"] = list(entry.egress)
         for variant in expand_matrix(raw, declared_in, key_prefix):  # one subject per matrix combination
             subject = _resolve_subject(SubjectEntry.model_validate(variant), subject_kinds, declared_in, key_prefix)
             where = f"{key_prefix}.name" if key_prefix else "name"

@@ -83,3 +83,13 @@ def test_max_cost_stops_claude_code_by_the_price_table(cohort: Cohort, agent_cac
     assert record["budget"]["exceeded"] == "max_cost_usd", record["budget"]
     assert 5 <= turns <= 7, turns
     assert record["usage"]["cost_usd"] > 0.01
+
+
+def test_the_runs_cost_cap_stops_an_agent_in_flight(cohort: Cohort, agent_cache: Any, secret_env: str) -> None:
+    record, turns, result = run_looping(
+        cohort, "claude-code", agent_cache, agent_timeout=240, budgets={"cohort_max_cost_usd": 0.01}
+    )
+    assert record["status"] == "budget_exhausted", (record["status"], record["error"], result.outlines[-20:])
+    assert record["budget"]["exceeded"] == "cohort_max_cost_usd", record["budget"]
+    assert 5 <= turns <= 7, turns
+    assert record["agent"]["cost"]["source"] == "price_table"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,6 +62,23 @@ class PresetOptions(BaseModel):
         if v is not None and (v.strip() in {"", "latest", "*"} or v.startswith(("^", "~", ">", "<"))):
             raise ValueError(f"a version must be pinned to one release (got {v!r})")
         return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _root_url(cls, v: str | None) -> str | None:
+        """The provider's root: every preset appends its API's own path (``/v1/...``), so a
+        trailing ``/v1`` is dropped (it would make ``/v1/v1/...`` requests)."""
+        if v is None:
+            return None
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http(s) URL such as https://api.example.com (got {v!r})")
+        if parts.query or parts.fragment:
+            raise ValueError(f"expected a URL without a query or fragment (got {v!r})")
+        path = parts.path.rstrip("/")
+        if path.endswith("/v1"):
+            path = path[: -len("/v1")]
+        return f"{parts.scheme}://{parts.netloc}{path}"
 
     @field_validator("env")
     @classmethod
@@ -122,8 +140,6 @@ class Preset:
     #: Reads the usage one line of its stdout reports as it streams (presets/meter.py), or None
     #: when its output carries usage only at the end: then a budget is checked after the run.
     stream_usage: StreamReader | None = None
-    #: What ``base_url`` is: ``root`` (the preset appends its own API path, e.g. ``/v1``) or ``as_is``.
-    base_url_kind: Literal["root", "as_is"] = "root"
 
     def install_spec(self, version: str | None, runtime: str | None = None) -> InstallSpec:
         default_runtime = NODE_VERSION if self.registry == "npm" else "python:3.11-slim"
