@@ -180,3 +180,19 @@ def test_cells_that_would_start_after_the_run_spent_its_cap_are_budget_exhausted
         assert record["budget"]["exceeded"] == "cohort_max_cost_usd"
         assert record["agent"]["not_started"].startswith("the run spent")
         assert record["usage"]["cost_usd"] is None
+
+
+def test_a_pass_over_its_token_budget_keeps_the_trace_in_the_record_and_the_report(cohort: Cohort) -> None:
+    cohort.task("t")
+    spend = SPENDER.replace("10,", "1000,")
+    cohort.write(
+        subjects=[{"name": "s", "kind": "command", "command": spend}],
+        policy={"allow_unsandboxed": True},
+        budgets={"max_tokens": 100},
+    )
+    cohort.run()
+    record = cohort.results()["t[s-r0]"]
+    assert record["status"] == "agent_success"  # the verifier's pass stands (DESIGN §4)
+    assert record["budget"]["exceeded"] == "max_tokens" and record["budget"]["max_tokens"] == 100
+    assert record["usage"]["input_tokens"] == 1000
+    assert "passed over budget: max_tokens" in (cohort.out / "report.html").read_text()
