@@ -100,3 +100,15 @@ def test_a_turn_the_agent_reports_cancelled_is_agent_aborted_even_with_the_file_
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["status"] == "agent_aborted" and record["official"] is False and record["passed"] is False, record
     assert record["agent"]["stop_reason"] == "cancelled"
+
+
+def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(cohort: Cohort) -> None:
+    _cohort(cohort, "meta")
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["usage"]["input_tokens"] == 70 and record["usage"]["output_tokens"] == 9  # _meta.quota.token_count
+    trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
+    calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
+    assert calls == [{"tool_call_id": "t3", "function_name": "Write done.txt", "arguments": {"path": "done.txt"}}]
+    step = next(s for s in trajectory["steps"] if s.get("tool_calls"))
+    assert step["observation"]["results"][0]["content"] == "written"

@@ -139,6 +139,8 @@ class SandboxClient:
         self.routed = {"fs/read_text_file": 0, "fs/write_text_file": 0, "terminal/create": 0}
         self.terminals: dict[str, Terminal] = {}
         self._ids = itertools.count(1)
+        #: Tool call ids the trajectory holds (a call may first appear in a ``tool_call_update``).
+        self._calls: set[str] = set()
 
     # -- permissions and updates --------------------------------------------------------
 
@@ -161,17 +163,30 @@ class SandboxClient:
         elif kind == "tool_call":
             name = getattr(update, "title", None) or getattr(update, "kind", None) or "tool"
             self.trajectory.call(update.tool_call_id, str(name), getattr(update, "raw_input", None), ts=now)
-        elif kind == "tool_call_update" and getattr(update, "status", None) in ("completed", "failed"):
-            out = getattr(update, "raw_output", None)
-            if out is None and update.content:
-                out = "\n".join(str(getattr(getattr(c, "content", None), "text", "")) for c in update.content)
-            self.trajectory.result(update.tool_call_id, out if out is not None else update.status)
+            self._calls.add(str(update.tool_call_id))
+        elif kind == "tool_call_update":
+            self._call_update(update, now)
         elif kind == "usage_update":  # ``used``: tokens in the context now; ``cost``: the session's spend so far
             cost = getattr(update, "cost", None)
             amount = getattr(cost, "amount", None)
             usd = amount if str(getattr(cost, "currency", "USD")).upper() == "USD" else None
             if self.budget.update(cost=usd, context=getattr(update, "used", None)):
                 self._on_budget()
+
+    def _call_update(self, update: Any, now: float) -> None:
+        """A call's title, arguments and result; a call first seen here (no ``tool_call``) is recorded too."""
+        call_id = str(update.tool_call_id)
+        title = getattr(update, "title", None) or getattr(update, "kind", None)
+        raw = getattr(update, "raw_input", None)
+        new = call_id not in self._calls
+        if new or title or raw is not None:
+            self.trajectory.call(call_id, str(title or ("tool" if new else "")), raw, ts=now)
+            self._calls.add(call_id)
+        if getattr(update, "status", None) in ("completed", "failed"):
+            out = getattr(update, "raw_output", None)
+            if out is None and update.content:
+                out = "\n".join(str(getattr(getattr(c, "content", None), "text", "")) for c in update.content)
+            self.trajectory.result(call_id, out if out is not None else update.status)
 
     # -- files ------------------------------------------------------------------------
 
