@@ -196,3 +196,19 @@ def test_a_pass_over_its_token_budget_keeps_the_trace_in_the_record_and_the_repo
     assert record["budget"]["exceeded"] == "max_tokens" and record["budget"]["max_tokens"] == 100
     assert record["usage"]["input_tokens"] == 1000
     assert "passed over budget: max_tokens" in (cohort.out / "report.html").read_text()
+
+
+def test_aider_usage_is_exact_from_its_event_log_and_rounded_only_without_it() -> None:
+    stdout = "Tokens: 2.4k sent, 26 received. Cost: $0.0062 message, $0.0062 session.\nApplied edit to a.txt\n"
+    events = "\n".join(
+        json.dumps({"event": name, "properties": props})
+        for name, props in (
+            ("launched", {}),
+            ("message_send", {"prompt_tokens": 2389, "completion_tokens": 26, "cost": 0.0062}),
+            ("message_send", {"prompt_tokens": 120, "completion_tokens": 4, "cost": 0}),  # 0: not priced
+        )
+    ).encode()
+    exact = aider.PRESET.parse(stdout, lambda path: events if path == aider.EVENTS_FILE else None)
+    assert exact.usage == {"input_tokens": 2509, "output_tokens": 30, "cost_usd": 0.0062}
+    rounded = aider.PRESET.parse(stdout, lambda path: None)
+    assert rounded.usage == {"input_tokens": 2400, "output_tokens": 26, "cost_usd": 0.0062}
