@@ -72,6 +72,7 @@ def test_a_budget_cancels_the_turn_mid_run(cohort: Cohort, budget: str, value: f
     assert record["error"]["message"] == f"budget exhausted: {budget}"
     assert record["budget"]["exceeded"] == budget
     assert record["usage"]["cost_usd"] == 5.0  # the agent's own usage_update.cost, kept after the cancel
+    assert record["agent"]["cost"] == {"source": "agent", "guess": False}
     assert "budget exceeded: cancelling" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
 
 

@@ -21,6 +21,7 @@ from ...core.errors import SpecError
 from ...core.spec import SubjectSpec
 from ...core.task import Task
 from ...core.trajectory import Trajectory
+from ...core.usage import CostProvenance
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills
@@ -144,6 +145,9 @@ class AcpSubject(SubjectBase):
             ),
             "claim": {"final_message": claim_text, "authoritative": False} if claim_text else None,
             "agent_version": session.agent_version,
+            "cost": CostProvenance("agent")
+            if usage.get("cost_usd") is not None
+            else CostProvenance("unknown", note="the ACP agent reported no cost"),
         }
         if outcome.get("error"):
             return SubjectResult(
