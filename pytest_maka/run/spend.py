@@ -11,6 +11,7 @@ counts once it is written; the running attempt adds its own metered spend (prese
 from __future__ import annotations
 
 import json
+import os
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +37,8 @@ class CohortSpend:
     def _read(self) -> None:
         try:
             with self.ledger.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_size < self._offset:  # cut (a torn tail moved aside): read anew
+                    self._offset, self._spent = 0, 0.0
                 fh.seek(self._offset)
                 data = fh.read()
         except FileNotFoundError:

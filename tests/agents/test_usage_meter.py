@@ -131,6 +131,8 @@ def test_the_run_spend_counts_this_runs_attempts_as_other_processes_append_them(
     with ledger.open("a") as fh:
         fh.write(_line(now + 2, 7.0)[20:] + "\n" + _line(now + 3, None) + "\n")
     assert spend() == 7.25
+    ledger.write_text(_line(now + 4, 1.5) + "\n")  # the file cut shorter (a torn tail moved aside): read anew
+    assert spend() == 1.5
 
 
 def test_cost_provenance_marks_an_agents_price_for_a_model_the_table_does_not_know() -> None:
