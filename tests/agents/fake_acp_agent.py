@@ -147,7 +147,9 @@ def main():
         method, msg_id = message.get("method"), message.get("id")
         if method == "initialize":
             caps = {"mcpCapabilities": {"http": True}} if os.environ.get("FAKE_ACP_MCP_HTTP") else {}
-            send({"jsonrpc": "2.0", "id": msg_id, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
+            info = {"name": "fake-acp-agent", "version": "0.0.7"}
+            result = {"protocolVersion": 1, "agentCapabilities": caps, "agentInfo": info}
+            send({"jsonrpc": "2.0", "id": msg_id, "result": result})
         elif method == "session/new":
             if message["params"].get("mcpServers"):  # what it was handed, for the test to read
                 with open(os.path.join(WORKDIR, "acp-mcp.json"), "w") as f:

@@ -108,6 +108,8 @@ def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(c
     cohort.run().assert_outcomes(passed=1)
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["usage"]["input_tokens"] == 70 and record["usage"]["output_tokens"] == 9  # _meta.quota.token_count
+    assert record["agent"]["version"] == "0.0.7"  # from its initialize answer's agentInfo
+    assert json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())["agent"]["version"] == "0.0.7"
     trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
     calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
     assert calls == [{"tool_call_id": "t3", "function_name": "Write done.txt", "arguments": {"path": "done.txt"}}]

@@ -132,6 +132,7 @@ class AcpSubject(SubjectBase):
         if usage.get("cost_usd") is None and session.budget.cost_usd is not None:  # the agent's usage_update.cost
             usage["cost_usd"] = session.budget.cost_usd
         final = session.client.trajectory
+        final.version = final.version or session.agent_version
         claim_text = next(
             (s["message"] for s in reversed(final.steps) if s["source"] == "agent" and s["message"]), None
         )
