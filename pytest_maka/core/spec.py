@@ -158,6 +158,8 @@ class Budgets(StrictModel):
     cohort_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SEC)
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
+    #: USD the whole run may spend: cells that would start after it are budget_exhausted, running ones stopped.
+    cohort_max_cost_usd: float | None = Field(default=None, ge=0)
     max_output_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     #: Bytes copied out of /logs/agent, and of the workdir, per attempt (the rest is dropped, flagged).
     max_artifact_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
@@ -283,6 +285,8 @@ def load_spec(
                 raise _first_error(e, declared_in) from None
             key_prefix = ""
         raw = {"name": entry.name, "kind": entry.kind, **(entry.model_extra or {})}
+        if entry.egress:  # a declared field, not an extra: carried into every variant explicitly
+            raw["egress"] = list(entry.egress)
         for variant in expand_matrix(raw, declared_in, key_prefix):  # one subject per matrix combination
             subject = _resolve_subject(SubjectEntry.model_validate(variant), subject_kinds, declared_in, key_prefix)
             where = f"{key_prefix}.name" if key_prefix else "name"

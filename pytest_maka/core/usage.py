@@ -6,7 +6,8 @@ Unknown stays None, never 0: a subject that reports no tokens has ``input_tokens
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 #: Older spellings accepted from a subject's usage.json.
@@ -108,3 +109,49 @@ def with_cost(usage: dict[str, Any], model: str | None, table: Mapping[str, Any]
         return usage, None
     date = table.get("date") if isinstance(table.get("date"), str) else None
     return {**usage, "cost_usd": cost}, f"price_table:{date}" if date else "price_table"
+
+
+#: Where a cost came from: the agent's own figure, the price table, or nowhere.
+CostFrom = Literal["agent", "price_table", "unknown"]
+
+
+@dataclass(frozen=True)
+class CostProvenance:
+    """Where ``usage.cost_usd`` came from, and whether it is a guess.
+
+    A guess is an agent's own figure for a model the price table does not know (the agent
+    may price an unknown model at a default rate), or a figure metered from the agent's
+    stream because it was stopped before it printed its total (a lower bound).
+    """
+
+    source: CostFrom
+    guess: bool = False
+    #: The price table's date, when the table priced it or was consulted.
+    table_date: str | None = None
+    #: One line saying why it is a guess (or unknown).
+    note: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "guess": self.guess}
+        if self.table_date:
+            out["table_date"] = self.table_date
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def provenance(
+    usage: Mapping[str, Any], model: str | None, table: Mapping[str, Any], legacy: str | None
+) -> CostProvenance:
+    """The provenance of the cost in ``usage`` (after ``with_cost``, whose ``legacy`` source string it reads)."""
+    date = table.get("date") if isinstance(table.get("date"), str) else None
+    if usage.get("cost_usd") is None:
+        why = "no cost from the agent"
+        why += f", and the price table does not know {model!r}" if model else ", and no model name to price"
+        return CostProvenance("unknown", note=why, table_date=date)
+    if legacy == "subject":
+        if model and lookup(table, model) is None:
+            note = f"the agent priced {model!r}, which the price table does not know: its own default rate, perhaps"
+            return CostProvenance("agent", guess=True, table_date=date, note=note)
+        return CostProvenance("agent")
+    return CostProvenance("price_table", table_date=date)

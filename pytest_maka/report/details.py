@@ -99,12 +99,38 @@ def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             out[f"subject_{key}"] = agent[key]
     if agent.get("claim_agrees_with_verdict") is False:
         out["claim_disagrees_with_verdict"] = True
+    out.update(usage_marks(record))
     package = (record.get("task_metadata") or {}).get("task")
     if isinstance(package, Mapping) and package.get("name"):  # Harbor's [task] section
         version = f" {package['version']}" if package.get("version") else ""
         described = f": {package['description']}" if package.get("description") else ""
         out["task_package"] = cap(f"{package['name']}{version}{described}", 300)
     return out
+
+
+def usage_marks(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A budget the cell crossed (also on a pass), where its cost came from, the agent's version."""
+    agent = record.get("agent") if isinstance(record.get("agent"), Mapping) else {}
+    budget = record.get("budget") if isinstance(record.get("budget"), Mapping) else {}
+    cost = agent.get("cost") if isinstance(agent.get("cost"), Mapping) else {}
+    out: dict[str, Any] = {}
+    if budget.get("exceeded"):
+        out["budget_exceeded"] = str(budget["exceeded"])
+    if cost.get("source"):
+        out["cost_source"] = str(cost["source"]) + (" (a guess)" if cost.get("guess") else "")
+    if agent.get("usage_partial"):
+        out["usage_partial"] = True
+    if agent.get("version"):
+        out["agent_version"] = str(agent["version"])
+    return out
+
+
+def row_note(record: Mapping[str, Any]) -> str:
+    """The row's error column: the error, or for a pass that crossed a budget, that mark."""
+    exceeded = usage_marks(record).get("budget_exceeded")
+    if record.get("passed") and exceeded:
+        return f"passed over budget: {exceeded}"
+    return error_text(record)
 
 
 def _budgeted(text: str | None, budget: list[int]) -> str | None:
@@ -196,7 +222,7 @@ def page_data(
                 None if dur is None else round(dur, 3),
                 r.get("attempt_count") or 1,
                 None if cost is None else round(cost, 6),
-                cap(error_text(r), ROW_ERROR_CHARS),
+                cap(row_note(r), ROW_ERROR_CHARS),
                 base,
                 layouts.setdefault(layout, len(layouts)),
                 1 if r.get("resumed") else 0,

@@ -32,6 +32,7 @@ from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
 from .attempt import AttemptWork, run_attempt_steps, subject_mounts
+from .spend import CohortSpend
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
 ClassifyFn = Callable[[AttemptFacts, Cell], Status]
@@ -95,6 +96,8 @@ class CellRunner:
         self._last_start_error = ""
         self._previous: dict[str, list[Record]] = {}
         self._allowance: RetryAllowance | None = None
+        #: The run's spend so far, from the shared ledger (only with ``budgets.cohort_max_cost_usd``).
+        self.cohort_spend = CohortSpend(ledger.path, settings.cohort_started)
         self.learn(ledger.read())
 
     def learn(self, records: list[Record]) -> None:
@@ -191,6 +194,7 @@ class CellRunner:
             executor=self.executor,
             settings=settings,
             attempt_dir=attempt_dir,
+            cohort_spent=self.cohort_spend if settings.budgets.cohort_max_cost_usd is not None else None,
         )
         with progress.attempt_scope(self.observer, cell, number):
             return self._run_attempt(work, number, lease, scratch)
@@ -232,6 +236,11 @@ class CellRunner:
             return
         if budget is not None and budget <= 0:
             work.facts_update(budget_exceeded="cohort_timeout_sec", subject_outcome=SubjectOutcome(started=False))
+            return
+        cap = self.settings.budgets.cohort_max_cost_usd
+        if cap is not None and self.cohort_spend() >= cap:
+            work.agent_info["not_started"] = f"the run spent {self.cohort_spend():.4f} USD of its {cap} USD cap"
+            work.facts_update(budget_exceeded="cohort_max_cost_usd", subject_outcome=SubjectOutcome(started=False))
             return
         scratch_dir = Path(tempfile.mkdtemp(prefix=f"a{number}-", dir=scratch))
         deadline = self._deadline(started, budget)
@@ -304,7 +313,7 @@ class CellRunner:
             verifier=work.verifier_info,
             subject_claim=work.claim,
             isolation=work.isolation,
-            budget=work.budget_info,
+            budget={**work.budget_info, **({"exceeded": work.budget_exceeded} if work.budget_exceeded else {})},
             artifacts=work.artifacts(self.settings.out_dir) if work.attempt_dir.exists() else {},
             timings=work.timings,
             error=_with_retry(work.error_for(status, facts), work.retryable),

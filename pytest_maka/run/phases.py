@@ -102,6 +102,8 @@ def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, li
         max_tokens=work.settings.budgets.max_tokens,
         max_cost_usd=work.settings.budgets.max_cost_usd,
         isolated=work.executor.isolated,
+        cohort_max_cost_usd=work.settings.budgets.cohort_max_cost_usd,
+        cohort_spent=work.cohort_spent,
     )
     assert work.egress is not None
     started = time.time()
@@ -139,9 +141,14 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
         ("stop_reason", result.stop_reason),
         ("error", result.error),
         ("cost_source", result.cost_source),
+        ("version", result.agent_version),
     ):
         if value:
             work.agent_info[key] = value
+    if result.cost is not None:
+        work.agent_info["cost"] = result.cost.as_record()
+    if result.usage_partial:
+        work.agent_info["usage_partial"] = True
     work.agent_info.update(result.handoff)
     facts = telemetry(result.trajectory, started)
     if facts:

@@ -96,6 +96,7 @@ def _step_work(work: AttemptWork, step: Step) -> AttemptWork:
         attempt_dir=step_dir,
         isolation=work.isolation,
         egress=work.egress,
+        cohort_spent=work.cohort_spent,
     )
     step_work.plan = attempt_plan(step_work)
     return step_work

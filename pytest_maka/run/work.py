@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +85,8 @@ class AttemptWork:
     retryable: bool = True
     #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
     steps: list[dict[str, Any]] | None = None
+    #: What the whole run spent so far (USD; run/spend.py), when it has a cost cap.
+    cohort_spent: Callable[[], float] | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():

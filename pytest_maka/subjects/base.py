@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -10,6 +11,7 @@ from pydantic import BaseModel
 
 from ..core.spec import SubjectSpec
 from ..core.task import Task
+from ..core.usage import CostProvenance
 from ..executors.base import ExecResult, ExecSettings, Sandbox
 
 
@@ -23,6 +25,17 @@ class RunContext(ExecSettings):
     max_cost_usd: float | None = None
     #: The sandbox isolates the subject (permission requests may then be allowed).
     isolated: bool = True
+    #: The whole run's cost cap (``budgets.cohort_max_cost_usd``) and what other attempts of
+    #: this run spent so far (read from the shared ledger): a subject over the cap is stopped.
+    cohort_max_cost_usd: float | None = None
+    cohort_spent: Callable[[], float] | None = None
+
+    def cohort_cost_left(self) -> float | None:
+        """USD this attempt may still spend under the whole run's cap, or None without a cap."""
+        if self.cohort_max_cost_usd is None:
+            return None
+        spent = self.cohort_spent() if self.cohort_spent is not None else 0.0
+        return self.cohort_max_cost_usd - spent
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,13 @@ class SubjectResult:
     cost_source: str | None = None
     #: What the task offered and this run was handed (``mcp_servers``, ``skills``), for the record.
     handoff: dict[str, Any] = field(default_factory=dict)
+    #: Where the cost came from and whether it is a guess (typed; ``cost_source`` is the older string).
+    cost: CostProvenance | None = None
+    #: ``usage`` is what the agent's stream reported up to its stop (killed at its timeout or a
+    #: budget, or it never printed its total): a lower bound of what it spent.
+    usage_partial: bool = False
+    #: The agent's own version, as it reported it (or as installed).
+    agent_version: str | None = None
 
     @classmethod
     def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:

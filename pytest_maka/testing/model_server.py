@@ -12,7 +12,8 @@ answers the way its provider does.
 Replies follow what the conversation holds, never a request count (agents send side
 requests for titles and token counts): with N tool results so far, the reply is the script's
 action N as a call to the agent's own write or shell tool, found from the tools' JSON
-schemas; once every action has a result, the final text. A request that offers no tools gets
+schemas; once every action has a result, the final text (or, with ``repeat``, action 0 again: an
+agent that never stops, for budgets and timeouts). A request that offers no tools gets
 the final text, or an aider-style SEARCH/REPLACE block when its prompt asks for one.
 
     python -m pytest_maka.testing.model_server --port 4000 --write /app/hello.txt=hi
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class Script:
     input_tokens: int = 120
     output_tokens: int = 30
     cache_read_tokens: int = 0
+    #: Loop: once every action has a result, start the actions over, forever (a runaway agent).
+    repeat: bool = False
 
 
 @dataclass
@@ -91,13 +94,21 @@ class ScriptedModel:
     def __init__(self, script: Script) -> None:
         self.script = script
         self._ids = itertools.count(1)
+        self._replies = itertools.count(1)
+        self._lock = threading.Lock()
 
     def reply(self, wire: Wire, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            number = next(self._replies)
+        return replace(self._reply(wire, body), reply_id=f"scripted{number}")
+
+    def _reply(self, wire: Wire, body: dict[str, Any]) -> Reply:
         tools = wire.tools(body)
         done = wire.tool_results(body)
         usage = (self.script.input_tokens, self.script.output_tokens, self.script.cache_read_tokens)
-        if tools and done < len(self.script.actions):
-            call = self._call(self.script.actions[done], tools)
+        actions = self.script.actions
+        if tools and actions and (done < len(actions) or self.script.repeat):
+            call = self._call(actions[done % len(actions)], tools)
             if call is not None:
                 return Reply(text="", tool_call=call, usage=usage)
         if not tools and self.script.actions and "SEARCH/REPLACE" in wire.prompt_text(body):
@@ -163,6 +174,13 @@ class ModelServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def tool_requests(self) -> list[SeenRequest]:
+        """The requests that offered the agent tools: its own turns, not its side requests (titles, counts)."""
+        with self._lock:
+            seen = list(self.requests)
+        by_name = {w.name: w for w in WIRES}
+        return [r for r in seen if r.wire in by_name and isinstance(r.body, dict) and by_name[r.wire].tools(r.body)]
 
     def seen(self, wire: str | None = None) -> list[SeenRequest]:
         with self._lock:
@@ -278,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="append", default=[], metavar="PATH=CONTENT")
     parser.add_argument("--shell", action="append", default=[], metavar="COMMAND")
     parser.add_argument("--final", default=Script.final_text)
+    parser.add_argument("--repeat", action="store_true", help="start the actions over forever (a looping agent)")
     parser.add_argument("--script", metavar="FILE", help="the whole Script as JSON (replaces --write/--shell/--final)")
     parser.add_argument("--requests-log", metavar="FILE", help="append every request as one JSON line")
     args = parser.parse_args(argv)
@@ -285,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         script = script_from_json(Path(args.script).read_text(encoding="utf-8"))
     else:
         actions = [Action.write(*item.split("=", 1)) for item in args.write] + [Action.shell(c) for c in args.shell]
-        script = Script(actions=actions, final_text=args.final)
+        script = Script(actions=actions, final_text=args.final, repeat=args.repeat)
     server = ModelServer(script, args.host, args.port, requests_log=args.requests_log).start()
     print(f"scripted model server on http://{args.host}:{server.port}", flush=True)
     try:

@@ -29,6 +29,8 @@ class Reply:
     text: str
     tool_call: ToolCall | None
     usage: tuple[int, int, int]  # input, output, cache-read tokens
+    #: Unique per reply, as a provider's message ids are (agents key their usage by them).
+    reply_id: str = "scripted"
 
 
 def _properties(schema: Any) -> dict[str, Any]:
@@ -120,7 +122,7 @@ class AnthropicMessages(Wire):
 
     def whole(self, reply: Reply, model: str) -> Any:
         return {
-            "id": "msg_scripted",
+            "id": f"msg_{reply.reply_id}",
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -199,7 +201,7 @@ class ChatCompletions(Wire):
         if reply.tool_call:
             message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in self._tool_calls(reply)]
         return {
-            "id": "chatcmpl-scripted",
+            "id": f"chatcmpl-{reply.reply_id}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
@@ -209,7 +211,7 @@ class ChatCompletions(Wire):
 
     def events(self, reply: Reply, model: str) -> Iterator[Event]:
         base = {
-            "id": "chatcmpl-scripted",
+            "id": f"chatcmpl-{reply.reply_id}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
@@ -259,12 +261,13 @@ class Responses(Wire):
                 "arguments": json.dumps(call.arguments),
             }
         part = {"type": "output_text", "text": reply.text, "annotations": []}
-        return {"id": "msg_scripted", "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+        message_id = f"msg_{reply.reply_id}"
+        return {"id": message_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
 
     def _response(self, reply: Reply, model: str, status: str) -> dict[str, Any]:
         inp, out, cached = reply.usage
         response: dict[str, Any] = {
-            "id": "resp_scripted",
+            "id": f"resp_{reply.reply_id}",
             "object": "response",
             "created_at": int(time.time()),
             "status": status,

@@ -3,7 +3,8 @@
 FAKE_ACP_MODE: work (write a file, run a terminal, end the turn), deny (ask permission; on a
 rejection stop with "refusal"), budget (report a cost, then wait to be cancelled), hang
 (never answer the prompt, ignore cancellation), cancelled (write the file, then stop the turn as
-"cancelled"). FAKE_ACP_MCP_HTTP=1 advertises http MCP servers; the session's mcpServers land in
+"cancelled"), meta (a call announced only by tool_call_update, tokens in the response's _meta as
+gemini nests them). FAKE_ACP_MCP_HTTP=1 advertises http MCP servers; the session's mcpServers land in
 $MAKA_WORKDIR/acp-mcp.json.
 """
 
@@ -128,6 +129,13 @@ def prompt(msg_id, session):
     elif MODE == "cancelled":  # cancelled by its own side (a user in its UI, a shutdown), with a file written
         request("fs/write_text_file", {"sessionId": session, "path": f"{WORKDIR}/done.txt", "content": "ok\n"})
         send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "cancelled"}})
+    elif MODE == "meta":
+        call = {"sessionUpdate": "tool_call_update", "toolCallId": "t3", "status": "in_progress"}
+        update(session, {**call, "title": "Write done.txt", "kind": "edit", "rawInput": {"path": "done.txt"}})
+        request("fs/write_text_file", {"sessionId": session, "path": f"{WORKDIR}/done.txt", "content": "ok\n"})
+        update(session, {**call, "status": "completed", "rawOutput": "written"})
+        meta = {"quota": {"token_count": {"input_tokens": 70, "output_tokens": 9}, "model_usage": []}}
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "end_turn", "_meta": meta}})
     elif MODE == "hang":
         while True:
             read()
@@ -139,7 +147,9 @@ def main():
         method, msg_id = message.get("method"), message.get("id")
         if method == "initialize":
             caps = {"mcpCapabilities": {"http": True}} if os.environ.get("FAKE_ACP_MCP_HTTP") else {}
-            send({"jsonrpc": "2.0", "id": msg_id, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
+            info = {"name": "fake-acp-agent", "version": "0.0.7"}
+            result = {"protocolVersion": 1, "agentCapabilities": caps, "agentInfo": info}
+            send({"jsonrpc": "2.0", "id": msg_id, "result": result})
         elif method == "session/new":
             if message["params"].get("mcpServers"):  # what it was handed, for the test to read
                 with open(os.path.join(WORKDIR, "acp-mcp.json"), "w") as f:

@@ -61,13 +61,18 @@ def test_permissions_are_allowed_inside_isolation(cohort: Cohort) -> None:
     cohort.run().assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize(("budget", "value"), [("max_cost_usd", 1.0), ("max_tokens", 500)])
+@pytest.mark.parametrize(
+    ("budget", "value"), [("max_cost_usd", 1.0), ("max_tokens", 500), ("cohort_max_cost_usd", 2.0)]
+)
 def test_a_budget_cancels_the_turn_mid_run(cohort: Cohort, budget: str, value: float) -> None:
     _cohort(cohort, "budget", budgets={budget: value})  # the agent reports 1000 tokens and $5, then waits
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["status"] == "budget_exhausted"
     assert record["error"]["message"] == f"budget exhausted: {budget}"
+    assert record["budget"]["exceeded"] == budget
+    assert record["usage"]["cost_usd"] == 5.0  # the agent's own usage_update.cost, kept after the cancel
+    assert record["agent"]["cost"] == {"source": "agent", "guess": False}
     assert "budget exceeded: cancelling" in (cohort.out / record["artifacts"]["agent_log"]).read_text()
 
 
@@ -96,3 +101,17 @@ def test_a_turn_the_agent_reports_cancelled_is_agent_aborted_even_with_the_file_
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["status"] == "agent_aborted" and record["official"] is False and record["passed"] is False, record
     assert record["agent"]["stop_reason"] == "cancelled"
+
+
+def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(cohort: Cohort) -> None:
+    _cohort(cohort, "meta")
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["t[acp-agent-r0]"]
+    assert record["usage"]["input_tokens"] == 70 and record["usage"]["output_tokens"] == 9  # _meta.quota.token_count
+    assert record["agent"]["version"] == "0.0.7"  # from its initialize answer's agentInfo
+    assert json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())["agent"]["version"] == "0.0.7"
+    trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
+    calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
+    assert calls == [{"tool_call_id": "t3", "function_name": "Write done.txt", "arguments": {"path": "done.txt"}}]
+    step = next(s for s in trajectory["steps"] if s.get("tool_calls"))
+    assert step["observation"]["results"][0]["content"] == "written"

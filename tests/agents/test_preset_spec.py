@@ -85,3 +85,58 @@ def test_presets_name_their_provider_hosts_for_the_egress_allowlist(monkeypatch:
     gateway = kinds["codex"](SubjectSpec("c", "codex", options, Path("cohort.yaml"), "0" * 64))
     assert gateway.egress() == ["gw.example:8443"]
     assert "model_providers.maka" in gateway.command(type("T", (), {"workdir": "/app"})())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["codex", "mini-swe-agent", "aider", "opencode", "qwen-code", "claude-code"])
+@pytest.mark.parametrize("given", ["http://127.0.0.1:4000/v1", "http://127.0.0.1:4000/v1/", "http://127.0.0.1:4000"])
+def test_a_base_url_ending_in_v1_never_makes_v1_v1_requests(
+    monkeypatch: pytest.MonkeyPatch, kind: str, given: str
+) -> None:
+    from pathlib import Path
+
+    from pytest_maka.core.spec import SubjectSpec
+    from pytest_maka.subjects.presets import preset_kinds
+
+    cls = preset_kinds()[kind]
+    key = cls.preset.key_env
+    monkeypatch.setenv(key, "k-test")
+    options = cls.Options.model_validate({"env": [key], "base_url": given})
+    subject = cls(SubjectSpec("s", kind, options, Path("cohort.yaml"), "0" * 64))
+    task = type("T", (), {"workdir": "/app", "mcp_servers": ()})()
+    said = subject.command(task) + " " + " ".join(f"{k}={v}" for k, v in subject.env().items())  # type: ignore[arg-type]
+    assert "/v1/v1" not in said, said
+    assert "127.0.0.1:4000" in said
+    assert subject.egress() == ["127.0.0.1:4000"]
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:4000", "ftp://h/x", "https://h/x?key=1"])
+def test_a_base_url_that_is_no_http_url_fails_at_load_naming_the_key(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "k-test")
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "c", "kind": "codex", "env": ["OPENAI_API_KEY"], "base_url": bad}])
+    result = cohort.run()
+    assert result.ret == 4
+    assert any("subjects[0].base_url: expected" in line and bad in line for line in result.errlines), result.errlines
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_subjects_own_egress_list_survives_expansion(cohort: Cohort, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_maka.core.spec import load_spec
+    from pytest_maka.executors.local import LocalExecutor
+    from pytest_maka.subjects.presets import preset_kinds
+
+    LocalOptions = LocalExecutor.Options
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k-test")
+    cohort.task("t")
+    entry = {"name": "c", "kind": "claude-code", "env": ["ANTHROPIC_API_KEY"], "egress": ["mcp.example.com"]}
+    matrix = {**entry, "name": "m", "matrix": {"model": ["claude-sonnet-4-5", "claude-haiku-4-5"]}}
+    path = cohort.write(subjects=[entry, matrix, {k: v for k, v in entry.items() if k != "egress"} | {"name": "d"}])
+    kinds = {k: v.Options for k, v in preset_kinds().items()}
+    loaded = load_spec(path, kinds, {"local": LocalOptions})
+    by_name = {s.name: s for s in loaded.subjects}
+    assert by_name["c"].egress == ("mcp.example.com",)
+    assert all(by_name[n].egress == ("mcp.example.com",) for n in by_name if n.startswith("m-")), by_name
+    assert by_name["d"].egress == ()
+    assert by_name["c"].digest != by_name["d"].digest  # what it may reach is part of its identity

@@ -89,6 +89,10 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
     usage = record["usage"]
     if kind == "aider":  # aider reports its own token estimate, not the provider's figure
         assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0, usage
+        # exact, from its event log, not the stdout's rounded "2.4k"
+        log = cohort.out / record["artifacts"]["dir"] / "agent" / "aider-events.jsonl"
+        sent = [json.loads(line)["properties"] for line in log.read_text().splitlines() if '"message_send"' in line]
+        assert sent and usage["input_tokens"] == sum(p["prompt_tokens"] for p in sent), (usage, sent)
     else:
         assert usage["input_tokens"] and usage["input_tokens"] >= 1000, usage
         assert usage["output_tokens"] and usage["output_tokens"] >= 100, usage

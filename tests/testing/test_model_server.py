@@ -163,3 +163,26 @@ def test_unknown_paths_and_bad_bodies_get_provider_style_errors() -> None:
         assert err.value.code == 400
         head = urllib.request.Request(server.url + "/", method="HEAD")
         assert urllib.request.urlopen(head, timeout=5).status == 200
+
+
+def test_a_repeating_script_never_lets_the_agent_finish_and_each_reply_has_its_own_id() -> None:
+    looping = Script(actions=[Action.shell("true")], input_tokens=5, output_tokens=1, repeat=True)
+    with model_server(looping) as server:
+        client = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        schema = {"type": "object", "properties": {"command": {"type": "string"}}}
+        tools = [{"name": "Bash", "description": "run", "input_schema": schema}]
+        messages: list[dict] = [{"role": "user", "content": "go"}]
+        ids = set()
+        for _ in range(4):
+            reply = client.messages.create(model="m-1", max_tokens=100, tools=tools, messages=messages)
+            assert reply.stop_reason == "tool_use" and reply.content[0].input == {"command": "true"}
+            ids.add(reply.id)
+            result = {"type": "tool_result", "tool_use_id": reply.content[0].id, "content": ""}
+            messages += [
+                {"role": "assistant", "content": [c.model_dump() for c in reply.content]},
+                {"role": "user", "content": [result]},
+            ]
+        assert len(ids) == 4
+        assert len(server.tool_requests()) == 4
+        client.messages.create(model="m-1", max_tokens=10, messages=[{"role": "user", "content": "title?"}])
+        assert len(server.tool_requests()) == 4  # a side request without tools is not the agent's turn

@@ -77,23 +77,39 @@ class Terminal:
 
 @dataclass
 class Budget:
-    """Token and cost limits checked on every usage the agent reports."""
+    """Token and cost limits checked on every usage the agent reports while it runs.
+
+    Spend is what the agent reports it spent: ``usage_update.cost`` (the session's cumulative
+    cost) and the whole run's cap. ``usage_update.used`` is the context's size, not spend, but
+    every request sends the context, so spend is at least that: a context past ``max_tokens``
+    means the budget is spent (a lower bound, never an early stop).
+    """
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+    #: USD the whole run may still spend (``RunContext.cohort_cost_left``), or None.
+    cohort_left: Callable[[], float | None] | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    #: Tokens in the agent's context at its last ``usage_update`` (a lower bound of its spend).
+    context_tokens: int | None = None
     exceeded: str | None = None
 
-    def update(self, tokens: int | None = None, cost: float | None = None) -> str | None:
+    def update(self, tokens: int | None = None, cost: float | None = None, context: int | None = None) -> str | None:
         if tokens is not None:
             self.tokens = tokens
         if cost is not None:
             self.cost_usd = cost
-        if self.max_tokens is not None and self.tokens is not None and self.tokens > self.max_tokens:
+        if context is not None:
+            self.context_tokens = context
+        spent = max((t for t in (self.tokens, self.context_tokens) if t is not None), default=None)
+        if self.max_tokens is not None and spent is not None and spent > self.max_tokens:
             self.exceeded = self.exceeded or "max_tokens"
         if self.max_cost_usd is not None and self.cost_usd is not None and self.cost_usd > self.max_cost_usd:
             self.exceeded = self.exceeded or "max_cost_usd"
+        left = self.cohort_left() if self.cohort_left is not None and self.exceeded is None else None
+        if left is not None and (left <= 0 or (self.cost_usd or 0.0) > left):
+            self.exceeded = self.exceeded or "cohort_max_cost_usd"
         return self.exceeded
 
 
@@ -123,6 +139,8 @@ class SandboxClient:
         self.routed = {"fs/read_text_file": 0, "fs/write_text_file": 0, "terminal/create": 0}
         self.terminals: dict[str, Terminal] = {}
         self._ids = itertools.count(1)
+        #: Tool call ids the trajectory holds (a call may first appear in a ``tool_call_update``).
+        self._calls: set[str] = set()
 
     # -- permissions and updates --------------------------------------------------------
 
@@ -145,15 +163,30 @@ class SandboxClient:
         elif kind == "tool_call":
             name = getattr(update, "title", None) or getattr(update, "kind", None) or "tool"
             self.trajectory.call(update.tool_call_id, str(name), getattr(update, "raw_input", None), ts=now)
-        elif kind == "tool_call_update" and getattr(update, "status", None) in ("completed", "failed"):
+            self._calls.add(str(update.tool_call_id))
+        elif kind == "tool_call_update":
+            self._call_update(update, now)
+        elif kind == "usage_update":  # ``used``: tokens in the context now; ``cost``: the session's spend so far
+            cost = getattr(update, "cost", None)
+            amount = getattr(cost, "amount", None)
+            usd = amount if str(getattr(cost, "currency", "USD")).upper() == "USD" else None
+            if self.budget.update(cost=usd, context=getattr(update, "used", None)):
+                self._on_budget()
+
+    def _call_update(self, update: Any, now: float) -> None:
+        """A call's title, arguments and result; a call first seen here (no ``tool_call``) is recorded too."""
+        call_id = str(update.tool_call_id)
+        title = getattr(update, "title", None) or getattr(update, "kind", None)
+        raw = getattr(update, "raw_input", None)
+        new = call_id not in self._calls
+        if new or title or raw is not None:
+            self.trajectory.call(call_id, str(title or ("tool" if new else "")), raw, ts=now)
+            self._calls.add(call_id)
+        if getattr(update, "status", None) in ("completed", "failed"):
             out = getattr(update, "raw_output", None)
             if out is None and update.content:
                 out = "\n".join(str(getattr(getattr(c, "content", None), "text", "")) for c in update.content)
-            self.trajectory.result(update.tool_call_id, out if out is not None else update.status)
-        elif kind == "usage_update":  # ``used``: tokens in the context now, a lower bound of what was spent
-            cost = getattr(getattr(update, "cost", None), "amount", None)
-            if self.budget.update(tokens=getattr(update, "used", None), cost=cost):
-                self._on_budget()
+            self.trajectory.result(call_id, out if out is not None else update.status)
 
     # -- files ------------------------------------------------------------------------
 

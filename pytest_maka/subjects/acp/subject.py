@@ -22,6 +22,7 @@ from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
 from ...core.task import Task
 from ...core.trajectory import Trajectory
+from ...core.usage import CostProvenance
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills
@@ -105,7 +106,8 @@ class AcpSubject(SubjectBase):
         trajectory.step("user", task.instruction, ts=time.time())
         from .client import Budget
 
-        budget = Budget(max_tokens=ctx.max_tokens, max_cost_usd=ctx.max_cost_usd)
+        cohort = ctx.cohort_cost_left if ctx.cohort_max_cost_usd is not None else None
+        budget = Budget(max_tokens=ctx.max_tokens, max_cost_usd=ctx.max_cost_usd, cohort_left=cohort)
         handoff = Handoff()
         if task.skills_dir:
             where = [p.replace("~/", f"{ACP_HOME}/", 1) if p.startswith("~/") else p for p in self.opts.skills_to]
@@ -131,8 +133,11 @@ class AcpSubject(SubjectBase):
     def _result(self, outcome: dict[str, Any], session: _Session, code: int | None, duration: float) -> SubjectResult:
         reason = outcome.get("stop_reason")
         denied = session.client.denials
-        usage = outcome.get("usage") or {}
+        usage = dict(outcome.get("usage") or {})
+        if usage.get("cost_usd") is None and session.budget.cost_usd is not None:  # the agent's usage_update.cost
+            usage["cost_usd"] = session.budget.cost_usd
         final = session.client.trajectory
+        final.version = final.version or session.agent_version
         claim_text = next(
             (s["message"] for s in reversed(final.steps) if s["source"] == "agent" and s["message"]), None
         )
@@ -145,6 +150,10 @@ class AcpSubject(SubjectBase):
                 }
             ),
             "claim": {"final_message": claim_text, "authoritative": False} if claim_text else None,
+            "agent_version": session.agent_version,
+            "cost": CostProvenance("agent")
+            if usage.get("cost_usd") is not None
+            else CostProvenance("unknown", note="the ACP agent reported no cost"),
         }
         if outcome.get("error"):
             return SubjectResult(
@@ -203,6 +212,8 @@ class _Session:
         )
         self.events: list[str] = []
         self.handoff = Handoff()
+        #: The version the agent gave in its ``initialize`` answer.
+        self.agent_version: str | None = None
 
     def _budget_hit(self) -> None:
         if self._cancel is not None:
@@ -227,6 +238,8 @@ class _Session:
         try:
             init = await _until(conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=caps), deadline)
             self.events.append(f"initialized: protocol {init.protocol_version}")
+            info = getattr(init, "agent_info", None)  # ACP's Implementation {name, title, version}
+            self.agent_version = str(info.version) if getattr(info, "version", None) else None
             servers = mcp_servers(self.task.mcp_servers, init, self.subject.given(), self.handoff)
             session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=servers), deadline)
             if self.subject.opts.mode:
@@ -271,18 +284,37 @@ async def _until(coro: Any, deadline: float | None) -> Any:
 
 
 def _usage(response: Any) -> dict[str, Any]:
-    """Tokens from the prompt response (``usage``, or ``_meta`` as gemini sends them)."""
+    """Tokens from the prompt response: ``usage``, or ``_meta`` as gemini and qwen send them
+    (at its top level or one mapping down, e.g. ``_meta.quota.token_count``)."""
     usage = getattr(response, "usage", None)
     if usage is not None:
         return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
     meta = getattr(response, "field_meta", None) or {}
-    found = {}
-    for ours, keys in (
-        ("input_tokens", ("inputTokens", "input_tokens", "promptTokenCount")),
-        ("output_tokens", ("outputTokens", "output_tokens", "candidatesTokenCount")),
-    ):
+    return _meta_tokens(meta, depth=3) if isinstance(meta, dict) else {}
+
+
+_META_KEYS = (
+    ("input_tokens", ("inputTokens", "input_tokens", "promptTokenCount", "prompt_tokens")),
+    ("output_tokens", ("outputTokens", "output_tokens", "candidatesTokenCount", "completion_tokens")),
+    ("cost_usd", ("costUsd", "cost_usd", "totalCostUsd")),
+)
+
+
+def _meta_tokens(meta: dict[str, Any], depth: int) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for ours, keys in _META_KEYS:
         for key in keys:
-            value = meta.get(key) if isinstance(meta, dict) else None
-            if isinstance(value, int):
+            value = meta.get(key)
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and (ours == "cost_usd" or isinstance(value, int))
+            ):
                 found[ours] = value
-    return found
+                break
+    if found or depth <= 0:
+        return found
+    for value in meta.values():
+        if isinstance(value, dict) and (inner := _meta_tokens(value, depth - 1)):
+            return inner
+    return {}

@@ -1,19 +1,29 @@
-"""``aider``: aider (PyPI ``aider-chat``), Chat Completions without tools; its price table kept offline."""
+"""``aider``: aider (PyPI ``aider-chat``), Chat Completions without tools; its price table kept offline;
+exact tokens from its event log (stdout rounds them to ``2.4k``)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
+from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
-from .base import Invocation, Parsed, Preset
+from .base import Invocation, Parsed, Preset, json_lines
+from .meter import StreamUsage
 
 _TOKENS = re.compile(r"Tokens: ([\d.]+)(k?) sent, ([\d.]+)(k?) received(?:\. Cost: \$([\d.]+) message)?")
 
 
+#: aider's event log (``--analytics-log``; written with analytics off): ``message_send`` events
+#: carry each reply's exact ``prompt_tokens``, ``completion_tokens`` and ``cost``.
+EVENTS_FILE = f"{AGENT_LOGS_DIR}/aider-events.jsonl"
+
+
 def _argv(inv: Invocation) -> list[str]:
     flags = ["--yes-always", "--no-git", "--no-check-update", "--no-analytics", "--no-show-model-warnings"]
+    flags += ["--analytics-log", EVENTS_FILE]
     return ["--message", "{prompt}", "--model", inv.model, *flags, "--no-pretty", *inv.args]
 
 
@@ -36,12 +46,14 @@ def _count(number: str, kilo: str) -> int:
 
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="aider")
-    usage: dict = {}
-    for match in _TOKENS.finditer(stdout):
-        usage["input_tokens"] = usage.get("input_tokens", 0) + _count(match[1], match[2])
-        usage["output_tokens"] = usage.get("output_tokens", 0) + _count(match[3], match[4])
-        if match[5]:
-            usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(match[5])
+    raw = read(EVENTS_FILE)
+    usage = _exact(raw.decode("utf-8", errors="replace")) if raw else {}
+    if not usage:  # no event log: the rounded "Tokens: 2.4k sent" lines
+        for match in _TOKENS.finditer(stdout):
+            usage["input_tokens"] = usage.get("input_tokens", 0) + _count(match[1], match[2])
+            usage["output_tokens"] = usage.get("output_tokens", 0) + _count(match[3], match[4])
+            if match[5]:
+                usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(match[5])
     edits = re.findall(r"Applied edit to (\S+)", stdout)
     body = stdout.strip()[-4000:]
     traj.say(body)
@@ -58,6 +70,30 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
+def _exact(events: str) -> dict[str, Any]:
+    """Exact tokens (and cost, when aider priced it) summed over the ``message_send`` events."""
+    usage: dict[str, Any] = {}
+    for event in json_lines(events):
+        props = event.get("properties")
+        if event.get("event") != "message_send" or not isinstance(props, dict):
+            continue
+        for ours, key in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+            if isinstance(props.get(key), int):
+                usage[ours] = usage.get(ours, 0) + props[key]
+        if isinstance(props.get("cost"), (int, float)) and props["cost"] > 0:  # 0: aider could not price it
+            usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(props["cost"])
+    return usage
+
+
+def stream_usage(line: str) -> StreamUsage | None:
+    """One reply's tokens (aider rounds counts of 1,000 and more to ``2.4k``) and cost."""
+    match = _TOKENS.search(line)
+    if match is None:
+        return None
+    usage = {"input_tokens": _count(match[1], match[2]), "output_tokens": _count(match[3], match[4])}
+    return StreamUsage({**usage, "cost_usd": float(match[5])} if match[5] else usage)
+
+
 PRESET = Preset(
     kind="aider",
     registry="pypi",
@@ -72,4 +108,5 @@ PRESET = Preset(
     files=_files,
     parse=_parse,
     no_mcp="aider has no MCP client and no tools",
+    stream_usage=stream_usage,
 )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -25,11 +26,12 @@ from ...core.errors import SpecError
 from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
-from ...core.usage import with_cost
+from ...core.usage import provenance, tokens, with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills, resolve_headers
 from .mcp import McpFormat, McpPlan, merge_json, plan
+from .meter import StreamReader, UsageMeter, metered_exec
 from .prices import price_table
 
 #: The agent's $HOME: under the logs, so its transcript is frozen with them.
@@ -61,6 +63,23 @@ class PresetOptions(BaseModel):
         if v is not None and (v.strip() in {"", "latest", "*"} or v.startswith(("^", "~", ">", "<"))):
             raise ValueError(f"a version must be pinned to one release (got {v!r})")
         return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _root_url(cls, v: str | None) -> str | None:
+        """The provider's root: every preset appends its API's own path (``/v1/...``), so a
+        trailing ``/v1`` is dropped (it would make ``/v1/v1/...`` requests)."""
+        if v is None:
+            return None
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http(s) URL such as https://api.example.com (got {v!r})")
+        if parts.query or parts.fragment:
+            raise ValueError(f"expected a URL without a query or fragment (got {v!r})")
+        path = parts.path.rstrip("/")
+        if path.endswith("/v1"):
+            path = path[: -len("/v1")]
+        return f"{parts.scheme}://{parts.netloc}{path}"
 
     @field_validator("env")
     @classmethod
@@ -119,6 +138,9 @@ class Preset:
     no_mcp: str = "this agent CLI has no MCP client"
     #: Where it looks for skills, relative to its $HOME (the task's skills_dir is copied into each).
     skills: tuple[str, ...] = ()
+    #: Reads the usage one line of its stdout reports as it streams (presets/meter.py), or None
+    #: when its output carries usage only at the end: then a budget is checked after the run.
+    stream_usage: StreamReader | None = None
 
     def install_spec(self, version: str | None, runtime: str | None = None) -> InstallSpec:
         default_runtime = NODE_VERSION if self.registry == "npm" else "python:3.11-slim"
@@ -232,18 +254,53 @@ class PresetSubject(SubjectBase):
             handoff.skills = hand_skills(sandbox, ctx, task.skills_dir, where, task.workdir)
             if not where:
                 handoff.skills["reason"] = f"{self.preset.kind} reads no skills directory"
-        result = self._exec(sandbox, self.command(task, tuple(mcp.args)), task, ctx)
+        meter = self.meter(ctx, inv)
+        command = self.command(task, tuple(mcp.args))
+        if meter.enforcing:  # a budget to watch: a live process, stopped when the stream crosses it
+            result = metered_exec(sandbox, command, cwd=task.workdir, ctx=ctx, meter=meter)
+        else:
+            result = self._exec(sandbox, command, task, ctx)
         stderr = _head(ctx.stderr_path, 8192)
         if result.exit_code == 127 and f"maka: {self.preset.binary}: not found" in stderr:
             return SubjectResult.not_started(
                 f"{self.preset.binary} is not installed in the sandbox (expected under {AGENT_DIR})"
             )
-        parsed = self.preset.parse(_head(ctx.stdout_path, MAX_STDOUT), lambda p: _read(sandbox, p))
-        return replace(self._result(result, parsed, inv), handoff=handoff.as_record())
+        stdout = _head(ctx.stdout_path, MAX_STDOUT)
+        if not meter.enforcing:
+            meter.feed_text(stdout)
+        parsed = self.preset.parse(stdout, lambda p: _read(sandbox, p))
+        return replace(self._result(result, parsed, inv, meter), handoff=handoff.as_record())
 
-    def _result(self, result: Any, parsed: Parsed, inv: Invocation) -> SubjectResult:
+    def meter(self, ctx: RunContext, inv: Invocation) -> UsageMeter:
+        """The meter of one run: the preset's stream reader and the cell's budgets."""
+        cohort = ctx.cohort_cost_left if ctx.cohort_max_cost_usd is not None else None
+        return UsageMeter(
+            self.preset.stream_usage,
+            model=inv.model,
+            table=price_table(self.opts.prices),
+            max_tokens=ctx.max_tokens,
+            max_cost_usd=ctx.max_cost_usd,
+            cohort_cost_left=cohort,
+        )
+
+    def _result(self, result: Any, parsed: Parsed, inv: Invocation, meter: UsageMeter | None = None) -> SubjectResult:
         table = price_table(self.opts.prices)
-        usage, source = with_cost(parsed.usage, parsed.model or inv.model, table)
+        reported, partial = parsed.usage, False
+        metered = meter.total() if meter is not None else {}
+        if tokens(reported) is None and tokens(metered) is not None:  # stopped before its total: the stream's sum
+            reported, partial = metered, True
+        model = parsed.model or inv.model
+        usage, source = with_cost(reported, model, table)
+        cost = provenance(usage, model, table, source)
+        if partial and cost.source != "unknown":
+            note = "metered from the agent's stream (it printed no total): a lower bound"
+            cost = replace(cost, guess=True, note=cost.note or note)
+        exceeded = meter.exceeded if meter is not None and meter.enforcing else None
+        partial = partial or (tokens(usage) is not None and bool(result.timed_out or exceeded))
+        version = _version(parsed.trajectory) or self.install.version
+        if parsed.trajectory is not None and _version(parsed.trajectory) is None:
+            agent = {**as_mapping(parsed.trajectory.get("agent")), "version": version}
+            parsed.trajectory = {**parsed.trajectory, "agent": agent}
         claim = {"final_message": parsed.final_message, "authoritative": False}
         if parsed.error:
             claim["error"] = parsed.error
@@ -252,6 +309,8 @@ class PresetSubject(SubjectBase):
             stop = "error"
         if parsed.denied and stop in (None, "end_turn"):
             stop = "permission_denied"
+        if exceeded:
+            stop = "budget"
         return SubjectResult.from_exec(
             result,
             usage=usage,
@@ -260,7 +319,17 @@ class PresetSubject(SubjectBase):
             claim=claim if parsed.final_message or parsed.error else None,
             error=parsed.error or parsed.denied,
             cost_source=source,
+            cost=cost,
+            usage_partial=partial,
+            budget_exceeded=exceeded,
+            agent_version=version,
         )
+
+
+def _version(trajectory: Mapping[str, Any] | None) -> str | None:
+    agent = trajectory.get("agent") if isinstance(trajectory, Mapping) else None
+    version = agent.get("version") if isinstance(agent, Mapping) else None
+    return version if isinstance(version, str) and version else None
 
 
 def _head(path: Path, limit: int) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...core.trajectory import Trajectory
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+from .meter import StreamUsage
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -110,6 +112,25 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     return message_events(json_lines(stdout), "claude-code")
 
 
+def stream_usage(line: str) -> StreamUsage | None:
+    """An assistant message's usage (repeated on each of its content blocks: keyed by message id)."""
+    if '"assistant"' not in line or '"usage"' not in line:
+        return None
+    event = json.loads(line)
+    message = as_mapping(as_mapping(event).get("message"))
+    if event.get("type") != "assistant" or not message.get("usage"):
+        return None
+    raw = as_mapping(message.get("usage"))
+    usage = {
+        "input_tokens": raw.get("input_tokens"),
+        "output_tokens": raw.get("output_tokens"),
+        "cache_read_tokens": raw.get("cache_read_input_tokens"),
+        "cache_write_tokens": raw.get("cache_creation_input_tokens"),
+    }
+    key = message.get("id")
+    return StreamUsage(usage, key=str(key) if key else None)
+
+
 PRESET = Preset(
     kind="claude-code",
     registry="npm",
@@ -124,4 +145,5 @@ PRESET = Preset(
     parse=_parse,
     mcp=mcp.CLAUDE,
     skills=(".claude/skills",),
+    stream_usage=stream_usage,
 )

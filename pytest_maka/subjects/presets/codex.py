@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from ...core.trajectory import Trajectory
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+from .meter import StreamUsage
 
 PROVIDER = "maka"
 
@@ -63,6 +65,22 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     return Parsed(usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json())
 
 
+def stream_usage(line: str) -> StreamUsage | None:
+    """A turn's usage (``turn.completed``): codex prints none per request."""
+    if '"turn.completed"' not in line:
+        return None
+    event = json.loads(line)
+    if event.get("type") != "turn.completed":
+        return None
+    raw = as_mapping(event.get("usage"))
+    usage = {
+        "input_tokens": raw.get("input_tokens"),
+        "output_tokens": raw.get("output_tokens"),
+        "cache_read_tokens": raw.get("cached_input_tokens"),
+    }
+    return StreamUsage(usage)
+
+
 PRESET = Preset(
     kind="codex",
     registry="npm",
@@ -76,4 +94,5 @@ PRESET = Preset(
     parse=_parse,
     mcp=mcp.CODEX,
     skills=(".agents/skills",),
+    stream_usage=stream_usage,
 )

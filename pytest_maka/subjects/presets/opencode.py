@@ -9,6 +9,7 @@ from typing import Any
 from ...core.trajectory import Trajectory
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+from .meter import StreamUsage
 
 
 def _provider(inv: Invocation) -> tuple[str, str]:
@@ -66,6 +67,26 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     return Parsed(usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json())
 
 
+def stream_usage(line: str) -> StreamUsage | None:
+    """One step's tokens and cost (``step_finish``)."""
+    if '"step_finish"' not in line:
+        return None
+    event = json.loads(line)
+    if event.get("type") != "step_finish":
+        return None
+    part = as_mapping(event.get("part"))
+    tokens = as_mapping(part.get("tokens"))
+    cache = as_mapping(tokens.get("cache"))
+    usage = {
+        "input_tokens": tokens.get("input"),
+        "output_tokens": tokens.get("output"),
+        "cache_read_tokens": cache.get("read"),
+        "cache_write_tokens": cache.get("write"),
+        "cost_usd": part.get("cost"),
+    }
+    return StreamUsage(usage)
+
+
 PRESET = Preset(
     kind="opencode",
     registry="npm",
@@ -80,4 +101,5 @@ PRESET = Preset(
     parse=_parse,
     mcp=mcp.OPENCODE,
     skills=(".config/opencode/skills",),
+    stream_usage=stream_usage,
 )

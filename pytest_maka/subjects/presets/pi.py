@@ -8,6 +8,7 @@ from typing import Any
 
 from ...core.trajectory import Trajectory
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+from .meter import StreamUsage
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -69,6 +70,19 @@ def _add_usage(total: dict[str, Any], raw: Any) -> None:
         total["cost_usd"] = total.get("cost_usd", 0) + cost
 
 
+def stream_usage(line: str) -> StreamUsage | None:
+    """An assistant message's tokens and cost (``message_end``)."""
+    if '"message_end"' not in line:
+        return None
+    event = json.loads(line)
+    message = as_mapping(event.get("message"))
+    if event.get("type") != "message_end" or message.get("role") != "assistant":
+        return None
+    usage: dict[str, Any] = {}
+    _add_usage(usage, as_mapping(message.get("usage")))
+    return StreamUsage(usage)
+
+
 PRESET = Preset(
     kind="pi",
     registry="npm",
@@ -84,4 +98,5 @@ PRESET = Preset(
     parse=_parse,
     no_mcp='pi has no MCP client by design (its README: "No MCP.")',
     skills=(".pi/agent/skills",),
+    stream_usage=stream_usage,
 )
