@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Val
 
 from ..core.errors import TaskError
 from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, check_workdir
-from ..core.validation import first_error
+from ..core.validation import every_error, first_error
 
 
 def _number(value: Any, low: float, high: float, what: str) -> Any:
@@ -71,11 +71,11 @@ class StrictSection(Section):
 
 
 def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") -> Any:
-    """``model.model_validate(data)``, a TaskError naming the file and key on failure."""
+    """``model.model_validate(data)``, a TaskError naming the file and every key at fault on failure."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise first_error(e, file, prefix=prefix, model=model, error=TaskError) from None
+        raise every_error(e, file, prefix=prefix, model=model, error=TaskError) from None
 
 
 def source_options(model: type[BaseModel], raw: dict[str, Any], spec_path: Path, fmt: str) -> Any:

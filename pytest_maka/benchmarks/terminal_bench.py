@@ -15,7 +15,7 @@ from pydantic import Field
 from ..core import inputs
 from ..core.errors import TaskError
 from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree, task_id_for
-from ..executors.docker import compose_file
+from ..core import compose_file
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
