@@ -12,6 +12,7 @@ with the reason (``meaning``), never run silently otherwise.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 NOT_USED = "not used by pytest-maka"
 #: Container runtimes that are the engine's default (asking for one changes nothing).
 DEFAULT_RUNTIMES = ("runc", "default", "docker")
+_STEP_KEY = re.compile(r"^steps\[(\d+)\]\.(\w+)$")
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,9 @@ def meaning(unknown: list[Unknown], step_names: list[str]) -> str | None:
     ids = _step_ids(unknown, step_names)
     for u in unknown:
         name = u.path.rsplit(".", 1)[-1]
-        if name == "dependencies" and u.path.startswith("steps["):
-            index = int(u.path[len("steps[") : u.path.index("]")])
+        step = _STEP_KEY.match(u.path)
+        if step is not None and step.group(2) == "dependencies":
+            index = int(step.group(1))
             deps = u.value if isinstance(u.value, list) else [u.value]
             for dep in deps:
                 at = ids.get(str(dep))
@@ -126,6 +129,7 @@ def _step_ids(unknown: list[Unknown], step_names: list[str]) -> dict[str, int]:
     """Each step's position by its name and by its ``id`` when it has one."""
     ids = {name: i for i, name in enumerate(step_names)}
     for u in unknown:
-        if u.path.startswith("steps[") and u.path.endswith("].id"):
-            ids.setdefault(str(u.value), int(u.path[len("steps[") : u.path.index("]")]))
+        step = _STEP_KEY.match(u.path)
+        if step is not None and step.group(2) == "id":
+            ids.setdefault(str(u.value), int(step.group(1)))
     return ids
