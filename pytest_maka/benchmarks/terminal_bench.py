@@ -122,21 +122,22 @@ def _environment(path: Path) -> dict[str, Any]:
         "workdir": DEFAULT_WORKDIR,
         "unsupported": None,
         "compose_file": None,
+        "service": "client",
     }
     if compose_path is None:
         return out
     raw = _read_yaml(compose_path)
     services = validate(Compose, raw if isinstance(raw, dict) else {}, compose_path).services
-    if "client" not in services:
-        found = ", ".join(sorted(map(str, services))) or "none"
-        raise TaskError(
-            compose_path, "services.client", f"missing: the task's environment is the 'client' service (found: {found})"
-        )
+    if not services:
+        raise TaskError(compose_path, "services", "expected at least one service (the task's environment)")
+    # The environment is 'client', else the first service listed, as ``harbor tasks migrate`` takes it.
+    main = "client" if "client" in services else str(next(iter(services)))
+    out["service"] = main
     if len(services) > 1:  # sidecars: the executor runs them with Docker Compose (Task.features)
         out["compose_file"] = compose_path
-        check = compose_file.compose_variables("maka-check", "client", Path("/nonexistent/logs"))
-        out["unsupported"] = compose_file.main_service(compose_path, "client", check).unsupported
-    client = validate(ClientService, services["client"] or {}, compose_path, prefix="services.client")
+        check = compose_file.compose_variables("maka-check", main, Path("/nonexistent/logs"))
+        out["unsupported"] = compose_file.main_service(compose_path, main, check).unsupported
+    client = validate(ClientService, services[main] or {}, compose_path, prefix=f"services.{main}")
     build = Build(context=client.build) if isinstance(client.build, str) else client.build
     if build is not None:
         context = (path / _substitute(build.context)).resolve()
@@ -149,7 +150,7 @@ def _environment(path: Path) -> dict[str, Any]:
         try:
             out["workdir"] = check_workdir(_substitute(client.working_dir))
         except ValueError as e:
-            raise TaskError(compose_path, "services.client.working_dir", str(e)) from None
+            raise TaskError(compose_path, f"services.{main}.working_dir", str(e)) from None
     return out
 
 
@@ -214,5 +215,5 @@ def load_task(path: Path) -> Task:
         grading_options={"parser": parser, "script_path": str(run_tests), "network": "public"},
         unsupported=unsupported,
         compose_file=env["compose_file"],
-        compose_service="client",
+        compose_service=env["service"],
     )
