@@ -76,7 +76,8 @@ DOCKERFILE = "FROM python:3.11-slim\nWORKDIR /app\n"
 
 def test_compose_recipes_harbor_runs_run_here_with_harbors_verdicts(cohort: Cohort) -> None:
     for name, compose in RECIPES.items():
-        task = harbor_task(cohort.tasks, name, dockerfile=DOCKERFILE, solve=SOLVE, test=TEST)
+        more = "cpus = 64" if name == "migrated-shape" else ""  # beyond any engine here: clamped, recorded
+        task = harbor_task(cohort.tasks, name, dockerfile=DOCKERFILE, solve=SOLVE, test=TEST, environment=more)
         (task / "environment" / "docker-compose.yaml").write_text(compose)
     rejected = harbor_task(cohort.tasks, "rejected", dockerfile=DOCKERFILE, solve=SOLVE, test=TEST)
     (rejected / "environment" / "docker-compose.yaml").write_text(
@@ -94,6 +95,10 @@ def test_compose_recipes_harbor_runs_run_here_with_harbors_verdicts(cohort: Coho
         assert status[f"{name}[oracle-r0]"] == "agent_success", out[-4000:]
         assert status[f"{name}[nop-r0]"] == "agent_failure", out[-4000:]
     results = cohort.results()
+    limits = results["migrated-shape[oracle-r0]"]["isolation"]["limits"]
+    assert limits["cpus_declared"] == 64 and 0 < limits["cpus"] < 64, limits
+    assert limits["note"] == f"the task declares 64 CPUs; the engine has {limits['cpus']:g}: clamped", limits
+    assert "cpus_declared" not in results["init-shape[oracle-r0]"]["isolation"]["limits"]
     for cell in ("rejected[oracle-r0]", "rejected[nop-r0]"):
         record = results[cell]
         assert record["status"] == "infra_failure" and record["attempt_count"] == 1, record
