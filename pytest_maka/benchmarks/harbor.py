@@ -8,15 +8,15 @@ solution/solve.sh  [steps/<name>/{instruction.md, tests/, solution/, workdir/[se
 from __future__ import annotations
 
 import glob
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..core import inputs
+from ..core import compose_file, inputs
 from ..core.errors import TaskError
 from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree, task_id_for
-from ..core import compose_file
 from . import detect, harbor_parts, harbor_toml, ignore, lenient
 from .cache import materialize
 from .fields import Text, source_options

@@ -27,7 +27,7 @@ from ..core.task import (
     VERIFIER_LOGS_DIR,
 )
 from . import lenient
-from .fields import Cpus, Megabytes, Section, Seconds, Text, WaitSeconds, Workdir, validate
+from .fields import Cpus, Megabytes, Seconds, Section, Text, WaitSeconds, Workdir, validate
 
 NetworkMode = Literal["public", "no-network", "allowlist"]
 User = str | int

@@ -12,10 +12,9 @@ from typing import Any
 
 from pydantic import Field
 
-from ..core import inputs
+from ..core import compose_file, inputs
 from ..core.errors import TaskError
 from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree, task_id_for
-from ..core import compose_file
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize

@@ -4,11 +4,12 @@ Harbor 0.25 merges the task's ``docker-compose.yaml`` over its own base file (``
 from ``environment/Dockerfile``, or its ``docker_image``, kept alive, its logs mounted, its
 resources limited) and gives both files its variables (``CONTEXT_DIR``, ``MAIN_IMAGE_NAME``,
 ``HOST_VERIFIER_LOGS_PATH``, ``CPUS``, ...): a task file's ``main`` may name none of those, or
-be absent (``harbor_base``, ``harbor_variables``), so every key of ``main`` reaches Compose. Here the main container is the executor's (limits, keepers, restore),
-so the main service's keys are applied one by one: those in ``SUPPORTED``; those in ``IGNORED``
-are documented no-ops (the harness gives the same thing its own way); any other key makes the
-task skip with a one-line reason (``unsupported_reason``). A bind of a host path outside the
-environment directory is an invalid task (``TaskError`` naming the file and key).
+be absent (``harbor_base``, ``harbor_variables``), so every key of ``main`` reaches Compose.
+Here the main container is the executor's (limits, keepers, restore), so the main service's
+keys are applied one by one: those in ``SUPPORTED``; those in ``IGNORED`` are documented no-ops
+(the harness gives the same thing its own way); any other key makes the task skip with a
+one-line reason (``unsupported_reason``). A bind of a host path outside the environment
+directory is an invalid task (``TaskError`` naming the file and key).
 """
 
 from __future__ import annotations

@@ -99,7 +99,9 @@ def parse_swebench(text: str) -> dict[str, str]:
     start line to the last end line is ``PASSED`` alone, ``FAILED`` otherwise; ``{}`` (no verdict)
     without both lines. A block printed by the code under test cannot make a pass: it lies
     inside the span, which is then no longer ``PASSED`` alone."""
-    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")  # not clean(): the block follows the test output
+    text = (
+        _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    )  # not clean(): the block follows the test output
     if SWEBENCH_START not in text:
         return {}
     rest = text.split(SWEBENCH_START, 1)[1]

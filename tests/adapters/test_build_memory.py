@@ -39,6 +39,8 @@ def test_a_deterministic_build_failure_is_not_rebuilt_by_the_next_run(cohort: Co
 
 
 def test_the_base_images_a_failure_is_remembered_with() -> None:
-    dockerfile = "FROM python:3.11-slim AS b\nRUN x\nFROM --platform=linux/amd64 debian:bookworm\nFROM b\nFROM scratch\n"
+    dockerfile = (
+        "FROM python:3.11-slim AS b\nRUN x\nFROM --platform=linux/amd64 debian:bookworm\nFROM b\nFROM scratch\n"
+    )
     assert base_images(dockerfile) == ["python:3.11-slim", "debian:bookworm"]
     assert base_images("ARG V=3.11\nFROM python:${V}-slim\n") is None, "a computed base: never remembered"

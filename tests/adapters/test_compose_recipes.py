@@ -62,7 +62,10 @@ services:
     # sidecars only: main is the base file's alone
     "sidecar-only": "services:\n" + SIDECAR,
 }
-FETCH = "import os, urllib.request as u; print(u.urlopen(os.environ.get('DB_URL', 'http://db:8000') + '/v.txt', timeout=10).read().decode().strip())"
+FETCH = (
+    "import os, urllib.request as u; "
+    "print(u.urlopen(os.environ.get('DB_URL', 'http://db:8000') + '/v.txt', timeout=10).read().decode().strip())"
+)
 SOLVE = f'python3 -c "{FETCH}" > /app/out.txt\n'
 TEST = f"""\
 if [ "$(cat /app/out.txt 2>/dev/null)" = from-db ] && [ "$(python3 -c "{FETCH}")" = from-db ]; then

@@ -344,7 +344,9 @@ def test_an_invalid_task_is_one_placeholder_the_rest_load(tmp_path: Path) -> Non
     tasks = {t.id: t for t in harbor.discover(tmp_path)}
     assert tasks["good"].invalid is None
     bad = tasks["typo"]
-    assert bad.invalid is not None and bad.invalid.startswith(f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_sec: expected")
+    assert bad.invalid is not None and bad.invalid.startswith(
+        f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_sec: expected"
+    )
     assert bad.unsupported == f"invalid task: {bad.invalid}"
 
 
@@ -404,7 +406,9 @@ def test_a_step_dependency_the_order_cannot_honour_skips_the_task(tmp_path: Path
 
 
 @pytest.mark.parametrize(("runtime", "skipped"), [("runsc", True), ("nvidia", True), ("runc", False)])
-def test_a_container_runtime_is_honoured_only_when_it_is_the_default(tmp_path: Path, runtime: str, skipped: bool) -> None:
+def test_a_container_runtime_is_honoured_only_when_it_is_the_default(
+    tmp_path: Path, runtime: str, skipped: bool
+) -> None:
     task = harbor.load_task(task_dir(tmp_path, f'[environment]\nruntime = "{runtime}"\n'))
     assert task.metadata["ignored_keys"] == ["environment.runtime"]
     if skipped:
@@ -432,5 +436,7 @@ def test_every_problem_of_a_task_is_named_not_the_first_of_them(tmp_path: Path) 
         assert part in text, text
     assert text.startswith(f"{root / 'task.toml'}: agent.timeout_sec"), text
     (root / "task.toml").write_text("[agent]\ntimeout_sec = 0\n")  # a bad file: the files are still checked
-    text = str(pytest.raises(TaskError, harbor.load_task, root).value)
+    with pytest.raises(TaskError) as again:
+        harbor.load_task(root)
+    text = str(again.value)
     assert "instruction.md: missing" in text and "tests/test.sh: missing" in text, text

@@ -27,9 +27,6 @@ from typing import Any
 import docker.errors
 from filelock import FileLock
 
-from ...core.errors import InfraError, TaskError
-from ...core.task import Task, digest_tree
-from . import labels as L
 from ...core.compose_file import (
     MainService,
     compose_variables,
@@ -40,6 +37,9 @@ from ...core.compose_file import (
     read,
     substitute,
 )
+from ...core.errors import InfraError, TaskError
+from ...core.task import Task, digest_tree
+from . import labels as L
 from .engines import Engine
 
 MAIN = "main"
@@ -140,7 +140,9 @@ class ComposeProject:
             entry: dict[str, Any] = {"labels": dict(self.labels)}
             build = spec.get("build")
             if build is not None:
-                context = substitute(str(build if isinstance(build, str) else build.get("context", ".")), self.variables)
+                context = substitute(
+                    str(build if isinstance(build, str) else build.get("context", ".")), self.variables
+                )
                 root = (self.compose_file.parent / context).resolve()
                 digest = digest_tree(root, extra=f"pytest-maka-sidecar/1 {json.dumps(build, sort_keys=True)}\0")
                 entry["image"] = self.images[service] = f"pytest-maka-sidecar-{service.lower()}:{digest[:24]}"
