@@ -169,7 +169,10 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         verifier_env = problems.check(lambda: harbor_parts.verifier_environment(spec, root, toml_path))
     tests_dir = root / "tests"
     bundled = verifier_env is not None and verifier_env.bundled_tests
-    instruction = steps[0].instruction if steps else problems.check(lambda: _instruction(path))
+    if spec.steps:  # the first step's (its problems are the steps' own)
+        instruction = steps[0].instruction if steps else None
+    else:
+        instruction = problems.check(lambda: _instruction(path))
     if not spec.steps and not bundled and not (spec.verifier.mode == "separate" and verifier_env is None):
         problems.check(lambda: _has_verifier(path, tests_dir))
     problems.raise_any()
