@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
@@ -56,6 +57,29 @@ Megabytes = Annotated[int, BeforeValidator(_megabytes)]
 Text = Annotated[str, BeforeValidator(_text)]
 #: A workdir inside the environment that the harness can use.
 Workdir = Annotated[str, AfterValidator(check_workdir)]
+
+
+T = TypeVar("T")
+
+
+class Problems:
+    """Every problem of one task dir, so its error names all of them (not the first of many)."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def check(self, fn: Callable[[], T]) -> T | None:
+        """``fn()``, or None with its TaskError noted."""
+        try:
+            return fn()
+        except TaskError as e:
+            self.found.append(str(e))
+            return None
+
+    def raise_any(self) -> None:
+        """One TaskError naming every problem noted (``; `` between them), if any."""
+        if self.found:
+            raise TaskError(None, None, "; ".join(self.found))
 
 
 class Section(BaseModel):

@@ -8,9 +8,8 @@ solution/solve.sh  [steps/<name>/{instruction.md, tests/, solution/, workdir/[se
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,10 +18,9 @@ from ..core.errors import TaskError
 from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree, task_id_for
 from . import detect, harbor_parts, harbor_toml, ignore, lenient
 from .cache import materialize
-from .fields import Text, source_options
+from .fields import Problems, Text, source_options
 
 FORMAT = "harbor"
-T = TypeVar("T")
 
 
 def is_task_dir(path: Path) -> bool:
@@ -99,24 +97,6 @@ def _filtered_root(path: Path) -> Path:
     )
 
 
-class _Problems:
-    """Every problem of one task dir, so the error names all of them (not the first of many)."""
-
-    def __init__(self) -> None:
-        self.found: list[str] = []
-
-    def check(self, fn: Callable[[], T]) -> T | None:
-        try:
-            return fn()
-        except TaskError as e:
-            self.found.append(str(e))
-            return None
-
-    def raise_any(self) -> None:
-        if self.found:
-            raise TaskError(None, None, "; ".join(self.found))
-
-
 def _compose_main(compose: Path) -> compose_file.MainService:
     """The compose file's main service over Harbor's base, read with stand-ins for its variables."""
     check = compose_file.harbor_variables(compose.parent, Path("/nonexistent/logs"), image="maka-check")
@@ -142,7 +122,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     path = path.resolve()
     options = options or HarborOptions()
     toml_path = path / "task.toml"
-    problems = _Problems()
+    problems = Problems()
     raw = problems.check(lambda: inputs.read_toml(toml_path, what="task.toml", error=TaskError))
     parsed = problems.check(lambda: harbor_toml.parse(raw, toml_path)) if raw is not None else None
     root = _filtered_root(path)

@@ -18,7 +18,7 @@ from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdi
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
-from .fields import Seconds, Section, Text, validate
+from .fields import Problems, Seconds, Section, Text, validate
 
 FORMAT = detect.TERMINAL_BENCH
 GRADING = "terminal-bench"
@@ -167,20 +167,33 @@ def _solution(path: Path) -> tuple[Path | None, str | None]:
     return None, None
 
 
+def _mapping(yaml_path: Path) -> dict[str, Any]:
+    raw = _read_yaml(yaml_path)
+    if not isinstance(raw, dict):
+        raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
+    return raw
+
+
 def load_task(path: Path) -> Task:
     """Parse and validate one legacy Terminal-Bench task directory."""
     path = path.resolve()
     yaml_path = path / "task.yaml"
-    raw = _read_yaml(yaml_path)
-    if not isinstance(raw, dict):
-        raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
-    data = validate(TaskYaml, raw, yaml_path)
+    problems = Problems()
+    raw = problems.check(lambda: _mapping(yaml_path))
+    data = problems.check(lambda: validate(TaskYaml, raw, yaml_path)) if raw is not None else None
+    instruction = problems.check(lambda: _instruction(data, yaml_path)) if data is not None else None
     run_tests = path / "run-tests.sh"
     if not run_tests.is_file():
-        raise TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)")
-    env = _environment(path)
-    if env["dockerfile"] is not None and not env["dockerfile"].is_file():
-        raise TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})")
+        problems.found.append(
+            str(TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)"))
+        )
+    env = problems.check(lambda: _environment(path))
+    if env is not None and env["dockerfile"] is not None and not env["dockerfile"].is_file():
+        problems.found.append(
+            str(TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})"))
+        )
+    problems.raise_any()
+    assert raw is not None and data is not None and env is not None and instruction is not None
     parser = data.parser_name or "pytest"
     unsupported = env["unsupported"]
     if parsers.get(parser) is None and unsupported is None:
@@ -193,7 +206,7 @@ def load_task(path: Path) -> Task:
     return Task(
         id=task_id_for(path.name),
         path=path,
-        instruction=_instruction(data, yaml_path),
+        instruction=instruction,
         digest=digest_tree(path, extra=FORMAT),
         format=FORMAT,
         workdir=env["workdir"],

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.benchmarks import harbor, swebench, terminal_bench
+from pytest_maka.core.errors import TaskError
 from pytest_maka.verifiers import parsers
 from tests.adapters.conftest import DATASETS, copy_sample
 from tests.conftest import Cohort
@@ -313,3 +314,16 @@ def test_a_legacy_compose_file_without_client_runs_its_first_service_and_an_empt
     strict = cohort.run("--collect-only", "--maka-strict")
     assert strict.ret == pytest.ExitCode.USAGE_ERROR
     assert [e for e in strict.stderr.lines if e.startswith("ERROR:")] == [f"ERROR: {line} (--maka-strict)"]
+
+
+def test_every_problem_of_a_legacy_task_is_named(tmp_path: Path) -> None:
+    """No instruction and no run-tests.sh: both named, not the first of them."""
+    tb = copy_sample("terminal-bench", tmp_path / "tb")
+    task = tb / "json-config"
+    (task / "run-tests.sh").unlink()
+    (task / "task.yaml").write_text("parser_name: pytest\n")
+    with pytest.raises(TaskError) as info:
+        terminal_bench.load_task(task)
+    text = str(info.value)
+    assert f"{task / 'task.yaml'}: instruction: missing" in text, text
+    assert f"{task}: run-tests.sh: missing" in text and "more problem" not in text, text
