@@ -166,7 +166,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     verifier_hosts = verifier.allowed_hosts if verifier.network_mode is not None else env.allowed_hosts
     metadata = dict(spec.metadata)
     if spec.task is not None:
-        metadata["task"] = spec.task.model_dump()
+        metadata["task"] = spec.task.model_dump(mode="json")
     if spec.source is not None:
         metadata["source"] = spec.source
     metadata.update(lenient.Leniency(unknown).metadata())
