@@ -1,10 +1,12 @@
 """Reading a task's compose file without Docker: its sidecars and the main service's own keys.
 
-Harbor 0.25 merges the task's ``docker-compose.yaml`` over its own base file (``main`` built
-from ``environment/Dockerfile``, or its ``docker_image``, kept alive, its logs mounted, its
-resources limited) and gives both files its variables (``CONTEXT_DIR``, ``MAIN_IMAGE_NAME``,
-``HOST_VERIFIER_LOGS_PATH``, ``CPUS``, ...): a task file's ``main`` may name none of those, or
-be absent (``harbor_base``, ``harbor_variables``), so every key of ``main`` reaches Compose.
+Harbor merges the task's ``docker-compose.yaml`` over its own base file (``main`` built from
+``environment/Dockerfile``, or its ``docker_image``, kept alive) and gives both files its
+variables (0.25: ``CONTEXT_DIR``, ``MAIN_IMAGE_NAME``, ``CPUS`` / ``MEMORY`` when declared;
+earlier releases and the files ``harbor tasks migrate`` writes also use ``TEST_DIR`` and the
+``HOST_*`` / ``ENV_*`` log paths): a task file's ``main`` may name none of those, or be absent
+(``harbor_base``, ``harbor_variables``: all of them, with Harbor's defaults), so every key of
+``main`` reaches Compose.
 Here the main container is the executor's (limits, keepers, restore), so the main service's
 keys are applied one by one: those in ``SUPPORTED``; those in ``IGNORED`` are documented no-ops
 (the harness gives the same thing its own way); any other key makes the task skip with a
@@ -104,7 +106,7 @@ def harbor_variables(
     memory_mb: int | None = None,
     prebuilt: str | None = None,
 ) -> dict[str, str]:
-    """The variables Harbor 0.25 sets for its compose files (its defaults: 1 CPU, 2048 MB)."""
+    """The variables Harbor sets for its compose files, every release's (its defaults: 1 CPU, 2048 MB)."""
     out = {
         "CONTEXT_DIR": str(environment_dir),
         "MAIN_IMAGE_NAME": image,
