@@ -15,10 +15,13 @@ BROKEN = "FROM debian:bookworm-slim\nRUN echo step-fails && exit 7\n"
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_engine")
-def test_a_deterministic_build_failure_is_not_rebuilt_by_the_next_run(cohort: Cohort) -> None:
+def test_a_deterministic_build_failure_is_not_rebuilt_by_the_next_run(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Dockerfile step that exits non-zero fails the same way every time: the next run into the
     same state directory reports it (with its log) without building it again. Editing the
     context is a new digest, built anew."""
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)  # each inner run its own run id
     task = harbor_task(cohort.tasks, "broken-step", dockerfile=BROKEN, solve="true\n", test=PASS_TEST)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}], executor=docker_executor(cohort.root))
     cohort.run_subprocess(timeout=600)
