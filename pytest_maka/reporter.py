@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from . import __version__
+from .collect import collected_skips, ignored_key_lines, ignored_keys, skip_lines
 from .core.cell import Cell
 from .core.records import attempt_record, cell_record, is_final, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
@@ -209,15 +210,32 @@ class MakaReporter:
             "subjects": [s.name for s in loaded.subjects],
             "repetitions": loaded.spec.repetitions,
             "skipped": {nodeid.rpartition("::")[2]: why for nodeid, why in sorted(self.skipped.items())},
+            "ignored_keys": {t.id: ignored_keys(t) for t in self.maka.cohort.tasks if ignored_keys(t)},
         }
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.config.option.collectonly:  # no marker is evaluated: the reasons are read here
+            self.skipped.update(collected_skips(session.items))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from .report.terminal import terminal_lines
 
         records = [r for r in self.records.values()]
-        if not records and not self.not_run and not self.ledger_problems and not self.skipped:
+        ignored = ignored_key_lines(self.maka.cohort.tasks)
+        if not records and not self.not_run and not self.ledger_problems and not self.skipped and not ignored:
             return
         terminalreporter.section("pytest-maka", sep="=")
+        for line in ignored:
+            terminalreporter.write_line(line)
+        if self.config.option.collectonly and self.skipped:
+            spec = self.maka.cohort.loaded.path
+            where = spec.relative_to(self.config.rootpath) if spec.is_relative_to(self.config.rootpath) else spec
+            if terminalreporter.hasopt("s"):
+                for line in skip_lines(self.skipped, str(where)):
+                    terminalreporter.write_line(line)
+            else:
+                terminalreporter.write_line(f"{len(self.skipped)} cell(s) will be skipped: -rs shows why")
+            return
         for line in terminal_lines(records):
             terminalreporter.write_line(line)
         resumed = sum(1 for r in records if r.get("resumed"))

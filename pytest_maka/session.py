@@ -124,9 +124,13 @@ class MakaSession:
             subjects = _make_subjects(cohort.loaded, subject_kinds)
             verifier_classes = _kinds(config.hook.pytest_maka_verifiers())
             _check_verifiers(cohort, verifier_classes)
-            invalid = next((task.invalid for task in cohort.tasks if task.invalid), None)
-            if invalid and config.getoption("maka_strict", False):
-                raise pytest.UsageError(f"{invalid} (--maka-strict)")
+            if config.getoption("maka_strict", False):
+                from .collect import strict_problems
+
+                problems = strict_problems(cohort.tasks)  # every one of them, each on its line
+                if problems:
+                    more = f"; {len(problems) - 1} more below" if len(problems) > 1 else ""
+                    raise pytest.UsageError("\n".join([f"{problems[0]} (--maka-strict{more})", *problems[1:]]))
         except MakaUserError as e:
             raise pytest.UsageError(str(e)) from None
         loaded: LoadedSpec = cohort.loaded

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from ..core.errors import TaskError
 from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, check_workdir
-from ..core.validation import first_error
+from ..core.validation import every_error, first_error
 
 
 def _number(value: Any, low: float, high: float, what: str) -> Any:
@@ -58,6 +59,29 @@ Text = Annotated[str, BeforeValidator(_text)]
 Workdir = Annotated[str, AfterValidator(check_workdir)]
 
 
+T = TypeVar("T")
+
+
+class Problems:
+    """Every problem of one task dir, so its error names all of them (not the first of many)."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def check(self, fn: Callable[[], T]) -> T | None:
+        """``fn()``, or None with its TaskError noted."""
+        try:
+            return fn()
+        except TaskError as e:
+            self.found.append(str(e))
+            return None
+
+    def raise_any(self) -> None:
+        """One TaskError naming every problem noted (``; `` between them), if any."""
+        if self.found:
+            raise TaskError(None, None, "; ".join(self.found))
+
+
 class Section(BaseModel):
     """A section of a task file: known keys strictly typed, other keys kept for their owners."""
 
@@ -71,11 +95,11 @@ class StrictSection(Section):
 
 
 def validate(model: type[BaseModel], data: Any, file: Path, prefix: str = "") -> Any:
-    """``model.model_validate(data)``, a TaskError naming the file and key on failure."""
+    """``model.model_validate(data)``, a TaskError naming the file and every key at fault on failure."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise first_error(e, file, prefix=prefix, model=model, error=TaskError) from None
+        raise every_error(e, file, prefix=prefix, model=model, error=TaskError) from None
 
 
 def source_options(model: type[BaseModel], raw: dict[str, Any], spec_path: Path, fmt: str) -> Any:

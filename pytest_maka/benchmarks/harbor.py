@@ -13,13 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..core import inputs
+from ..core import compose_file, inputs
 from ..core.errors import TaskError
 from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, digest_tree, task_id_for
-from ..executors.docker import compose_file
-from . import detect, harbor_parts, harbor_toml, ignore
+from . import detect, harbor_parts, harbor_toml, ignore, lenient
 from .cache import materialize
-from .fields import Text, source_options
+from .fields import Problems, Text, source_options
 
 FORMAT = "harbor"
 
@@ -98,38 +97,66 @@ def _filtered_root(path: Path) -> Path:
     )
 
 
+def _compose_main(compose: Path) -> compose_file.MainService:
+    """The compose file's main service over Harbor's base, read with stand-ins for its variables."""
+    check = compose_file.harbor_variables(compose.parent, Path("/nonexistent/logs"), image="maka-check")
+    return compose_file.harbor_main(compose, check)
+
+
+def _instruction(path: Path) -> str:
+    instruction_path = path / "instruction.md"
+    if not instruction_path.is_file():
+        raise TaskError(path, "instruction.md", "missing: every task needs an instruction")
+    return inputs.read_text(instruction_path, what="instruction", error=TaskError)
+
+
+def _has_verifier(path: Path, tests_dir: Path) -> None:
+    if not (tests_dir / "test.sh").is_file():
+        raise TaskError(
+            path, "tests/test.sh", "missing: the hidden verifier is required (a task with no verifier cannot pass)"
+        )
+
+
 def load_task(path: Path, options: HarborOptions | None = None) -> Task:
-    """Parse and validate one Harbor task directory."""
+    """Parse and validate one Harbor task directory (a TaskError names every problem it has)."""
     path = path.resolve()
     options = options or HarborOptions()
     toml_path = path / "task.toml"
-    spec, ignored = harbor_toml.parse(inputs.read_toml(toml_path, what="task.toml", error=TaskError), toml_path)
-    agent, verifier, env = spec.agent, spec.verifier, spec.environment
-
+    problems = Problems()
+    raw = problems.check(lambda: inputs.read_toml(toml_path, what="task.toml", error=TaskError))
+    parsed = problems.check(lambda: harbor_toml.parse(raw, toml_path)) if raw is not None else None
     root = _filtered_root(path)
     compose = harbor_parts.compose_file(root / "environment")
-    main = compose_file.main_service(compose, "main") if compose is not None else None
+    main = problems.check(lambda: _compose_main(compose)) if compose is not None else None
+    if parsed is None:  # the files a task needs whatever its task.toml says
+        declares_steps = isinstance(raw, dict) and "steps" in raw
+        if not declares_steps:
+            problems.check(lambda: _instruction(path))
+            problems.check(lambda: _has_verifier(path, root / "tests"))
+        problems.raise_any()
+    assert parsed is not None
+    spec, unknown = parsed
+    agent, verifier, env = spec.agent, spec.verifier, spec.environment
     workdir = env.workdir
     if main is not None and main.working_dir and "workdir" not in env.model_fields_set:
         try:  # the main service's, when the task sets none
             workdir = check_workdir(main.working_dir)
         except ValueError as exc:
-            raise TaskError(compose, "services.main.working_dir", str(exc)) from None
-    steps = harbor_parts.steps(spec, root, toml_path, workdir)
-    verifier_env = None if steps else harbor_parts.verifier_environment(spec, root, toml_path)  # per step then
-    instruction_path = path / "instruction.md"
-    if steps:
-        instruction = steps[0].instruction
-    elif not instruction_path.is_file():
-        raise TaskError(path, "instruction.md", "missing: every task needs an instruction")
-    else:
-        instruction = inputs.read_text(instruction_path, what="instruction", error=TaskError)
+            problems.found.append(str(TaskError(compose, "services.main.working_dir", str(exc))))
+    steps = problems.check(lambda: harbor_parts.steps(spec, root, toml_path, workdir)) or ()
+    verifier_env = None
+    if not spec.steps:  # per step otherwise
+        verifier_env = problems.check(lambda: harbor_parts.verifier_environment(spec, root, toml_path))
     tests_dir = root / "tests"
     bundled = verifier_env is not None and verifier_env.bundled_tests
-    if not steps and not bundled and not (tests_dir / "test.sh").is_file():
-        raise TaskError(
-            path, "tests/test.sh", "missing: the hidden verifier is required (a task with no verifier cannot pass)"
-        )
+    if spec.steps:  # the first step's (its problems are the steps' own)
+        instruction = steps[0].instruction if steps else None
+    else:
+        instruction = problems.check(lambda: _instruction(path))
+    if not spec.steps and not bundled and not (spec.verifier.mode == "separate" and verifier_env is None):
+        problems.check(lambda: _has_verifier(path, tests_dir))
+    problems.raise_any()
+    assert instruction is not None
     solution_dir = root / "solution"
     environment_dir = root / "environment"
     env_network = harbor_parts.env_network(env)
@@ -139,11 +166,11 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     verifier_hosts = verifier.allowed_hosts if verifier.network_mode is not None else env.allowed_hosts
     metadata = dict(spec.metadata)
     if spec.task is not None:
-        metadata["task"] = spec.task.model_dump()
+        metadata["task"] = spec.task.model_dump(mode="json")
     if spec.source is not None:
         metadata["source"] = spec.source
-    if ignored:
-        metadata["ignored_keys"] = ignored
+    metadata.update(lenient.Leniency(unknown).metadata())
+    meaning = lenient.meaning(unknown, [s.name for s in spec.steps or []])
     package = spec.task
     return Task(
         id=task_id_for(path.name),
@@ -174,7 +201,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
             "allowed_hosts": list(agent_hosts or []),
             "multi_reward": options.grading(),
         },
-        unsupported=_unsupported(spec) or (main.unsupported if main is not None else None),
+        unsupported=meaning or _unsupported(spec) or (main.unsupported if main is not None else None),
         schema_version=spec.schema_version or spec.version,
         package=TaskPackage(
             name=package.name,

@@ -41,7 +41,7 @@ def compose_file(directory: Path) -> Path | None:
 def healthcheck(section: HealthcheckSection | None) -> Healthcheck | None:
     if section is None:
         return None
-    return Healthcheck(**section.model_dump())
+    return Healthcheck(**section.model_dump(include=set(type(section).model_fields)))
 
 
 def artifacts(entries: list[ArtifactSection], workdir: str) -> tuple[Artifact, ...]:

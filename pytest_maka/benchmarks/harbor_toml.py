@@ -1,9 +1,9 @@
 """``task.toml`` of a Harbor task: the validation boundary (every Harbor 0.25 key, strictly typed).
 
 Each section knows all of its keys (Harbor 0.25, task schema 1.4, and the legacy ones it
-still reads): an unknown key is an error naming its key path and the keys expected, never
-a silent fallback to a default. Values that load but cannot run (a zero or NaN timeout, a
-workdir of ``/`` or ``/logs``) are refused here with the key that holds them.
+still reads), each strictly typed. A key it does not know is kept, as Harbor ignores it
+(``lenient.py`` names it and checks what it would mean). Values that load but cannot run (a
+zero or NaN timeout, a workdir of ``/`` or ``/logs``) are refused here with the key that holds them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from ..core.task import (
     TESTS_DIR,
     VERIFIER_LOGS_DIR,
 )
-from .fields import Cpus, Megabytes, Seconds, StrictSection, Text, WaitSeconds, Workdir, validate
+from . import lenient
+from .fields import Cpus, Megabytes, Seconds, Section, Text, WaitSeconds, Workdir, validate
 
 NetworkMode = Literal["public", "no-network", "allowlist"]
 User = str | int
@@ -64,12 +65,12 @@ def _service(value: str | None) -> str | None:
     return value
 
 
-class Author(StrictSection):
+class Author(Section):
     name: Text
     email: str | None = None
 
 
-class PackageSection(StrictSection):
+class PackageSection(Section):
     """``[task]``: the package identity (``org/name``) and its description."""
 
     name: str
@@ -86,7 +87,7 @@ class PackageSection(StrictSection):
         return value
 
 
-class HealthcheckSection(StrictSection):
+class HealthcheckSection(Section):
     command: Text
     interval_sec: Seconds = 5.0
     timeout_sec: Seconds = 30.0
@@ -95,7 +96,7 @@ class HealthcheckSection(StrictSection):
     retries: int = Field(default=3, ge=1, le=10_000)
 
 
-class TpuSection(StrictSection):
+class TpuSection(Section):
     type: Text
     topology: str
 
@@ -107,7 +108,7 @@ class TpuSection(StrictSection):
         return value.strip()
 
 
-class McpServerSection(StrictSection):
+class McpServerSection(Section):
     name: Text
     transport: Literal["stdio", "sse", "streamable-http", "http"] = "sse"
     url: str | None = None
@@ -124,7 +125,7 @@ class McpServerSection(StrictSection):
         return self
 
 
-class ArtifactSection(StrictSection):
+class ArtifactSection(Section):
     source: Text
     destination: str | None = None
     exclude: list[str] = Field(default_factory=list)
@@ -166,7 +167,7 @@ def _artifact_entry(value: Any) -> Any:
 Artifacts = list[Annotated[ArtifactSection, BeforeValidator(_artifact_entry)]]
 
 
-class EnvironmentSection(StrictSection):
+class EnvironmentSection(Section):
     build_timeout_sec: Seconds = DEFAULT_BUILD_TIMEOUT_SEC
     docker_image: Text | None = None
     os: Literal["linux", "windows"] = "linux"
@@ -198,7 +199,7 @@ class EnvironmentSection(StrictSection):
         return self
 
 
-class AgentSection(StrictSection):
+class AgentSection(Section):
     timeout_sec: Seconds | None = DEFAULT_AGENT_TIMEOUT_SEC
     user: User | None = None
     network_mode: NetworkMode | None = None
@@ -212,7 +213,7 @@ class AgentSection(StrictSection):
         return self
 
 
-class CollectSection(StrictSection):
+class CollectSection(Section):
     command: Text
     service: str = "main"
     timeout_sec: Seconds = 60.0
@@ -224,7 +225,7 @@ class CollectSection(StrictSection):
         return _service(value) or value
 
 
-class VerifierSection(StrictSection):
+class VerifierSection(Section):
     timeout_sec: Seconds = DEFAULT_VERIFIER_TIMEOUT_SEC
     user: User | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -249,11 +250,11 @@ class VerifierSection(StrictSection):
         return "separate" if self.environment is not None else None
 
 
-class SolutionSection(StrictSection):
+class SolutionSection(Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class StepSection(StrictSection):
+class StepSection(Section):
     name: str
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
@@ -273,7 +274,7 @@ class StepSection(StrictSection):
 class TaskToml(BaseModel):
     """The whole file (the keys Harbor 0.25 knows; see ``parse`` for the others)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
 
     version: str | None = None  # legacy name of schema_version
     schema_version: str | None = None
@@ -309,13 +310,14 @@ def _shape(value: Any) -> str:
     return "table" if isinstance(value, dict) else "list" if isinstance(value, list) else "value"
 
 
-def parse(data: dict[str, Any], file: Path) -> tuple[TaskToml, list[str]]:
-    """The validated file and the top-level keys it ignored.
+def parse(data: dict[str, Any], file: Path) -> tuple[TaskToml, list[lenient.Unknown]]:
+    """The validated file and the keys it has that Harbor 0.25 does not know (any table).
 
     Harbor ignores keys it does not know, and published tasks carry some of their own
-    (``[[sources]]``, a top-level ``author_name``): such a key is ignored and named in the
-    task's metadata. One that looks like a misspelt section (``[verifer]``) is an error, since
-    ignoring it would run the task on defaults its author did not mean.
+    (``[[sources]]``, a top-level ``author_name``, ``[task] format``, ``[[steps]] id``): such a
+    key is kept and named (``lenient.py``). One at the top level that looks like a misspelt
+    section (``[verifer]``) is an error, since ignoring it would run the task on defaults its
+    author did not mean.
     """
     unknown = sorted(set(data) - set(TOP_LEVEL))
     for key in unknown:  # a misspelling is close in name and of the same shape ([[sources]] is no 'source')
@@ -323,8 +325,8 @@ def parse(data: dict[str, Any], file: Path) -> tuple[TaskToml, list[str]]:
         near = [k for k in close if _SHAPES.get(k, "value") == _shape(data[key])]
         if near:
             raise TaskError(file, key, f"unknown section; did you mean {near[0]!r}?")
-    known = {k: v for k, v in data.items() if k in TOP_LEVEL}
-    return validate(TaskToml, known, file), unknown
+    spec: TaskToml = validate(TaskToml, data, file)
+    return spec, lenient.unknown_keys(spec)
 
 
 def megabytes(value: str | int | None, current: int | None, file: Path, key: str) -> int | None:

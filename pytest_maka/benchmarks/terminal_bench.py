@@ -12,14 +12,13 @@ from typing import Any
 
 from pydantic import Field
 
-from ..core import inputs
+from ..core import compose_file, inputs
 from ..core.errors import TaskError
 from ..core.task import DEFAULT_BUILD_TIMEOUT_SEC, TESTS_DIR, Task, check_workdir, digest_tree, task_id_for
-from ..executors.docker import compose_file
 from ..verifiers import parsers
 from . import detect
 from .cache import materialize
-from .fields import Seconds, Section, Text, validate
+from .fields import Problems, Seconds, Section, Text, validate
 
 FORMAT = detect.TERMINAL_BENCH
 GRADING = "terminal-bench"
@@ -122,21 +121,22 @@ def _environment(path: Path) -> dict[str, Any]:
         "workdir": DEFAULT_WORKDIR,
         "unsupported": None,
         "compose_file": None,
+        "service": "client",
     }
     if compose_path is None:
         return out
     raw = _read_yaml(compose_path)
     services = validate(Compose, raw if isinstance(raw, dict) else {}, compose_path).services
-    if "client" not in services:
-        found = ", ".join(sorted(map(str, services))) or "none"
-        raise TaskError(
-            compose_path, "services.client", f"missing: the task's environment is the 'client' service (found: {found})"
-        )
+    if not services:
+        raise TaskError(compose_path, "services", "expected at least one service (the task's environment)")
+    # The environment is 'client', else the first service listed, as ``harbor tasks migrate`` takes it.
+    main = "client" if "client" in services else str(next(iter(services)))
+    out["service"] = main
     if len(services) > 1:  # sidecars: the executor runs them with Docker Compose (Task.features)
         out["compose_file"] = compose_path
-        check = compose_file.compose_variables("maka-check", "client", Path("/nonexistent/logs"))
-        out["unsupported"] = compose_file.main_service(compose_path, "client", check).unsupported
-    client = validate(ClientService, services["client"] or {}, compose_path, prefix="services.client")
+        check = compose_file.compose_variables("maka-check", main, Path("/nonexistent/logs"))
+        out["unsupported"] = compose_file.main_service(compose_path, main, check).unsupported
+    client = validate(ClientService, services[main] or {}, compose_path, prefix=f"services.{main}")
     build = Build(context=client.build) if isinstance(client.build, str) else client.build
     if build is not None:
         context = (path / _substitute(build.context)).resolve()
@@ -149,7 +149,7 @@ def _environment(path: Path) -> dict[str, Any]:
         try:
             out["workdir"] = check_workdir(_substitute(client.working_dir))
         except ValueError as e:
-            raise TaskError(compose_path, "services.client.working_dir", str(e)) from None
+            raise TaskError(compose_path, f"services.{main}.working_dir", str(e)) from None
     return out
 
 
@@ -167,20 +167,33 @@ def _solution(path: Path) -> tuple[Path | None, str | None]:
     return None, None
 
 
+def _mapping(yaml_path: Path) -> dict[str, Any]:
+    raw = _read_yaml(yaml_path)
+    if not isinstance(raw, dict):
+        raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
+    return raw
+
+
 def load_task(path: Path) -> Task:
     """Parse and validate one legacy Terminal-Bench task directory."""
     path = path.resolve()
     yaml_path = path / "task.yaml"
-    raw = _read_yaml(yaml_path)
-    if not isinstance(raw, dict):
-        raise TaskError(yaml_path, None, "expected a mapping with keys instruction, parser_name, ...")
-    data = validate(TaskYaml, raw, yaml_path)
+    problems = Problems()
+    raw = problems.check(lambda: _mapping(yaml_path))
+    data = problems.check(lambda: validate(TaskYaml, raw, yaml_path)) if raw is not None else None
+    instruction = problems.check(lambda: _instruction(data, yaml_path)) if data is not None else None
     run_tests = path / "run-tests.sh"
     if not run_tests.is_file():
-        raise TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)")
-    env = _environment(path)
-    if env["dockerfile"] is not None and not env["dockerfile"].is_file():
-        raise TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})")
+        problems.found.append(
+            str(TaskError(path, "run-tests.sh", "missing: the verifier is required (a task with no tests cannot pass)"))
+        )
+    env = problems.check(lambda: _environment(path))
+    if env is not None and env["dockerfile"] is not None and not env["dockerfile"].is_file():
+        problems.found.append(
+            str(TaskError(path, "Dockerfile", f"missing: the environment's Dockerfile ({env['dockerfile']})"))
+        )
+    problems.raise_any()
+    assert raw is not None and data is not None and env is not None and instruction is not None
     parser = data.parser_name or "pytest"
     unsupported = env["unsupported"]
     if parsers.get(parser) is None and unsupported is None:
@@ -193,7 +206,7 @@ def load_task(path: Path) -> Task:
     return Task(
         id=task_id_for(path.name),
         path=path,
-        instruction=_instruction(data, yaml_path),
+        instruction=instruction,
         digest=digest_tree(path, extra=FORMAT),
         format=FORMAT,
         workdir=env["workdir"],
@@ -214,5 +227,5 @@ def load_task(path: Path) -> Task:
         grading_options={"parser": parser, "script_path": str(run_tests), "network": "public"},
         unsupported=unsupported,
         compose_file=env["compose_file"],
-        compose_service="client",
+        compose_service=env["service"],
     )

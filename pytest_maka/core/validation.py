@@ -58,7 +58,34 @@ def first_error(
     also: tuple[str, ...] = (),
     error: type[MakaUserError] = SpecError,
 ) -> MakaUserError:
-    errors = exc.errors(include_url=False)
+    return _render(exc.errors(include_url=False), file, prefix, model, also, error)
+
+
+def every_error(
+    exc: ValidationError,
+    file: Path,
+    prefix: str = "",
+    model: type | None = None,
+    error: type[MakaUserError] = SpecError,
+) -> MakaUserError:
+    """One error naming every key in ``exc`` (``key: problem; key: problem``), none left out."""
+    groups: dict[str, list[Any]] = {}
+    for err in exc.errors(include_url=False):
+        groups.setdefault(key_path(err["loc"], prefix), []).append(err)
+    if len(groups) == 1:
+        return _render(next(iter(groups.values())), file, prefix, model, (), error)
+    parts = [str(_render(errs, None, prefix, model, (), error)) for errs in groups.values()]
+    return error(file, None, "; ".join(parts))
+
+
+def _render(
+    errors: list[Any],
+    file: Path | None,
+    prefix: str,
+    model: type | None,
+    also: tuple[str, ...],
+    error: type[MakaUserError],
+) -> MakaUserError:
     # For union entries (subjects) pydantic reports one error per branch; prefer the
     # branch that is a mapping, since that is what a user who wrote a mapping meant.
     # A typo of a required key is reported as the unknown key it is, not as the missing one.

@@ -90,21 +90,28 @@ def _tail(path: Path) -> str:
 
 
 def network_starved(verdict: Verdict, task: Task, ctx: VerifyContext) -> Verdict:
-    """``verdict``, or no verdict when a non-pass comes with evidence of a network it lacked.
+    """``verdict``, or no verdict when a non-pass comes with evidence of a network that failed it.
 
-    Applies only when the verifier phase had no network while the task declares that its
-    verifier has one (Harbor's default is public); a pass always stands.
+    Read whenever the task declares that its verifier has a network (Harbor's default is
+    public), granted or not: a phase given no network, or given one whose hosts do not resolve
+    or answer (the machine is offline, the host is gone), is no verdict on the subject. A task
+    that declares its verifier needs no network keeps its verdict; a pass always stands.
     """
     declared = task.grading_options.get("network", task.verifier_network)
-    if verdict.passed or ctx.network or declared == "none":
+    if verdict.passed or declared == "none":
         return verdict
     evidence = network_failure(_tail(ctx.stdout_path) + "\n" + _tail(ctx.stderr_path))
     if evidence is None:
         return verdict
+    why = (
+        f"the verifier's network failed it (declared {declared}, granted)"
+        if ctx.network
+        else f"the verifier needed a network it was not given (declared {declared}, granted none)"
+    )
     return replace(
         verdict,
         passed=None,
         score=None,
-        error=f"the verifier needed a network it was not given (declared {declared}, granted none): {evidence}",
+        error=f"{why}: {evidence}",
         details={**verdict.details, "network_failure": evidence, "reward_written": verdict.score},
     )

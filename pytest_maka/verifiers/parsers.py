@@ -89,10 +89,33 @@ def parse_unittest(text: str) -> dict[str, str]:
     return results
 
 
+#: Terminal-Bench's SWE-bench tasks: their run-tests.sh grades with swebench itself and prints
+#: one word (``PASSED`` when the instance is resolved) between these lines.
+SWEBENCH_START, SWEBENCH_END = "SWEBench results starts here", "SWEBench results ends here"
+
+
+def parse_swebench(text: str) -> dict[str, str]:
+    """Terminal-Bench's ``swebench`` parser: ``{"tests": PASSED}`` when the text from the first
+    start line to the last end line is ``PASSED`` alone, ``FAILED`` otherwise; ``{}`` (no verdict)
+    without both lines. A block printed by the code under test cannot make a pass: it lies
+    inside the span, which is then no longer ``PASSED`` alone."""
+    text = (
+        _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    )  # not clean(): the block follows the test output
+    if SWEBENCH_START not in text:
+        return {}
+    rest = text.split(SWEBENCH_START, 1)[1]
+    if SWEBENCH_END not in rest:  # an end line only before the start is none
+        return {}
+    block = rest.rsplit(SWEBENCH_END, 1)[0].strip()
+    return {"tests": PASSED if block == PASSED else FAILED}
+
+
 BUILTIN: dict[str, LogParser] = {
     "pytest": parse_pytest,
     "unittest": parse_unittest,
     "django": parse_unittest,
+    "swebench": parse_swebench,
     # SWE-bench's names for the same formats.
     "parse_log_pytest": parse_pytest,
     "parse_log_django": parse_unittest,

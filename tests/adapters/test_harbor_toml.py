@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.benchmarks import harbor
+from pytest_maka.benchmarks import harbor, lenient
 from pytest_maka.core.errors import TaskError
 from pytest_maka.core.task import Artifact, Healthcheck, McpServer
 
@@ -215,35 +215,37 @@ def test_every_harbor_key_lands_in_a_typed_field(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("change", "path", "hint"),
+    [
+        (("timeout_sec = 30", "timeout_secs = 30"), "agent.timeout_secs", "timeout_sec"),
+        (("memory_mb = 512", "memroy_mb = 512"), "environment.memroy_mb", "memory_mb"),
+        (("retries = 5", "retry = 5"), "environment.healthcheck.retry", None),
+        (('keywords = ["k"]', 'tags = ["k"]'), "task.tags", None),
+        (('args = ["--root", "/app"]', "argv = []"), "environment.mcp_servers[0].argv", None),
+        (("timeout_sec = 5", "timeout = 5"), "verifier.collect[0].timeout", None),
+        (('workdir = "/srv"', 'wrkdir = "/srv"'), "verifier.environment.wrkdir", "workdir"),
+        (('env = {C = "3"}', 'envs = {C = "3"}'), "solution.envs", "env"),
+        (('exclude = ["*.tmp"]', 'excludes = ["*.tmp"]'), "artifacts[1].excludes", "exclude"),
+        (('name = "maka/full"', 'name = "maka/full"\nformat = "harbor"'), "task.format", None),
+    ],
+)
+def test_an_unknown_key_at_any_level_is_kept_and_named(
+    tmp_path: Path, change: tuple[str, str], path: str, hint: str | None
+) -> None:
+    """Harbor's models ignore keys they do not declare, in every table: the task loads, the key
+    is kept in its metadata and named (with a hint when one letter off a known key)."""
+    assert change[0] in FULL
+    task = harbor.load_task(task_dir(tmp_path, FULL.replace(*change, 1)))
+    assert task.invalid is None and task.unsupported is None
+    assert task.metadata["ignored_keys"] == [path]
+    assert task.metadata.get("ignored_key_hints", {}).get(path) == hint
+    assert path in task.metadata["ignored_values"]
+    assert lenient.message(path, task.metadata.get("ignored_key_hints")).startswith(f"{path}: not used by pytest-maka")
+
+
+@pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (
-            ("timeout_sec = 30", "timeout_secs = 30"),
-            "agent.timeout_secs: unknown key; expected one of: allow_internet, ",
-        ),
-        (
-            ("memory_mb = 512", "memroy_mb = 512"),
-            "environment.memroy_mb: unknown key; expected one of: allow_internet,",
-        ),
-        (
-            ("retries = 5", "retry = 5"),
-            "environment.healthcheck.retry: unknown key; expected one of: command, interval_sec",
-        ),
-        (
-            ('keywords = ["k"]', 'tags = ["k"]'),
-            "task.tags: unknown key; expected one of: authors, description, keywords",
-        ),
-        (
-            ('args = ["--root", "/app"]', "argv = []"),
-            "environment.mcp_servers[0].argv: unknown key; expected one of: args",
-        ),
-        (("timeout_sec = 5", "timeout = 5"), "verifier.collect[0].timeout: unknown key; expected one of: command,"),
-        (('workdir = "/srv"', 'wrkdir = "/srv"'), "verifier.environment.wrkdir: unknown key; expected one of:"),
-        (('env = {C = "3"}', 'envs = {C = "3"}'), "solution.envs: unknown key; expected one of: env"),
-        (
-            ('exclude = ["*.tmp"]', 'excludes = ["*.tmp"]'),
-            "artifacts[1].excludes: unknown key; expected one of: destination,",
-        ),
         (("timeout_sec = 40", "timeout_sec = 0"), "verifier.timeout_sec: expected a number greater than 0 (got 0)"),
         (("timeout_sec = 30", "timeout_sec = -5"), "agent.timeout_sec: expected a number greater than 0 (got -5)"),
         (
@@ -338,11 +340,13 @@ def test_step_errors_name_the_step(tmp_path: Path) -> None:
 
 def test_an_invalid_task_is_one_placeholder_the_rest_load(tmp_path: Path) -> None:
     task_dir(tmp_path, "[agent]\ntimeout_sec = 10\n", name="good")
-    task_dir(tmp_path, "[agent]\ntimeout_secs = 10\n", name="typo")
+    task_dir(tmp_path, "[agent]\ntimeout_sec = 0\n", name="typo")
     tasks = {t.id: t for t in harbor.discover(tmp_path)}
     assert tasks["good"].invalid is None
     bad = tasks["typo"]
-    assert bad.invalid is not None and bad.invalid.startswith(f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_secs")
+    assert bad.invalid is not None and bad.invalid.startswith(
+        f"{tmp_path / 'typo' / 'task.toml'}: agent.timeout_sec: expected"
+    )
     assert bad.unsupported == f"invalid task: {bad.invalid}"
 
 
@@ -370,3 +374,69 @@ def test_a_step_that_links_out_of_the_task_is_refused(tmp_path: Path) -> None:
     (root / "steps" / "one" / "tests").symlink_to(outside / "tests")
     with pytest.raises(TaskError, match="must stay inside the task directory"):
         harbor.load_task(root)
+
+
+def _steps_task(tmp_path: Path, toml: str) -> Path:
+    root = task_dir(tmp_path, toml)
+    for name in ("one", "two"):
+        (root / "steps" / name).mkdir(parents=True)
+        (root / "steps" / name / "instruction.md").write_text(name)
+    return root
+
+
+def test_a_step_dependency_on_an_earlier_step_is_honoured_by_the_order(tmp_path: Path) -> None:
+    """``[[steps]] id`` / ``dependencies`` (published multi-step tasks): Harbor runs the steps in
+    the order listed and ignores both; a dependency on an earlier step is what that order gives."""
+    toml = '[[steps]]\nname = "one"\nid = "s1"\n[[steps]]\nname = "two"\nid = "s2"\ndependencies = ["s1"]\n'
+    task = harbor.load_task(_steps_task(tmp_path, toml))
+    assert task.unsupported is None and [s.name for s in task.steps] == ["one", "two"]
+    assert task.metadata["ignored_keys"] == ["steps[0].id", "steps[1].id", "steps[1].dependencies"]
+    assert task.metadata["ignored_values"]["steps[1].dependencies"] == ["s1"]
+
+
+@pytest.mark.parametrize(
+    ("deps", "why"),
+    [('["two"]', "'two', which is not an earlier step"), ('["setup"]', "'setup', which is no step")],
+)
+def test_a_step_dependency_the_order_cannot_honour_skips_the_task(tmp_path: Path, deps: str, why: str) -> None:
+    toml = f'[[steps]]\nname = "one"\ndependencies = {deps}\n[[steps]]\nname = "two"\n'
+    task = harbor.load_task(_steps_task(tmp_path, toml))
+    assert task.invalid is None
+    assert task.unsupported is not None and task.unsupported.startswith(f"steps[0].dependencies names {why}")
+
+
+@pytest.mark.parametrize(("runtime", "skipped"), [("runsc", True), ("nvidia", True), ("runc", False)])
+def test_a_container_runtime_is_honoured_only_when_it_is_the_default(
+    tmp_path: Path, runtime: str, skipped: bool
+) -> None:
+    task = harbor.load_task(task_dir(tmp_path, f'[environment]\nruntime = "{runtime}"\n'))
+    assert task.metadata["ignored_keys"] == ["environment.runtime"]
+    if skipped:
+        assert task.unsupported == (
+            f"environment.runtime = '{runtime}': a container runtime other than the engine's default is not supported"
+        )
+    else:
+        assert task.unsupported is None
+
+
+def test_every_problem_of_a_task_is_named_not_the_first_of_them(tmp_path: Path) -> None:
+    """A task with several problems names each (it was the first plus "(+N more problems)")."""
+    root = task_dir(tmp_path, "[agent]\ntimeout_sec = 0\n[verifier]\ntimeout_sec = -1\n", tests=False)
+    (root / "instruction.md").unlink()
+    with pytest.raises(TaskError) as info:
+        harbor.load_task(root)
+    text = str(info.value)
+    assert "more problem" not in text and "\n" not in text
+    for part in (
+        "agent.timeout_sec: expected a number greater than 0",
+        "verifier.timeout_sec: expected a number greater than 0",
+        f"{root}: instruction.md: missing",
+        f"{root}: tests/test.sh: missing",
+    ):
+        assert part in text, text
+    assert text.startswith(f"{root / 'task.toml'}: agent.timeout_sec"), text
+    (root / "task.toml").write_text("[agent]\ntimeout_sec = 0\n")  # a bad file: the files are still checked
+    with pytest.raises(TaskError) as again:
+        harbor.load_task(root)
+    text = str(again.value)
+    assert "instruction.md: missing" in text and "tests/test.sh: missing" in text, text

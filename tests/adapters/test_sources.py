@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.benchmarks import harbor, swebench, terminal_bench
+from pytest_maka.core.errors import TaskError
 from pytest_maka.verifiers import parsers
 from tests.adapters.conftest import DATASETS, copy_sample
 from tests.conftest import Cohort
@@ -286,17 +287,26 @@ def test_pytest_parser_reads_only_pytests_own_last_summary() -> None:
     }
 
 
-def test_one_invalid_legacy_task_is_skipped_and_the_rest_collect(cohort: Cohort) -> None:
+def test_a_legacy_compose_file_without_client_runs_its_first_service_and_an_empty_one_is_skipped(
+    cohort: Cohort,
+) -> None:
     """Shape of AakashKotha/Terminal-Bench-DS-Tasks 'New Tasks/*': a compose file whose one service is
-    not named ``client``. That task is skipped with one line naming the file, the key and the services
-    found; the others still collect (the run stopped at the first such task); --maka-strict stops."""
+    not named ``client``. ``harbor tasks migrate`` takes the first service listed as the environment,
+    and so does this loader (it was skipped). A file with no service at all is skipped with one line
+    naming the file and the key; the others still collect; --maka-strict stops."""
     tb = copy_sample("terminal-bench", cohort.root / "tb")
     compose = tb / "json-config" / "docker-compose.yaml"
-    compose.write_text("services:\n  agent-environment:\n    build: {context: ., dockerfile: Dockerfile}\n")
+    compose.write_text(
+        "services:\n  agent-environment:\n    build: {context: ., dockerfile: Dockerfile}\n"
+        "    working_dir: /srv\n    environment: [GREETING=hi]\n"
+    )
+    task = terminal_bench.load_task(tb / "json-config")
+    assert task.unsupported is None and task.compose_service == "agent-environment" and task.compose_file is None
+    assert (task.workdir, task.env, task.dockerfile) == ("/srv", {"GREETING": "hi"}, tb / "json-config" / "Dockerfile")
+    compose.write_text("services: {}\n")
     cohort.write(tasks=[{"path": "tb"}], subjects=[{"name": "oracle", "kind": "oracle"}], executor=DOCKER)
     result = cohort.run("--collect-only", "-rs")
-    why = "missing: the task's environment is the 'client' service (found: agent-environment)"
-    line = f"{compose}: services.client: {why}"
+    line = f"{compose}: services: expected at least one service (the task's environment)"
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert f"maka: invalid task skipped: {line}" in result.stdout.str() + result.stderr.str()
     cells = [line.strip() for line in result.outlines if "<CellItem" in line]
@@ -304,3 +314,16 @@ def test_one_invalid_legacy_task_is_skipped_and_the_rest_collect(cohort: Cohort)
     strict = cohort.run("--collect-only", "--maka-strict")
     assert strict.ret == pytest.ExitCode.USAGE_ERROR
     assert [e for e in strict.stderr.lines if e.startswith("ERROR:")] == [f"ERROR: {line} (--maka-strict)"]
+
+
+def test_every_problem_of_a_legacy_task_is_named(tmp_path: Path) -> None:
+    """No instruction and no run-tests.sh: both named, not the first of them."""
+    tb = copy_sample("terminal-bench", tmp_path / "tb")
+    task = tb / "json-config"
+    (task / "run-tests.sh").unlink()
+    (task / "task.yaml").write_text("parser_name: pytest\n")
+    with pytest.raises(TaskError) as info:
+        terminal_bench.load_task(task)
+    text = str(info.value)
+    assert f"{task / 'task.yaml'}: instruction: missing" in text, text
+    assert f"{task}: run-tests.sh: missing" in text and "more problem" not in text, text

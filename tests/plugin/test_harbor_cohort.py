@@ -22,13 +22,13 @@ def test_one_invalid_task_is_skipped_and_the_rest_runs(cohort: Cohort, workers: 
     cohort.task("good")
     typo = cohort.task("typo")
     toml = typo / "task.toml"
-    toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec", "[verifier]\ntimeout_secs"))
+    toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec = ", "[verifier]\ntimeout_sec = -"))
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     args = ("-rs", "-n", workers) if workers else ("-rs",)
     result = cohort.run_subprocess(*args)
     result.assert_outcomes(passed=1, skipped=1)
     assert result.ret == 0, "a skip is no harness failure (exit 7 was the xdist bug)"
-    line = f"{toml}: verifier.timeout_secs: unknown key; expected one of: "
+    line = f"{toml}: verifier.timeout_sec: expected a number greater than 0"
     assert any(f"maka: invalid task skipped: {line}" in out for out in result.outlines), result.stdout.str()
     assert any("SKIPPED" in out and "typo: invalid task: " in out for out in result.outlines)
     assert cohort.status() == {"good[oracle-r0]": "agent_success"}, "nothing recorded as infra_failure"
@@ -42,7 +42,7 @@ def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort
     counts the skipped cells and tasks and says where the reasons are."""
     for name in ("one", "two"):
         toml = cohort.task(name) / "task.toml"
-        toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec", "[verifier]\ntimeout_secs"))
+        toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec = ", "[verifier]\ntimeout_sec = -"))
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
     result = cohort.run_subprocess("-q", "-n", "2")
     result.assert_outcomes(skipped=4)
@@ -50,7 +50,7 @@ def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort
     out = result.stdout.str()
     assert "4 cell(s) of 2 task(s) skipped, nothing run for them: the reasons are in lock.json" in out, out
     assert "(no report: no cell ran)" in out and not (cohort.out / "report.html").exists()
-    assert all("verifier.timeout_secs: unknown key" in why for why in _skips(cohort).values()), _skips(cohort)
+    assert all("verifier.timeout_sec: expected a number" in why for why in _skips(cohort).values()), _skips(cohort)
 
 
 def test_top_level_keys_harbor_ignores_are_ignored_and_named_and_a_misspelt_section_is_not(cohort: Cohort) -> None:
@@ -75,13 +75,61 @@ def test_top_level_keys_harbor_ignores_are_ignored_and_named_and_a_misspelt_sect
 def test_maka_strict_turns_an_invalid_task_into_a_usage_error(cohort: Cohort) -> None:
     cohort.task("good")
     typo = cohort.task("typo")
-    (typo / "task.toml").write_text((typo / "task.toml").read_text() + "[environment.healthcheck]\ncomand = 'x'\n")
+    (typo / "task.toml").write_text((typo / "task.toml").read_text() + "[environment.healthcheck]\ncommand = 1\n")
     cohort.write()
     result = cohort.run("--maka-strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
-    assert len(errors) == 1 and "typo/task.toml: environment.healthcheck.comand: unknown key" in errors[0], errors
+    assert len(errors) == 1 and "typo/task.toml: environment.healthcheck.command: expected a non-empty" in errors[0]
     assert not (cohort.out / "attempts.jsonl").exists()
+
+
+def test_unknown_keys_run_are_named_once_and_refused_under_maka_strict(cohort: Cohort) -> None:
+    """Keys Harbor ignores in any table (``[task] format``, ``[metadata]``-like keys in
+    ``[environment]``) run, are kept in the record and named once per run, with -q too; in
+    lock.json; and ``--maka-strict`` refuses each of them, every one named."""
+    for name in ("one", "two"):
+        toml = cohort.task(name) / "task.toml"
+        text = toml.read_text().replace("[verifier]\n", "[verifier]\ntimeout_secs = 5\n")
+        toml.write_text('[task]\nname = "maka/t"\nformat = "harbor"\n' + text)
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run_subprocess("-q")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    for key in ("task.format: not used by pytest-maka", "verifier.timeout_secs: not used by pytest-maka"):
+        lines = [line for line in result.outlines if key in line]
+        assert len(lines) == 1 and lines[0].endswith("(2 task(s): one, two)"), out
+    assert "(did you mean 'timeout_sec'?)" in out
+    record = cohort.attempts()[0]
+    assert record["task_metadata"]["ignored_keys"] == ["task.format", "verifier.timeout_secs"]
+    assert record["task_metadata"]["task"]["format"] == "harbor"
+    lock = json.loads((cohort.out / "lock.json").read_text())["runs"][-1]
+    assert lock["ignored_keys"]["one"][0] == "task.format: not used by pytest-maka"
+    strict = cohort.run("--maka-strict")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    err = strict.stderr.str()
+    first = [line for line in strict.stderr.lines if line.startswith("ERROR:")]
+    assert len(first) == 1 and "one/task.toml: task.format: not used by pytest-maka" in first[0], err
+    assert "(--maka-strict; 3 more below)" in first[0], err
+    assert f"{cohort.tasks / 'two' / 'task.toml'}: verifier.timeout_secs: not used by pytest-maka" in err
+
+
+def test_collect_only_quiet_shows_every_skip_reason_with_rs(cohort: Cohort) -> None:
+    """``--collect-only -q -rs`` prints each skip reason (the header that named invalid tasks is
+    hidden by -q, and collection evaluates no skip marker); every problem of a task is in it."""
+    cohort.task("good")
+    bad = cohort.task("bad")
+    (bad / "tests" / "test.sh").unlink()
+    (bad / "instruction.md").unlink()
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
+    result = cohort.run_subprocess("--collect-only", "-q", "-rs")
+    assert result.ret == 0
+    lines = [line for line in result.outlines if line.startswith("SKIPPED [2] ")]
+    assert len(lines) == 1, result.stdout.str()
+    assert "bad: invalid task: " in lines[0] and "instruction.md: missing" in lines[0], lines
+    assert "tests/test.sh: missing" in lines[0] and "more problem" not in lines[0], lines
+    quiet = cohort.run_subprocess("--collect-only", "-q")
+    assert "2 cell(s) will be skipped: -rs shows why" in quiet.stdout.str()
 
 
 def test_features_the_executor_lacks_skip_with_the_feature_named_under_xdist(cohort: Cohort) -> None:

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,19 @@ from typing import Any
 import docker.errors
 from filelock import FileLock
 
+from ...core.compose_file import (
+    MainService,
+    compose_variables,
+    harbor_base,
+    harbor_variables,
+    main_service,
+    needs_base,
+    read,
+    substitute,
+)
 from ...core.errors import InfraError, TaskError
 from ...core.task import Task, digest_tree
 from . import labels as L
-from .compose_file import MainService, compose_variables, main_service, read
 from .engines import Engine
 
 MAIN = "main"
@@ -99,15 +109,25 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def sidecars(compose_file: Path, main: str = MAIN) -> dict[str, dict[str, Any]]:
-    """The services besides ``main`` (an InfraError names the file when it cannot be read)."""
+def sidecars(compose_file: Path, main: str = MAIN, *, require_main: bool = True) -> dict[str, dict[str, Any]]:
+    """The services besides ``main`` (an InfraError names the file when it cannot be read).
+
+    ``require_main=False``: Harbor's layout, whose base file gives ``main`` when the task's does not.
+    """
     try:
         services = read(compose_file)["services"]
     except TaskError as exc:
-        raise InfraError(str(exc)) from None
-    if main not in services:
-        raise InfraError(f"{compose_file}: services: expected a '{main}' service (the environment of the subject)")
+        raise InfraError(str(exc), retryable=False) from None
+    if require_main and main not in services:
+        raise InfraError(
+            f"{compose_file}: services: expected a '{main}' service (the environment of the subject)", retryable=False
+        )
     return {name: spec or {} for name, spec in services.items() if name != main}
+
+
+#: Compose's verdict on each project definition checked by this process (None: accepted).
+_CHECKED: dict[str, str | None] = {}
+_CHECKED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -135,10 +155,21 @@ class ComposeProject:
         self.engine, self.task, self.name, self.work_dir = engine, task, name, work_dir
         self.compose_file = task.compose_file
         self.main = task.compose_service
-        self.services = sidecars(self.compose_file, self.main)
+        self.harbor = task.format == "harbor"
+        self.services = sidecars(self.compose_file, self.main, require_main=not self.harbor)
         self.labels = {**L.owner_labels(), L.RUN: L.run_id(), **labels}
         self.network = f"{name}_default"
-        variables = compose_variables(name, self.main, work_dir / "sidecar-logs")
+        self.variables = compose_variables(name, self.main, work_dir / "sidecar-logs")
+        if self.harbor:  # Harbor's own variables (its base file's and the task file's)
+            self.variables |= harbor_variables(
+                self.compose_file.parent,
+                work_dir / "sidecar-logs",
+                image=f"{name}-main",
+                cpus=task.cpus,
+                memory_mb=task.memory_mb,
+                prebuilt=task.docker_image,
+            )
+        variables = self.variables
         try:
             self.main_spec: MainService = main_service(self.compose_file, self.main, variables)
             self.declared_volumes = read(self.compose_file).get("volumes") or {}
@@ -157,11 +188,16 @@ class ComposeProject:
             entry: dict[str, Any] = {"labels": dict(self.labels)}
             build = spec.get("build")
             if build is not None:
-                context = build if isinstance(build, str) else build.get("context", ".")
+                context = substitute(
+                    str(build if isinstance(build, str) else build.get("context", ".")), self.variables
+                )
                 root = (self.compose_file.parent / context).resolve()
                 digest = digest_tree(root, extra=f"pytest-maka-sidecar/1 {json.dumps(build, sort_keys=True)}\0")
                 entry["image"] = self.images[service] = f"pytest-maka-sidecar-{service.lower()}:{digest[:24]}"
             services[service] = entry
+        if self.harbor and needs_base(self.compose_file, self.main):  # Harbor's base file under the task's
+            base = harbor_base(self.compose_file.parent, self.task.docker_image, f"{self.name}-main")
+            services[self.main] = {**base, "labels": dict(self.labels)}
         override = {
             "services": services,
             "networks": {"default": {"internal": True, "labels": dict(self.labels)}},
@@ -174,7 +210,7 @@ class ComposeProject:
         return path
 
     def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **compose_variables(self.name, self.main, self.work_dir / "sidecar-logs")}
+        env = {**os.environ, **self.variables}
         if "://" in self.engine.url:
             env["DOCKER_HOST"] = self.engine.url
         with self.log.open("a") as log:
@@ -245,6 +281,7 @@ class ComposeProject:
         if not self.services:
             return
         timeout = self.task.build_timeout_sec + 120
+        self._check_definition()
         for service, tag in self.images.items():
             self._build_once(service, tag, timeout)
         done = self._run("up", "--detach", "--wait", "--no-build", *self.services, timeout=timeout)
@@ -262,6 +299,25 @@ class ComposeProject:
             if service in self.services and net.get("IPAddress"):
                 out.setdefault(service, net["IPAddress"])
         return out
+
+    def _check_definition(self) -> None:
+        """``docker compose config``, once per project definition per process: a file Compose
+        rejects is the task's error, reported by every attempt at once and never retried."""
+        key = digest_tree(self.compose_file.parent, extra=f"pytest-maka-compose/1 {self.task.format}\0")
+        with _CHECKED_LOCK:
+            known = key in _CHECKED
+            verdict = _CHECKED.get(key)
+        if not known:
+            done = self._run("config", "--quiet", timeout=120)
+            verdict = None
+            if done.returncode == 124:
+                raise InfraError(f"docker compose config timed out (log: {self.log})")
+            if done.returncode != 0:
+                verdict = f"the task's compose file is rejected by Docker Compose ({self._failure(done)})"
+            with _CHECKED_LOCK:
+                _CHECKED[key] = verdict
+        if verdict is not None:
+            raise InfraError(f"{self.compose_file}: {verdict}", retryable=False)
 
     def _build_once(self, service: str, tag: str, timeout: float) -> None:
         """Build a sidecar's image unless its digest's tag is there (one builder per tag at a time)."""

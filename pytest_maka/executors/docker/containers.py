@@ -92,6 +92,15 @@ class Containers:
         storage = int(task.storage_mb) if task.storage_mb else None
         return EnvKey(engine.key, image_id, cpus, memory, task.workdir, storage)
 
+    def declared_limits(self, info: dict[str, Any], task: Task, key: EnvKey) -> dict[str, Any]:
+        """``info`` with what the task declared beside what it was given, where they differ
+        (``cpus = 4`` on a 2-CPU engine is clamped to 2: the record says both)."""
+        if task.cpus is None or key.cpus is None or task.cpus == key.cpus:
+            return info
+        limits = {**info.get("limits", {}), "cpus_declared": task.cpus}
+        limits["note"] = f"the task declares {task.cpus:g} CPUs; the engine has {key.cpus:g}: clamped"
+        return {**info, "limits": limits}
+
     def _image_config(self, engine: Engine, image_id: str) -> dict[str, Any]:
         """The image's ``Config`` (ENV, ENTRYPOINT, USER), read once per image."""
         key = (engine.key, image_id)

@@ -184,6 +184,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                     cid, info = spare.container_id, spare.info
                 if layers:
                     info = {**info, "mounts": [f"{d} (image layer, {Path(src).name})" for d, src in layers.items()]}
+                info = self.declared_limits(info, task, key)
                 slot.record(cid)
                 failed = True
                 egress = self._egress(engine, request, project.addresses() if project and project.services else {})

@@ -8,6 +8,7 @@ waited is reported to that worker too (with the log), instead of being repeated 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -148,10 +149,15 @@ class ImageStore:
             if failed.exists():
                 info = json.loads(failed.read_text())
                 same_run = info.get("deterministic") and info.get("run") == self.run
-                if same_run or failed.stat().st_mtime >= waiting_since:  # failed while we waited, or for good
+                # a deterministic failure of the same context stands in later runs while the base
+                # images it names are the same ones (a base image loaded since may fix it)
+                for_good = info.get("deterministic") and info.get("bases") == self._bases(engine, dockerfile)
+                if same_run or for_good or failed.stat().st_mtime >= waiting_since:
                     build_log.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(info["log"], build_log)
                     message = info["message"].replace(info["task"], task.id, 1)
+                    if not same_run and for_good:
+                        message += f" (remembered from an earlier run for this context digest: {failed.name})"
                     retryable = not info.get("deterministic")
                     raise InfraError(f"{message} (build log: {build_log})", retryable=retryable)
             try:
@@ -172,10 +178,22 @@ class ImageStore:
                             "log": str(keep),
                             "deterministic": deterministic,
                             "run": self.run,
+                            "bases": self._bases(engine, dockerfile) if deterministic else None,
                         }
                     )
                 )
                 raise InfraError(f"{message} (build log: {build_log})", retryable=not deterministic) from None
+
+    def _bases(self, engine: Engine, dockerfile: Path) -> dict[str, str | None] | None:
+        """Each base image the Dockerfile names, with its id on ``engine`` (None: absent);
+        None when a base is computed (``ARG``) or the file cannot be read: no memory then."""
+        try:
+            refs = base_images(dockerfile.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return None
+        if refs is None:
+            return None
+        return {ref: self._present(engine, ref, pull=False) for ref in refs}
 
     def _build(
         self,
@@ -277,6 +295,24 @@ class ImageStore:
                 shutil.copytree(task.workspace_dir, dest, symlinks=True, dirs_exist_ok=True)
             done.touch()
         return dest
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(?P<ref>\S+)(?:\s+AS\s+(?P<stage>\S+))?", re.IGNORECASE | re.MULTILINE)
+
+
+def base_images(dockerfile: str) -> list[str] | None:
+    """The images a Dockerfile's ``FROM`` lines name (not its own stages); None when one is computed."""
+    stages: set[str] = set()
+    refs: list[str] = []
+    for match in _FROM.finditer(dockerfile):
+        ref, stage = match.group("ref"), match.group("stage")
+        if "$" in ref:
+            return None
+        if ref.lower() not in stages and ref.lower() != "scratch" and ref not in refs:
+            refs.append(ref)
+        if stage:
+            stages.add(stage.lower())
+    return refs
 
 
 def _tail(path: Path, lines: int = 30) -> str:
