@@ -30,10 +30,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from math import comb
+from math import comb, lcm
 
 from .power import WEAK_TASKS, PowerNote, power_note
-from .rates import mean_se, wilson_interval
+from .rates import mean_se, score_interval
 from .signflip import DRAWS, sign_flip_test
 from .tdist import Z95, t95
 
@@ -45,21 +45,36 @@ HOLM = "holm"
 REFERENCE = "reference"
 
 
-def binom_cdf_half(m: int, n: int) -> float:
-    """P(X <= m) for X ~ Binomial(n, 1/2), exactly (integer arithmetic, no underflow)."""
+def log_binom_cdf_half(m: int, n: int) -> float:
+    """``log P(X <= m)`` for X ~ Binomial(n, 1/2), exactly from integer counts (``-inf`` for m < 0).
+
+    The count ``sum_{i <= m} C(n, i)`` is a Python integer; its logarithm is taken directly, so
+    a tail of 10^-400 (thousands of discordant tasks) is a finite log, never a float that
+    underflows to an exact 0.
+    """
     if m < 0:
-        return 0.0
+        return -math.inf
     if m >= n:
-        return 1.0
-    return sum(comb(n, i) for i in range(m + 1)) / (1 << n)
+        return 0.0
+    return math.log(sum(comb(n, i) for i in range(m + 1))) - n * math.log(2)
+
+
+def binom_cdf_half(m: int, n: int) -> float:
+    """P(X <= m) for X ~ Binomial(n, 1/2), exactly (integer arithmetic; 0.0 only below ~1e-308)."""
+    return math.exp(log_binom_cdf_half(m, n))
+
+
+def mcnemar_log_p(b: int, c: int) -> float:
+    """The logarithm of the two-sided exact McNemar p-value (0.0, i.e. p = 1, with no discordant pair)."""
+    n = b + c
+    if n == 0:
+        return 0.0
+    return min(0.0, math.log(2) + log_binom_cdf_half(min(b, c), n))
 
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs (1.0 when there are none)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    return min(1.0, 2.0 * binom_cdf_half(min(b, c), n))
+    return math.exp(mcnemar_log_p(b, c))
 
 
 def tango_score(b: int, c: int, n: int, delta: float) -> float:
@@ -97,20 +112,73 @@ def tango_interval(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float
 
 
 def t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
-    """``mean +/- t(T-1) * sd / sqrt(T)`` clipped to [-1, 1]; None when there is no spread to use."""
+    """``mean +/- t(T-1) * sd / sqrt(T)`` clipped to [-1, 1]; None with fewer than two values.
+
+    Whether the values have any spread is the caller's (exact) question: a float standard
+    error of identical fractions can come out as 1e-17 rather than 0.
+    """
     se = mean_se(diffs)
-    if not se:
+    if se is None:
         return None
     mean = sum(diffs) / len(diffs)
     half = t95(len(diffs) - 1) * se
     return (max(-1.0, mean - half), min(1.0, mean + half))
 
 
-def agree(interval: tuple[float, float], p: float, alpha: float = 0.05) -> tuple[float, float]:
-    """Extend ``interval`` to contain 0 when the test's ``p`` does not reject at ``alpha``."""
+def shifted_p(diffs: Sequence[Fraction], delta: Fraction) -> float:
+    """The sign-flip p-value of ``mean(diffs) = delta`` (the test of ``diffs - delta`` against 0)."""
+    return sign_flip_test([d - delta for d in diffs]).p_value
+
+
+#: Bits of packed generating function one step of :func:`inverted_bound` may use.
+_INVERT_BUDGET = 50_000_000
+
+
+def inverted_bound(diffs: Sequence[Fraction], alpha: float = 0.05) -> float:
+    """The end of the sign-flip test's acceptance set between 0 and ``mean(diffs)`` (the test rejects at 0).
+
+    The acceptance set ``{delta : p(diffs - delta) >= alpha}`` is the interval that inverts the
+    test; this finds, by bisection on a fine lattice of ``delta``, its end on the side of 0: the
+    point nearest 0 that the test does not reject. The lattice is the differences' own lattice
+    (the lcm of their denominators) refined as far as the exact enumeration's budget allows.
+    """
+    mean = sum(diffs, Fraction(0)) / len(diffs)
+    base = lcm(*(d.denominator for d in diffs))
+    t = len(diffs)
+    refine = 1
+    while refine < 4096 and t * (4 * t * base * refine * 2 + 1) * (t + 2) <= _INVERT_BUDGET:
+        refine *= 2
+    q = base * refine
+    target = mean * q  # the estimate on the lattice of 1/q (a whole number)
+    rejected, accepted = 0, math.ceil(target) if mean > 0 else math.floor(target)
+    while abs(accepted - rejected) > 1:
+        mid = (rejected + accepted) // 2 if mean > 0 else -((-rejected - accepted) // 2)
+        if shifted_p(diffs, Fraction(mid, q)) >= alpha:
+            accepted = mid
+        else:
+            rejected = mid
+    return accepted / q
+
+
+def agree(
+    interval: tuple[float, float],
+    p: float,
+    diff: float,
+    bound: Callable[[], float] | None = None,
+    alpha: float = 0.05,
+) -> tuple[float, float]:
+    """Make ``interval`` exclude 0 exactly when the test's ``p`` is below ``alpha``.
+
+    Not rejecting: the interval is extended to 0. Rejecting while the interval still holds 0:
+    its end on the side of 0 moves to ``bound()``, the end of the inverted test's acceptance
+    set (:func:`inverted_bound`), which lies strictly between 0 and the estimate.
+    """
     low, high = interval
     if p >= alpha:
         return (min(low, 0.0), max(high, 0.0))
+    if low <= 0.0 <= high and diff != 0 and bound is not None:
+        edge = bound()
+        return (edge, high) if diff > 0 else (low, edge)
     return (low, high)
 
 
@@ -126,9 +194,17 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+#: A comparison resting on fewer tasks (shared, or differing between the two) is weak.
+WEAK_DISCORDANT = WEAK_TASKS
+
+
 @dataclass(frozen=True)
 class PairedComparison:
-    """A versus B on their shared tasks. ``diff`` > 0 means A did better."""
+    """A versus B on their shared tasks. ``diff`` > 0 means A did better.
+
+    ``rate_a``, ``rate_b`` and ``diff`` are task-weighted: the mean over the shared tasks of
+    each task's rate (or mean score), so every task counts once whatever its repetitions.
+    """
 
     a: str
     b: str
@@ -154,11 +230,33 @@ class PairedComparison:
     exact: bool = True
     #: Tasks needed and the smallest detectable difference (:mod:`.power`).
     power: PowerNote | None = None
+    #: The shared tasks A won (higher rate than B) and lost, by name.
+    won: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    #: Some shared task has a different number of graded rows on the two sides.
+    unequal: bool = False
+    #: What is compared: ``pass`` (success rates) or ``score`` (mean scores, partial credit).
+    measure: str = "pass"
+
+    @property
+    def weak_reasons(self) -> tuple[str, ...]:
+        """Why the test or the interval may be off its nominal level here (empty: not weak)."""
+        if not self.tasks:
+            return ()
+        out = []
+        if self.tasks < WEAK_TASKS:
+            out.append(f"{self.tasks} shared tasks (fewer than {WEAK_TASKS})")
+        differ = self.wins_a + self.wins_b
+        if differ < WEAK_DISCORDANT:
+            out.append(f"{differ} task(s) differ (fewer than {WEAK_DISCORDANT})")
+        if self.unequal:
+            out.append("unequal repetitions on the two sides")
+        return tuple(out)
 
     @property
     def weak(self) -> bool:
-        """Fewer shared tasks than :data:`WEAK_TASKS`: the comparison can show little."""
-        return 0 < self.tasks < WEAK_TASKS
+        """Few shared or differing tasks, or unequal repetitions: the comparison can show little."""
+        return bool(self.weak_reasons)
 
     @property
     def verdict(self) -> str:
@@ -181,19 +279,90 @@ class PairedComparison:
         return f"sign-flip permutation ({how}), t({self.tasks - 1}) interval"
 
 
-def degenerate_interval(wins_a: int, wins_b: int, n: int) -> tuple[float, float]:
-    """An interval for a difference whose per-task values all agree (zero spread, so zero standard error).
+def degenerate_interval(diff: Fraction, n: int, z: float = Z95) -> tuple[float, float]:
+    """An interval for a difference whose ``n`` per-task values all equal ``diff`` (no spread to estimate).
 
-    Bounds the two one-sided win rates with Wilson intervals and subtracts them
-    (``[low_a - high_b, high_a - low_b]``), so ``n`` identical tasks never claim certainty.
+    Towards 0 the bound is ``diff`` times the gap between the Wilson bounds of the win rate
+    (``n`` of ``n``) and the loss rate (0 of ``n``), ``(n - z^2) / (n + z^2)``: the observed
+    size with the uncertainty of its sign. Away from 0 it is the Wilson bound of the mean of
+    ``(d + 1) / 2`` over ``n`` tasks, the worst-case spread of a value in [-1, 1]. So the
+    estimate is always inside, ``n`` identical tasks never claim certainty, and with all
+    tasks tied (``diff = 0``) the interval is ``+/- z^2 / (n + z^2)``.
     """
-    la, ha = wilson_interval(wins_a, n)
-    lb, hb = wilson_interval(wins_b, n)
-    return (max(-1.0, la - hb), min(1.0, ha - lb))
+    gap = (n - z * z) / (n + z * z)
+    d = float(diff)
+    if d == 0:
+        return (-(1 - gap) / 2, (1 - gap) / 2)
+    far = 2 * score_interval((abs(d) + 1) / 2, n, z)[1] - 1
+    near = abs(d) * gap
+    return (near, far) if d > 0 else (-far, -near)
 
 
-def _rate(rows: Sequence[bool]) -> Fraction:
-    return Fraction(sum(1 for x in rows if x), len(rows))
+def _mean(values: Sequence[Fraction]) -> Fraction:
+    return sum(values, Fraction(0)) / len(values)
+
+
+#: Scores are compared on a lattice of 1/1000 (exact fractions for the sign-flip test).
+SCORE_LATTICE = 1000
+
+
+def exact_score(score: float) -> Fraction:
+    """A score as an exact fraction on the 1/1000 lattice (0.9 -> 9/10, 1/3 -> 333/1000)."""
+    return Fraction(round(score * SCORE_LATTICE), SCORE_LATTICE)
+
+
+def _paired(
+    names: tuple[str, str],
+    shared: Sequence[str],
+    rate_a: Mapping[str, Fraction],
+    rate_b: Mapping[str, Fraction],
+    *,
+    binary: bool,
+    unequal: bool,
+    measure: str,
+) -> PairedComparison:
+    exact_diffs = [rate_a[t] - rate_b[t] for t in shared]
+    diffs = [float(d) for d in exact_diffs]
+    n = len(shared)
+    won = tuple(t for t, d in zip(shared, exact_diffs, strict=True) if d > 0)
+    lost = tuple(t for t, d in zip(shared, exact_diffs, strict=True) if d < 0)
+    mean = _mean(exact_diffs)
+    common = {
+        "a": names[0],
+        "b": names[1],
+        "tasks": n,
+        "rate_a": float(_mean([rate_a[t] for t in shared])),
+        "rate_b": float(_mean([rate_b[t] for t in shared])),
+        "diff": float(mean),
+        "wins_a": len(won),
+        "wins_b": len(lost),
+        "ties": n - len(won) - len(lost),
+        "power": power_note(diffs),
+        "won": won,
+        "lost": lost,
+        "unequal": unequal,
+        "measure": measure,
+    }
+
+    def bound() -> float:
+        return inverted_bound(exact_diffs)
+
+    if binary:
+        p = mcnemar_exact(len(won), len(lost))
+        low, high = agree(tango_interval(len(won), len(lost), n), p, float(mean), bound)
+        return PairedComparison(
+            **common, low=low, high=high, p_value=p, method=MCNEMAR, only_a=len(won), only_b=len(lost)
+        )
+    test = sign_flip_test(exact_diffs)
+    spread = len(set(exact_diffs)) > 1
+    base = t_interval(diffs) if spread else None
+    interval = base if base is not None else degenerate_interval(exact_diffs[0], n)
+    low, high = agree(interval, test.p_value, float(mean), bound if test.exact else None)
+    return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
+
+
+def _empty(names: tuple[str, str], measure: str) -> PairedComparison:
+    return PairedComparison(names[0], names[1], 0, None, None, None, None, None, None, "none", 0, 0, 0, measure=measure)
 
 
 def compare_paired(
@@ -205,31 +374,32 @@ def compare_paired(
     """Compare two task -> graded-outcomes maps on the tasks where both have at least one row."""
     shared = sorted(t for t in a.keys() & b.keys() if len(a[t]) and len(b[t]))
     if not shared:
-        return PairedComparison(names[0], names[1], 0, None, None, None, None, None, None, "none", 0, 0, 0)
-    exact_diffs = [_rate(a[t]) - _rate(b[t]) for t in shared]
-    diffs = [float(d) for d in exact_diffs]
-    n = len(shared)
-    wins_a = sum(1 for d in exact_diffs if d > 0)
-    wins_b = sum(1 for d in exact_diffs if d < 0)
-    common = {
-        "a": names[0],
-        "b": names[1],
-        "tasks": n,
-        "rate_a": sum(float(_rate(a[t])) for t in shared) / n,
-        "rate_b": sum(float(_rate(b[t])) for t in shared) / n,
-        "diff": sum(diffs) / n,
-        "wins_a": wins_a,
-        "wins_b": wins_b,
-        "ties": n - wins_a - wins_b,
-        "power": power_note(diffs),
-    }
-    if all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared):
-        p = mcnemar_exact(wins_a, wins_b)
-        low, high = agree(tango_interval(wins_a, wins_b, n), p)
-        return PairedComparison(**common, low=low, high=high, p_value=p, method=MCNEMAR, only_a=wins_a, only_b=wins_b)
-    test = sign_flip_test(exact_diffs)
-    low, high = agree(t_interval(diffs) or degenerate_interval(wins_a, wins_b, n), test.p_value)
-    return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
+        return _empty(names, "pass")
+    binary = all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared)
+    unequal = any(len(a[t]) != len(b[t]) for t in shared)
+    rate_a = {t: Fraction(sum(1 for x in a[t] if x), len(a[t])) for t in shared}
+    rate_b = {t: Fraction(sum(1 for x in b[t] if x), len(b[t])) for t in shared}
+    return _paired(names, shared, rate_a, rate_b, binary=binary, unequal=unequal, measure="pass")
+
+
+def compare_scores(
+    a: Mapping[str, Sequence[float]],
+    b: Mapping[str, Sequence[float]],
+    *,
+    names: tuple[str, str] = ("A", "B"),
+) -> PairedComparison:
+    """Compare two task -> scores maps (partial credit): the mean score per task, paired by task.
+
+    Always the sign-flip test (the per-task means are not binary pairs) and its t interval,
+    agreeing with the test as for pass rates.
+    """
+    shared = sorted(t for t in a.keys() & b.keys() if len(a[t]) and len(b[t]))
+    if not shared:
+        return _empty(names, "score")
+    unequal = any(len(a[t]) != len(b[t]) for t in shared)
+    mean_a = {t: _mean([exact_score(x) for x in a[t]]) for t in shared}
+    mean_b = {t: _mean([exact_score(x) for x in b[t]]) for t in shared}
+    return _paired(names, shared, mean_a, mean_b, binary=False, unequal=unequal, measure="score")
 
 
 def adjust_family(
@@ -239,11 +409,12 @@ def adjust_family(
 
     A pair with a reference subject (oracle, nop) checks the tasks, not the subjects: it is
     reported with its raw p-value and kept out of the family, so it cannot inflate the
-    adjusted p-values of the comparisons that matter.
+    adjusted p-values of the comparisons that matter. An exact p of 0.0 stays 0.0.
     """
     out = list(comparisons)
     family = [i for i, c in enumerate(out) if c.p_value is not None and not (is_reference(c.a) or is_reference(c.b))]
-    for i, p in zip(family, holm([out[i].p_value or 1.0 for i in family]), strict=True):
+    raw = [p for i in family if (p := out[i].p_value) is not None]
+    for i, p in zip(family, holm(raw), strict=True):
         out[i] = replace(out[i], p_adjusted=p, family=HOLM)
     for i, c in enumerate(out):
         if c.p_value is not None and c.family is None:
