@@ -61,7 +61,10 @@ class VarianceSplit:
 
 
 def variance_split(per_task: Sequence[Sequence[bool]]) -> VarianceSplit | None:
-    """The split for one subject's graded rows grouped by task; None without two tasks or any repetition."""
+    """The split for one subject's graded rows grouped by task.
+
+    None without two tasks, without any repetition, or when every row agrees (nothing to split).
+    """
     groups = [list(g) for g in per_task if len(g)]
     if len(groups) < 2 or all(len(g) == 1 for g in groups):
         return None
@@ -73,4 +76,6 @@ def variance_split(per_task: Sequence[Sequence[bool]]) -> VarianceSplit | None:
     observed = sum((r - mean) ** 2 for r in rates) / (t - 1)
     noise = sum(within / len(g) for g in groups) / t
     reps = sum(len(g) for g in groups) / t
+    if observed <= 0.0 and within <= 0.0:
+        return None
     return VarianceSplit(tasks=t, repetitions=reps, between=max(0.0, observed - noise), within=within)
