@@ -1,27 +1,22 @@
 """Paired comparisons of two subjects (or two runs) on the tasks both have graded rows for.
 
 The unit of pairing is the task. For each shared task ``t`` the difference is
-``d_t = rate_A(t) - rate_B(t)`` (per-task success rates over graded rows); the reported
-difference is the mean of ``d_t``. Pairing removes the task-difficulty variance that two
-independent intervals would double count (Miller 2024, section 4).
+``d_t = rate_A(t) - rate_B(t)`` (per-task success rates, or mean scores with partial
+credit); the reported difference is the mean of ``d_t``, every task counting once. Pairing
+removes the task-difficulty variance that two independent intervals would double count
+(Miller 2024, section 4).
 
 - Without repetitions (one graded row per task on each side) outcomes are binary pairs.
   The p-value is McNemar's exact test on the ``b`` and ``c`` discordant tasks (a two-sided
-  binomial test with p = 1/2) and the interval is Tango's (1998) score interval for a
-  difference of paired proportions: the inversion of McNemar's score test; it stays inside
-  [-1, 1] and has no zero width. The exact test is the more conservative of the two (5 vs 0
-  discordant tasks: the score test rejects, p = 0.0625 does not), so the interval is extended
-  to 0 whenever the exact test does not reject (:func:`agree`): then the interval excludes 0
-  exactly when p < 0.05, and widening can only raise coverage.
+  binomial test with p = 1/2, its tail summed in integers and taken in log space, so an
+  exact p of 0.0 only means a p below ~1e-308) and the interval is Tango's score interval.
 - With repetitions the per-task means are not binary: the p-value is the exact sign-flip
-  permutation test on the ``d_t`` (:mod:`.signflip`), and the interval is
-  ``mean(d) +/- t(T-1) * sd(d) / sqrt(T)``, extended to 0 in the same way when the test does
-  not reject (a t interval can, rarely, exclude 0 with the permutation p just above 0.05 or
-  contain it just below).
+  permutation test on the ``d_t`` (:mod:`.signflip`) and the interval ``mean(d) +/- t(T-1)
+  * sd(d) / sqrt(T)``; with every ``d_t`` equal (decided on exact fractions) it is
+  :func:`.intervals.degenerate_interval`.
 
-An all-agreeing difference has zero spread; its interval then comes from Wilson intervals
-of the two one-sided win rates (:func:`degenerate_interval`), so a few tasks never claim
-certainty. The decision (a coloured cell in the report) uses the Holm-adjusted p-value.
+In both cases :func:`.intervals.agree` makes the interval exclude 0 exactly when p < 0.05.
+The decision (a coloured cell in the report) uses the Holm-adjusted p-value.
 """
 
 from __future__ import annotations
@@ -30,12 +25,41 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from math import comb, lcm
+from math import comb
 
+from .intervals import (
+    agree,
+    degenerate_interval,
+    inverted_bound,
+    shifted_p,
+    t_interval,
+    tango_interval,
+    tango_score,
+)
 from .power import WEAK_TASKS, PowerNote, power_note
-from .rates import mean_se, score_interval
 from .signflip import DRAWS, sign_flip_test
-from .tdist import Z95, t95
+
+__all__ = [
+    "HOLM",
+    "MCNEMAR",
+    "REFERENCE",
+    "SIGN_FLIP",
+    "PairedComparison",
+    "adjust_family",
+    "agree",
+    "binom_cdf_half",
+    "compare_paired",
+    "compare_scores",
+    "degenerate_interval",
+    "holm",
+    "inverted_bound",
+    "mcnemar_exact",
+    "mcnemar_log_p",
+    "shifted_p",
+    "t_interval",
+    "tango_interval",
+    "tango_score",
+]
 
 MCNEMAR = "mcnemar-exact"
 SIGN_FLIP = "sign-flip"
@@ -75,111 +99,6 @@ def mcnemar_log_p(b: int, c: int) -> float:
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs (1.0 when there are none)."""
     return math.exp(mcnemar_log_p(b, c))
-
-
-def tango_score(b: int, c: int, n: int, delta: float) -> float:
-    """Tango's score statistic for ``p_b - p_c = delta`` from ``b`` and ``c`` discordant pairs out of ``n``.
-
-    ``p_c`` is replaced by its maximum-likelihood estimate under the constraint, the root of
-    ``2n p^2 + B p + C = 0`` with ``B = -b - c + (2n - b + c) delta`` and ``C = -c delta (1 - delta)``.
-    Decreasing in ``delta``; ``(b - c) / sqrt(b + c)`` (McNemar's score) at ``delta = 0``.
-    """
-    big_b = -b - c + (2 * n - b + c) * delta
-    small_c = -c * delta * (1 - delta)
-    p_c = (-big_b + math.sqrt(max(0.0, big_b * big_b - 8 * n * small_c))) / (4 * n)
-    num = b - c - n * delta
-    var = n * (2 * p_c + delta * (1 - delta))
-    if var <= 0.0:
-        return 0.0 if abs(num) < 1e-12 else math.copysign(math.inf, num)
-    return num / math.sqrt(var)
-
-
-def tango_interval(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Tango's score interval for the paired difference ``(b - c) / n`` (``n`` pairs in all)."""
-    if n <= 0:
-        return (-1.0, 1.0)
-
-    def root(target: float) -> float:
-        lo, hi = -1.0, 1.0  # tango_score(lo) >= target >= tango_score(hi)
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if tango_score(b, c, n, mid) > target else (lo, mid)
-        return (lo + hi) / 2
-
-    low = -1.0 if c == n else root(z)
-    high = 1.0 if b == n else root(-z)
-    return (max(-1.0, low), min(1.0, high))
-
-
-def t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
-    """``mean +/- t(T-1) * sd / sqrt(T)`` clipped to [-1, 1]; None with fewer than two values.
-
-    Whether the values have any spread is the caller's (exact) question: a float standard
-    error of identical fractions can come out as 1e-17 rather than 0.
-    """
-    se = mean_se(diffs)
-    if se is None:
-        return None
-    mean = sum(diffs) / len(diffs)
-    half = t95(len(diffs) - 1) * se
-    return (max(-1.0, mean - half), min(1.0, mean + half))
-
-
-def shifted_p(diffs: Sequence[Fraction], delta: Fraction) -> float:
-    """The sign-flip p-value of ``mean(diffs) = delta`` (the test of ``diffs - delta`` against 0)."""
-    return sign_flip_test([d - delta for d in diffs]).p_value
-
-
-#: Bits of packed generating function one step of :func:`inverted_bound` may use.
-_INVERT_BUDGET = 50_000_000
-
-
-def inverted_bound(diffs: Sequence[Fraction], alpha: float = 0.05) -> float:
-    """The end of the sign-flip test's acceptance set between 0 and ``mean(diffs)`` (the test rejects at 0).
-
-    The acceptance set ``{delta : p(diffs - delta) >= alpha}`` is the interval that inverts the
-    test; this finds, by bisection on a fine lattice of ``delta``, its end on the side of 0: the
-    point nearest 0 that the test does not reject. The lattice is the differences' own lattice
-    (the lcm of their denominators) refined as far as the exact enumeration's budget allows.
-    """
-    mean = sum(diffs, Fraction(0)) / len(diffs)
-    base = lcm(*(d.denominator for d in diffs))
-    t = len(diffs)
-    refine = 1
-    while refine < 4096 and t * (4 * t * base * refine * 2 + 1) * (t + 2) <= _INVERT_BUDGET:
-        refine *= 2
-    q = base * refine
-    target = mean * q  # the estimate on the lattice of 1/q (a whole number)
-    rejected, accepted = 0, math.ceil(target) if mean > 0 else math.floor(target)
-    while abs(accepted - rejected) > 1:
-        mid = (rejected + accepted) // 2 if mean > 0 else -((-rejected - accepted) // 2)
-        if shifted_p(diffs, Fraction(mid, q)) >= alpha:
-            accepted = mid
-        else:
-            rejected = mid
-    return accepted / q
-
-
-def agree(
-    interval: tuple[float, float],
-    p: float,
-    diff: float,
-    bound: Callable[[], float] | None = None,
-    alpha: float = 0.05,
-) -> tuple[float, float]:
-    """Make ``interval`` exclude 0 exactly when the test's ``p`` is below ``alpha``.
-
-    Not rejecting: the interval is extended to 0. Rejecting while the interval still holds 0:
-    its end on the side of 0 moves to ``bound()``, the end of the inverted test's acceptance
-    set (:func:`inverted_bound`), which lies strictly between 0 and the estimate.
-    """
-    low, high = interval
-    if p >= alpha:
-        return (min(low, 0.0), max(high, 0.0))
-    if low <= 0.0 <= high and diff != 0 and bound is not None:
-        edge = bound()
-        return (edge, high) if diff > 0 else (low, edge)
-    return (low, high)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -277,25 +196,6 @@ class PairedComparison:
             return f"McNemar exact ({self.only_a} vs {self.only_b} discordant), Tango score interval"
         how = "exact" if self.exact else f"Monte Carlo, {DRAWS:,} seeded draws"
         return f"sign-flip permutation ({how}), t({self.tasks - 1}) interval"
-
-
-def degenerate_interval(diff: Fraction, n: int, z: float = Z95) -> tuple[float, float]:
-    """An interval for a difference whose ``n`` per-task values all equal ``diff`` (no spread to estimate).
-
-    Towards 0 the bound is ``diff`` times the gap between the Wilson bounds of the win rate
-    (``n`` of ``n``) and the loss rate (0 of ``n``), ``(n - z^2) / (n + z^2)``: the observed
-    size with the uncertainty of its sign. Away from 0 it is the Wilson bound of the mean of
-    ``(d + 1) / 2`` over ``n`` tasks, the worst-case spread of a value in [-1, 1]. So the
-    estimate is always inside, ``n`` identical tasks never claim certainty, and with all
-    tasks tied (``diff = 0``) the interval is ``+/- z^2 / (n + z^2)``.
-    """
-    gap = (n - z * z) / (n + z * z)
-    d = float(diff)
-    if d == 0:
-        return (-(1 - gap) / 2, (1 - gap) / 2)
-    far = 2 * score_interval((abs(d) + 1) / 2, n, z)[1] - 1
-    near = abs(d) * gap
-    return (near, far) if d > 0 else (-far, -near)
 
 
 def _mean(values: Sequence[Fraction]) -> Fraction:
