@@ -61,6 +61,8 @@ SCORE_SHIFT = 0.1
 FPR_TARGET = 0.055
 COVERAGE_TARGET = 0.94
 SCENARIOS = ("base", "rare", "skewed", "lost", "budget", "partial")
+#: The official view when the subject causes budget exhaustion: reported apart from the worst cases.
+OFFICIAL_UNDER_BUDGET = "budget/official"
 
 #: Column -> (comparison, target) for the checks; ``None``: a figure without a target.
 COLUMNS: dict[str, tuple[str, float] | None] = {
@@ -282,6 +284,8 @@ def worst(tally: Tally, column: str) -> tuple[str, float, int] | None:
     target = COLUMNS[column]
     found = []
     for group in tally.groups():
+        if group == OFFICIAL_UNDER_BUDGET:
+            continue  # shown apart: the bias the strict view exists for, not a miss of the official estimand
         r = tally.rate(column, group)
         if r is not None and r[1] >= 100:
             found.append((group, r[0], r[1]))
@@ -325,6 +329,18 @@ def report(results: dict[tuple[int, int], Tally], cohorts: int) -> list[str]:
             )
     srows.sort(key=lambda row: (row[0], int(row[1]), int(row[2])))
     lines += _table(header, srows)
+    budget = [
+        f"  {t} x {r}: fpr {_pct(tally.rate('fpr', OFFICIAL_UNDER_BUDGET, only_ok=False))}, "
+        f"rate coverage {_pct(tally.rate('rate', OFFICIAL_UNDER_BUDGET, only_ok=False))}"
+        for (t, r), tally in sorted(results.items())
+        if tally.rate("fpr", OFFICIAL_UNDER_BUDGET, only_ok=False) is not None
+    ]
+    if budget:
+        lines += [
+            "",
+            "Official view with subject-caused budget exhaustion (identical subjects; the strict view fixes it):",
+        ]
+        lines += budget
     lines.append("")
     lines.append("Targets missed where not flagged weak:" if misses else "Targets met wherever not flagged weak.")
     lines += misses
