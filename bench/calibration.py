@@ -168,10 +168,10 @@ def _rate_checks(tally: Tally, group: str, rows: dict[str, list[bool]], a: float
     if reps > 1:
         top = pass_k_table(rows)[-1]
         if top.k == reps:
-            weak = len(rows) < WEAK_TASKS or rate.weak is not None
+            few = len(rows) < WEAK_TASKS
             at, hat = 1 - beta_moment(b, a, reps), beta_moment(a, b, reps)
-            tally.add(group, weak, "pass@R", top.pass_at_low <= at <= top.pass_at_high)
-            tally.add(group, weak, "pass^R", top.pass_hat_low <= hat <= top.pass_hat_high)
+            tally.add(group, few or top.pass_at_weak, "pass@R", top.pass_at_low <= at <= top.pass_at_high)
+            tally.add(group, few or top.pass_hat_weak, "pass^R", top.pass_hat_low <= hat <= top.pass_hat_high)
 
 
 def simulate(job: tuple[str, int, int, int, int, int]) -> Tally:

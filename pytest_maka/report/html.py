@@ -24,7 +24,7 @@ from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .egress import RefusedRow
 from .formatting import DASH, money, p_text, pct, pp
-from .markdown import MAX_TASK_NAMES
+from .markdown import MAX_TASK_NAMES, pass_k_weak
 from .terminal import few_tasks_line, format_cost, format_duration, ranking_line, rate_weak_lines, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
@@ -166,6 +166,7 @@ def render_html(
             scored=summary.partial_credit,
             variance_rows=[s for s in subjects if s.variance is not None],
             max_names=MAX_TASK_NAMES,
+            pass_k_weak=pass_k_weak(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             refused=refused or [],
             charts={

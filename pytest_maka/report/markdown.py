@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.stats import CLUSTER, REFERENCE, CohortSummary, PairedComparison
+from ..core.stats import CLUSTER, REFERENCE, REFERENCE_KINDS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, Status
 from .egress import RefusedRow
 from .egress import markdown_lines as egress_lines
@@ -46,9 +46,11 @@ def pass_k_lines(summary: CohortSummary) -> list[str]:
         at = [estimate(e.pass_at, e.pass_at_low, e.pass_at_high) if (e := by_k.get(k)) else DASH for k in ks]
         hat = [estimate(e.pass_hat, e.pass_hat_low, e.pass_hat_high) if (e := by_k.get(k)) else DASH for k in ks]
         out.append(f"| {md(s.subject)} | " + " | ".join(at + hat) + " |")
+    weak = pass_k_weak(summary)
     return [
         *out,
         "",
+        *([f"**Weak:** {md(weak)}.", ""] if weak else []),
         "Unbiased estimators over official rows, averaged over tasks with at least k samples (every task once); "
         "95% score intervals over tasks with the t(tasks - 1) critical value.",
         "",
@@ -69,6 +71,21 @@ def task_names(names: tuple[str, ...], limit: int = MAX_TASK_NAMES) -> str:
         return DASH
     shown = ", ".join(md(n) for n in names[:limit])
     return shown + (f", … (+{len(names) - limit})" if len(names) > limit else "")
+
+
+def pass_k_weak(summary: CohortSummary) -> str | None:
+    """The pass@k / pass^k figures of non-reference subjects with at most 3 tasks away from 0 or 1."""
+    found = [
+        f"{s.subject} {name}{e.k}"
+        for s in summary.subjects
+        if s.kind not in REFERENCE_KINDS
+        for e in s.pass_k
+        for name, weak in (("pass@", e.pass_at_weak), ("pass^", e.pass_hat_weak))
+        if weak
+    ]
+    if not found:
+        return None
+    return "at most 3 tasks away from 0 or 1, the interval next to the bound is approximate: " + ", ".join(found)
 
 
 def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISONS) -> list[str]:

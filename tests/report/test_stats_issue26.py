@@ -289,7 +289,15 @@ def test_weak_flags_few_differing_tasks_and_unequal_repetitions() -> None:
     unequal = compare_paired(a, b)
     assert unequal.unequal and "unequal repetitions on the two sides" in unequal.weak_reasons
     rate = Rate.clustered([[True, False]] * 2 + [[False, False]] * 20)
-    assert rate.weak is not None and "2 success(es)" in rate.weak
+    assert rate.weak == "2 of 22 tasks ever passed: the interval near 0 is approximate"
+    assert Rate.clustered([[True, False]] * 5 + [[False, False]] * 20).weak is None
+    rare = {f"t{i}": [i < 2, False, False] for i in range(30)}
+    top = pass_k_table(rare)
+    assert (
+        top[0].pass_at_weak
+        and top[2].pass_hat_weak
+        and not pass_k_table({f"t{i}": [i % 2 == 0, i % 3 == 0] for i in range(30)})[0].pass_at_weak
+    )
 
 
 # --- power on every comparison; won and lost tasks; the variance split -----------------------------------

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
 
-from .rates import bounded_mean_interval, mean_se
+from .rates import NEAR_BOUND, bounded_mean_interval, mean_se
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -62,6 +62,14 @@ class KEstimate:
     pass_hat: float
     pass_hat_low: float
     pass_hat_high: float
+    #: At most ``NEAR_BOUND`` tasks away from 0 (or from 1): the interval next to the bound is approximate.
+    pass_at_weak: bool = False
+    pass_hat_weak: bool = False
+
+
+def near_bound(values: Sequence[Fraction]) -> bool:
+    """At most :data:`.rates.NEAR_BOUND` of the per-task values differ from 0, or from 1."""
+    return min(sum(1 for v in values if v > 0), sum(1 for v in values if v < 1)) <= NEAR_BOUND
 
 
 def _mean_interval(values: Sequence[Fraction], draws: int) -> tuple[float, float, float]:
@@ -89,9 +97,10 @@ def pass_k_table(per_task: Mapping[str, Sequence[bool]], max_k: int | None = Non
     for k in range(1, top + 1):
         usable = [(n, c) for n, c in counts if n >= k]
         draws = sum(n // k for n, _ in usable)
-        at = _mean_interval([1 - Fraction(comb(n - c, k), comb(n, k)) for n, c in usable], draws)
-        hat = _mean_interval([Fraction(comb(c, k), comb(n, k)) for n, c in usable], draws)
-        out.append(KEstimate(k, len(usable), *at, *hat))
+        at_values = [1 - Fraction(comb(n - c, k), comb(n, k)) for n, c in usable]
+        hat_values = [Fraction(comb(c, k), comb(n, k)) for n, c in usable]
+        at, hat = _mean_interval(at_values, draws), _mean_interval(hat_values, draws)
+        out.append(KEstimate(k, len(usable), *at, *hat, near_bound(at_values), near_bound(hat_values)))
     return out
 
 

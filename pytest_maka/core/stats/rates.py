@@ -152,6 +152,9 @@ class Rate:
     #: Number of clusters (tasks) behind the rows, when repetitions were clustered.
     clusters: int | None = None
     se: float | None = None
+    #: Clustered: tasks with some pass and tasks with some failure (how far the rate is from 0 and 1).
+    tasks_passing: int | None = None
+    tasks_failing: int | None = None
 
     @classmethod
     def of(cls, passes: int, total: int) -> Rate:
@@ -177,7 +180,9 @@ class Rate:
         se = clustered_se(groups)
         spread = len({Fraction(int(sum(c)), len(c)) for c in groups}) > 1
         low, high = bounded_mean_interval(passes / total, se if spread else None, g, cap=total)
-        return cls(passes, total, low, high, CLUSTER, g, se)
+        passing = sum(1 for c in groups if any(c))
+        failing = sum(1 for c in groups if not all(c))
+        return cls(passes, total, low, high, CLUSTER, g, se, passing, failing)
 
     @property
     def value(self) -> float | None:
@@ -209,15 +214,16 @@ class Rate:
 
     @property
     def weak(self) -> str | None:
-        """Why the clustered interval may cover less than 95% (at most 3 successes or failures), or None.
+        """Why the clustered interval may cover less than 95%, or None.
 
-        Rows without repetitions get the exact bound next to 0 or 1 (:func:`rate_interval`) and
-        are not flagged; the cluster-robust interval has no such repair.
+        The tasks are the sample: with at most :data:`NEAR_BOUND` tasks that ever passed (or
+        ever failed) the interval next to that bound is approximate. Rows without repetitions
+        get the exact bound there (:func:`rate_interval`) and are not flagged.
         """
-        if self.method != CLUSTER or not self.total:
+        if self.method != CLUSTER or self.tasks_passing is None or self.tasks_failing is None:
             return None
-        fails = self.total - self.passes
-        if self.passes <= NEAR_BOUND or fails <= NEAR_BOUND:
-            few = f"{self.passes} success(es)" if self.passes <= NEAR_BOUND else f"{fails} failure(s)"
-            return f"{few} in {self.total} rows: the interval near the bound is approximate"
+        if self.tasks_passing <= NEAR_BOUND:
+            return f"{self.tasks_passing} of {self.clusters} tasks ever passed: the interval near 0 is approximate"
+        if self.tasks_failing <= NEAR_BOUND:
+            return f"{self.tasks_failing} of {self.clusters} tasks ever failed: the interval near 100% is approximate"
         return None
