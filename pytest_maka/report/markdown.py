@@ -243,6 +243,7 @@ def render_markdown(
             else "Wilson score interval, exact (Clopper-Pearson) on a side with at most 3 successes or failures."
         )
         + " Both rates pool rows (passes over rows); pass@k and the paired comparisons weight every task once."
+        + " The official rows rank the subjects; the strict view stands beside them."
         + (" Mean score: official rows, a task's repetitions one cluster." if scored else ""),
         "",
     ]

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from math import comb
+from math import comb, lcm
 
 from .intervals import (
     agree,
@@ -211,6 +211,34 @@ def exact_score(score: float) -> Fraction:
     return Fraction(round(score * SCORE_LATTICE), SCORE_LATTICE)
 
 
+#: Bits of packed generating function a sign-flip test (and its inversion) on per-task differences may use.
+LATTICE_BUDGET_BITS = 100_000_000
+#: The coarsest lattice that differences are rounded to (1/50).
+MIN_LATTICE = 50
+
+
+def on_lattice(diffs: Sequence[Fraction]) -> list[Fraction]:
+    """``diffs`` as given when the exact sign-flip enumeration of them is cheap, else rounded to a coarser lattice.
+
+    Mean scores on a 1/1000 lattice over many tasks and repetitions make a lattice too fine
+    to enumerate (100 tasks x 5 repetitions: seconds of Monte Carlo per pair). The per-task
+    differences are then rounded to the finest lattice ``1/Q`` the budget allows, shifts of
+    the inversion included (``Q`` >= :data:`MIN_LATTICE`). Rounding is odd (``round(-x) =
+    -round(x)``), so the test on the rounded values is still an exact permutation test.
+    Rate differences (``c/n`` with small ``n``) fit and are never rounded.
+    """
+    t = len(diffs)
+    if not any(diffs):
+        return list(diffs)
+    scale = lcm(*(d.denominator for d in diffs))
+    if t * (4 * t * scale + 1) * (t + 2) <= LATTICE_BUDGET_BITS:
+        return list(diffs)
+    q = max(MIN_LATTICE, int((LATTICE_BUDGET_BITS / (t * (t + 2)) - 1) / (4 * t)))
+    if q >= scale:
+        return list(diffs)
+    return [Fraction(round(d * q), q) for d in diffs]
+
+
 def _paired(
     names: tuple[str, str],
     shared: Sequence[str],
@@ -244,8 +272,10 @@ def _paired(
         "measure": measure,
     }
 
+    tested = on_lattice(exact_diffs)
+
     def bound() -> float:
-        return inverted_bound(exact_diffs)
+        return inverted_bound(tested)
 
     if binary:
         p = mcnemar_exact(len(won), len(lost))
@@ -253,7 +283,7 @@ def _paired(
         return PairedComparison(
             **common, low=low, high=high, p_value=p, method=MCNEMAR, only_a=len(won), only_b=len(lost)
         )
-    test = sign_flip_test(exact_diffs)
+    test = sign_flip_test(tested)
     spread = len(set(exact_diffs)) > 1
     base = t_interval(diffs) if spread else None
     interval = base if base is not None else degenerate_interval(exact_diffs[0], n)
