@@ -339,3 +339,24 @@ def test_mcnemar_exact_is_unchanged_where_it_did_not_underflow() -> None:
     for b, c in [(0, 0), (5, 0), (3, 9), (250, 200), (600, 900)]:
         ref = scipy_stats.binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
         assert mcnemar_exact(b, c) == pytest.approx(ref, rel=1e-9)
+
+
+def test_score_differences_too_fine_to_enumerate_are_rounded_oddly_and_tested_exactly() -> None:
+    from pytest_maka.core.stats.paired import MIN_LATTICE, exact_score, on_lattice
+
+    rng = random.Random(9)
+    a = {f"t{i}": [rng.random() for _ in range(5)] for i in range(100)}
+    b = {f"t{i}": [rng.random() * 0.9 for _ in range(5)] for i in range(100)}
+    diffs = [
+        sum((exact_score(x) for x in a[t]), Fraction(0)) / 5 - sum((exact_score(x) for x in b[t]), Fraction(0)) / 5
+        for t in sorted(a)
+    ]
+    rounded = on_lattice(diffs)
+    assert rounded != diffs and max(d.denominator for d in rounded) >= MIN_LATTICE
+    assert on_lattice([-d for d in diffs]) == [-d for d in rounded]  # odd: the sign-flip null is kept
+    assert all(abs(r - d) <= Fraction(1, 2 * MIN_LATTICE) for r, d in zip(rounded, diffs, strict=True))
+    c = compare_scores(a, b)
+    assert c.exact and c.p_value == sign_flip_test(rounded).p_value
+    assert c.diff == pytest.approx(float(sum(diffs) / 100))  # the estimate is not rounded
+    rates = [Fraction(k, 3) - Fraction(j, 5) for k, j in zip(range(4), range(4), strict=True)] * 10
+    assert on_lattice(rates) == rates  # rate differences always fit
