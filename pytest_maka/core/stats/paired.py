@@ -287,7 +287,7 @@ def _paired(
     spread = len(set(exact_diffs)) > 1
     base = t_interval(diffs) if spread else None
     interval = base if base is not None else degenerate_interval(exact_diffs[0], n)
-    low, high = agree(interval, test.p_value, float(mean), bound if test.exact else None)
+    low, high = agree(interval, test.p_value, float(mean), bound)
     return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
 
 
