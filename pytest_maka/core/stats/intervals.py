@@ -123,8 +123,8 @@ def agree(
     if p >= alpha:
         return (min(low, 0.0), max(high, 0.0))
     if low <= 0.0 <= high and diff != 0 and bound is not None:
-        edge = bound()
-        return (edge, high) if diff > 0 else (low, edge)
+        edge = bound()  # within one lattice step of the estimate at worst: never past it
+        return (min(edge, diff), high) if diff > 0 else (low, max(edge, diff))
     return (low, high)
 
 
