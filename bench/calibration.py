@@ -20,7 +20,9 @@ the paired interval contains 0 then; ``power`` p < 0.05 with B better; ``coverD`
 contains the true difference; ``rate`` the official rate interval (and in ``budget`` the
 strict one) contains the true rate; ``pass@R`` / ``pass^R`` likewise; ``agree`` p < 0.05
 exactly when the interval excludes 0. Every target (fpr <= 5.5%, coverage >= 94%) is checked
-on the cohorts the report does not flag as weak; ``weak%`` is the share it flags.
+in the first table on the scenarios the report flags weak in at most half the cohorts (over
+all their cohorts: conditioning on a data-dependent flag would bias the figure); ``weak%`` is
+the share it flags.
 
     python bench/calibration.py [--cohorts 1000] [--workers 2] [--sizes 5,10,20,30,50,100] [--reps 1,3,5]
 
@@ -279,15 +281,28 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def flagged_share(tally: Tally, column: str, group: str) -> float | None:
+    """The share of a group's cohorts whose ``column`` the report flags as weak."""
+    ok = tally.cells.get((group, "ok", column), [0, 0])[1]
+    weak = tally.cells.get((group, "weak", column), [0, 0])[1]
+    return weak / (ok + weak) if ok + weak else None
+
+
 def worst(tally: Tally, column: str) -> tuple[str, float, int] | None:
-    """The worst group for ``column`` over the cohorts not flagged weak (fewest 100 cohorts per group)."""
+    """The worst group for ``column`` among those the report usually does not flag (at most half its cohorts).
+
+    The figure is over every cohort of the group, flagged or not: conditioning on a flag that
+    depends on the data (at most 3 successes, fewer than 10 differing tasks) would select
+    unusual cohorts and bias the figure. At least 100 cohorts per group.
+    """
     target = COLUMNS[column]
     found = []
     for group in tally.groups():
         if group == OFFICIAL_UNDER_BUDGET:
             continue  # shown apart: the bias the strict view exists for, not a miss of the official estimand
-        r = tally.rate(column, group)
-        if r is not None and r[1] >= 100:
+        share = flagged_share(tally, column, group)
+        r = tally.rate(column, group, only_ok=False)
+        if r is not None and r[1] >= 100 and share is not None and share <= 0.5:
             found.append((group, r[0], r[1]))
     if not found:
         return None
@@ -311,7 +326,7 @@ def report(results: dict[tuple[int, int], Tally], cohorts: int) -> list[str]:
                         f"  {t} tasks x {r} reps: {c} = {100 * w[1]:.1f}% in {w[0]} ({w[2]} cohorts not weak)"
                     )
         rows.append([str(t), str(r), "yes" if t < WEAK_TASKS else "no", *cells])
-    lines = ["Worst case per size over every scenario and regime, cohorts not flagged weak (>= 100 per group):"]
+    lines = ["Worst case per size over the scenarios and regimes the report flags weak in at most half the cohorts:"]
     lines += _table(["tasks", "reps", "weak", *cols], rows)
     lines.append("")
     lines.append(f"{cohorts} cohorts per row and scenario; rates in %.")
@@ -342,7 +357,9 @@ def report(results: dict[tuple[int, int], Tally], cohorts: int) -> list[str]:
         ]
         lines += budget
     lines.append("")
-    lines.append("Targets missed where not flagged weak:" if misses else "Targets met wherever not flagged weak.")
+    lines.append(
+        "Targets missed where mostly not flagged weak:" if misses else "Targets met wherever mostly not flagged."
+    )
     lines += misses
     return lines
 
