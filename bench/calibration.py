@@ -322,9 +322,7 @@ def report(results: dict[tuple[int, int], Tally], cohorts: int) -> list[str]:
             if w is not None and target is not None and c != "power":
                 op, value = target
                 if (w[1] > value) if op == "<=" else (w[1] < value - 1e-12):
-                    misses.append(
-                        f"  {t} tasks x {r} reps: {c} = {100 * w[1]:.1f}% in {w[0]} ({w[2]} cohorts)"
-                    )
+                    misses.append(f"  {t} tasks x {r} reps: {c} = {100 * w[1]:.1f}% in {w[0]} ({w[2]} cohorts)")
         rows.append([str(t), str(r), "yes" if t < WEAK_TASKS else "no", *cells])
     lines = ["Worst case per size over the scenarios and regimes the report flags weak in at most half the cohorts:"]
     lines += _table(["tasks", "reps", "weak", *cols], rows)
