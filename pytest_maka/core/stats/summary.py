@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from ..taxonomy import OFFICIAL, Status
 from .describe import Distribution, Spend, spend_of
@@ -26,8 +26,10 @@ ORACLE_KIND = "oracle"
 REFERENCE_KINDS: frozenset[str] = frozenset({NOP_KIND, ORACLE_KIND})
 
 
+#: Which rows a comparison is made on: official rows, every row (non-pass = 0), or mean scores.
+View = Literal["official", "strict", "score"]
 #: The view of the rows that ranks the subjects (the headline says so in every view).
-RANKING = "official"
+RANKING: View = "official"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,10 @@ def strict_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]
 def summarize_subject(
     subject: str, records: Sequence[Mapping[str, Any]], *, scores: bool | None = None
 ) -> SubjectSummary:
-    """Summarise the cell records of one subject."""
+    """Summarise the cell records of one subject.
+
+    ``scores``: whether to add the mean score (partial credit); None decides from these records.
+    """
     counts = {s: 0 for s in Status}
     by_task: dict[str, list[Status]] = {}
     for r in records:
@@ -225,7 +230,7 @@ class CohortSummary:
     #: The same pairs on mean scores, when some task gives partial credit (else empty).
     score_comparisons: tuple[PairedComparison, ...] = ()
     #: Which view ranks the subjects: ``official`` (the strict one is shown beside it).
-    ranking: str = RANKING
+    ranking: View = RANKING
 
     @property
     def partial_credit(self) -> bool:
@@ -243,7 +248,7 @@ class CohortSummary:
         """The strict-view comparison of the same pair (same order), or None."""
         return self.comparison(c.a, c.b, view="strict")
 
-    def comparison(self, a: str, b: str, view: str = "official") -> PairedComparison | None:
+    def comparison(self, a: str, b: str, view: View = "official") -> PairedComparison | None:
         """A versus B (either order: the sign follows the arguments), or None; ``view``: official/strict/score."""
         pool = {"official": self.comparisons, "strict": self.strict_comparisons, "score": self.score_comparisons}[view]
         for c in pool:
@@ -282,7 +287,7 @@ def flip(c: PairedComparison) -> PairedComparison:
 def pairwise(
     by_subject: Mapping[str, Sequence[Mapping[str, Any]]],
     references: frozenset[str] = frozenset(),
-    view: str = "official",
+    view: View = "official",
 ) -> tuple[PairedComparison, ...]:
     """Paired comparisons of every two subjects on their shared tasks, in one ``view``.
 
