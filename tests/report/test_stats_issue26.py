@@ -360,3 +360,31 @@ def test_score_differences_too_fine_to_enumerate_are_rounded_oddly_and_tested_ex
     assert c.diff == pytest.approx(float(sum(diffs) / 100))  # the estimate is not rounded
     rates = [Fraction(k, 3) - Fraction(j, 5) for k, j in zip(range(4), range(4), strict=True)] * 10
     assert on_lattice(rates) == rates  # rate differences always fit
+
+
+def test_views_show_where_the_uncertainty_comes_from(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    rows: list[dict[str, Any]] = []
+    for i in range(15):
+        p = rng.random()
+        for r in (1, 2, 3):
+            rows.append(rec(f"t{i}", "x", S.AGENT_SUCCESS if rng.random() < p else S.AGENT_FAILURE, rep=r))
+    s = summarize(rows)
+    v = s.subjects[0].variance
+    assert v is not None and v.tasks == 15 and v.repetitions == 3
+    paths = write_views(tmp_path, rows, cohort="variance")
+    cells = (f"{196 * v.now:.1f} pp", f"{196 * v.more_repetitions:.1f} pp", f"{196 * v.more_tasks:.1f} pp")
+    for text in (paths["markdown"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")):
+        assert "Where the uncertainty comes from" in text and all(c in text for c in cells)
+
+
+def test_compare_pages_show_the_strict_change_and_power() -> None:
+    from pytest_maka.report.compare import render_compare_html, render_compare_markdown
+
+    before = _budget_cohort()
+    after = [dict(r, status=S.AGENT_FAILURE.value) if r["status"] == S.BUDGET_EXHAUSTED.value else r for r in before]
+    result = compare_runs(before, after, labels=("before", "after"))
+    a = next(x for x in result.subjects if x.subject == "A")
+    assert a.paired.power is not None
+    for text in (render_compare_markdown(result), render_compare_html(result)):
+        assert "strict change" in text and "+0.0 pp [" in text and a.paired.power.text in text
