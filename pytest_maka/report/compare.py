@@ -23,6 +23,7 @@ from ..core.stats import (
     adjust_family,
     compare_paired,
     graded_by_task,
+    strict_by_task,
     summarize,
 )
 from .formatting import p_text, pct, pp
@@ -57,6 +58,8 @@ class SubjectChange:
     b: SubjectSummary
     paired: PairedComparison
     tasks: tuple[TaskChange, ...]
+    #: The same change on every row, any non-pass = 0 (budget exhausted included).
+    strict: PairedComparison | None = None
 
     @property
     def moved(self) -> list[TaskChange]:
@@ -103,10 +106,15 @@ def compare_runs(
     graded = {n: (graded_by_task(by_a[n]), graded_by_task(by_b[n])) for n in names}
     tests = [compare_paired(graded[n][1], graded[n][0], names=(n, n)) for n in names]
     family = adjust_family(tests, references.__contains__)
+    every = {n: (strict_by_task(by_a[n]), strict_by_task(by_b[n])) for n in names}
+    stricts = adjust_family(
+        [compare_paired(every[n][1], every[n][0], names=(n, n)) for n in names], references.__contains__
+    )
     changes = []
-    for name, paired in zip(names, family, strict=True):
+    for name, paired, strict in zip(names, family, stricts, strict=True):
         ga, gb = graded[name]
         paired = replace(paired, a=labels[1], b=labels[0])
+        strict = replace(strict, a=labels[1], b=labels[0])
         st_a, st_b = _statuses(by_a[name]), _statuses(by_b[name])
         tasks = tuple(
             TaskChange(
@@ -118,7 +126,7 @@ def compare_runs(
             )
             for t in sorted(st_a.keys() | st_b.keys())
         )
-        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks))
+        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks, strict))
     return RunComparison(
         label_a=labels[0],
         label_b=labels[1],
@@ -140,8 +148,28 @@ def adjusted_text(p: PairedComparison) -> str:
 
 
 def weak_lines(result: RunComparison) -> list[str]:
-    """The power line of every subject compared on fewer than ``WEAK_TASKS`` shared tasks."""
-    return [f"{s.subject}: {s.paired.power.text}" for s in result.subjects if s.paired.weak and s.paired.power]
+    """Why each weak subject's change is weak, with its power line."""
+    return [
+        f"{s.subject}: {'; '.join(s.paired.weak_reasons)}" + (f"; {s.paired.power.text}" if s.paired.power else "")
+        for s in result.subjects
+        if s.paired.weak
+    ]
+
+
+def power_lines(result: RunComparison) -> list[str]:
+    """The power line of every subject (the smallest change detectable at its size)."""
+    return [f"{s.subject}: {s.paired.power.text}" for s in result.subjects if s.paired.power and s.paired.tasks]
+
+
+def strict_text(s: SubjectChange) -> str:
+    """The strict change with its interval, or a dash."""
+    c = s.strict
+    if c is None or c.low is None:
+        return "-"
+    return f"{pp(c.diff)} [{pp(c.low)}, {pp(c.high)}]"
+
+
+RANKING_NOTE = "ranked on official rows (p (Holm) decides); strict = every row, any non-pass (budget, infra, ...) = 0"
 
 
 def compare_lines(result: RunComparison) -> list[str]:
@@ -156,6 +184,7 @@ def compare_lines(result: RunComparison) -> list[str]:
         "p (Holm)",
         "better/worse/same",
         "tasks",
+        "strict change [95% CI]",
     )
     rows = []
     for s in result.subjects:
@@ -171,6 +200,7 @@ def compare_lines(result: RunComparison) -> list[str]:
                 adjusted_text(p),
                 f"{p.wins_a}/{p.wins_b}/{p.ties}",
                 str(p.tasks),
+                strict_text(s),
             )
         )
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
@@ -179,9 +209,13 @@ def compare_lines(result: RunComparison) -> list[str]:
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             lines.append(f"only in {label}: {', '.join(names)}")
+    lines.append(RANKING_NOTE)
     weak = weak_lines(result)
     if weak:
-        lines += ["weak comparisons (fewer shared tasks than a difference needs):", *(f"  {w}" for w in weak)]
+        lines += ["weak comparisons:", *(f"  {w}" for w in weak)]
+    power = power_lines(result)
+    if power:
+        lines += ["power (two-sided 0.05, 80%):", *(f"  {w}" for w in power)]
     return lines
 
 
@@ -193,21 +227,25 @@ def render_compare_markdown(result: RunComparison) -> str:
         f"**{result.cells_a}** cells in {md(result.label_a)} · **{result.cells_b}** cells in {md(result.label_b)}",
         "",
         f"| subject | {md(result.label_a)} official | {md(result.label_b)} official | change (B - A) | 95% CI "
-        "| p | p (Holm) | tasks better / worse / same | test |",
-        "| --- | --: | --: | --: | --: | --: | --: | --: | --- |",
+        "| p | p (Holm) | tasks better / worse / same | strict change [95% CI] | test |",
+        "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --- |",
     ]
     for s in result.subjects:
         p = s.paired
         ci = f"[{pp(p.low)}, {pp(p.high)}]" if p.low is not None else "-"
         out.append(
             f"| **{md(s.subject)}** | {s.a.official.text} | {s.b.official.text} | {pp(p.diff)} | {ci} | "
-            f"{p_text(p.p_value)} | {adjusted_text(p)} | {p.wins_a} / {p.wins_b} / {p.ties} | {md(_test(p))} |"
+            f"{p_text(p.p_value)} | {adjusted_text(p)} | {p.wins_a} / {p.wins_b} / {p.ties} | {strict_text(s)} | "
+            f"{md(_test(p))} |"
         )
-    out.append("")
+    out += ["", f"**Ranking:** {md(RANKING_NOTE)}.", ""]
     weak = weak_lines(result)
     if weak:
-        out += ["**Weak:** fewer shared tasks than a difference of the observed size needs.", ""]
+        out += ["**Weak:** few shared or differing tasks, or unequal repetitions in the two runs.", ""]
         out += [f"- {md(w)}" for w in weak] + [""]
+    power = power_lines(result)
+    if power:
+        out += ["**Power** (two-sided 0.05, 80%):", ""] + [f"- {md(w)}" for w in power] + [""]
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             out += [f"Only in {md(label)}: " + ", ".join(md(n) for n in names), ""]
@@ -239,5 +277,8 @@ def render_compare_html(result: RunComparison) -> str:
             test=_test,
             adjusted=adjusted_text,
             weak=weak_lines(result),
+            power=power_lines(result),
+            strict=strict_text,
+            ranking=RANKING_NOTE,
         )
     )

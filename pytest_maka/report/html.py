@@ -24,7 +24,8 @@ from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .egress import RefusedRow
 from .formatting import DASH, money, p_text, pct, pp
-from .terminal import few_tasks_line, format_cost, format_duration, weak_line
+from .markdown import MAX_TASK_NAMES, pass_k_weak
+from .terminal import few_tasks_line, format_cost, format_duration, ranking_line, rate_weak_lines, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
 
@@ -160,6 +161,12 @@ def render_html(
             health_rows=health_rows,
             weak=weak_line(summary),
             few_tasks=few_tasks_line(summary),
+            rate_weak=rate_weak_lines(summary),
+            ranking=ranking_line(summary),
+            scored=summary.partial_credit,
+            variance_rows=[s for s in subjects if s.variance is not None],
+            max_names=MAX_TASK_NAMES,
+            pass_k_weak=pass_k_weak(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             refused=refused or [],
             charts={

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.stats import CLUSTER, MCNEMAR, REFERENCE_KINDS, WEAK_TASKS, CohortSummary, SubjectSummary, summarize
+from ..core.stats import (
+    CLUSTER,
+    MCNEMAR,
+    REFERENCE_KINDS,
+    WEAK_TASKS,
+    CohortSummary,
+    PairedComparison,
+    SubjectSummary,
+    summarize,
+)
+from ..core.stats.paired import WEAK_DISCORDANT
 from .formatting import p_text
 
 #: At most this many flagged tasks are listed; the rest are counted.
@@ -68,6 +78,7 @@ def summary_lines(summary: CohortSummary) -> list[str]:
     few = few_tasks_line(summary)
     if few:
         lines.append(few)
+    lines += [f"weak rate: {w}" for w in rate_weak_lines(summary)]
     lines += comparison_lines(summary)
     if summary.health:
         lines.append("")
@@ -80,26 +91,76 @@ def summary_lines(summary: CohortSummary) -> list[str]:
 
 
 def few_tasks_line(summary: CohortSummary) -> str | None:
-    """The warning under the headline table (in every view) for a cohort of fewer than ``WEAK_TASKS`` tasks."""
-    n = len(summary.tasks)
-    if not 0 < n < WEAK_TASKS:
+    """The warning under the headline table (in every view) for subjects graded on fewer than ``WEAK_TASKS`` tasks.
+
+    Counts each subject's graded tasks (tasks with an official row), not the cohort's tasks:
+    a subject whose rows were mostly lost is weak even in a large cohort.
+    """
+    few = [(s.subject, s.graded_tasks) for s in summary.subjects if 0 < s.graded_tasks < WEAK_TASKS]
+    if not few:
         return None
+    sizes = {n for _, n in few}
+    if len(few) == len(summary.subjects) and len(sizes) == 1:
+        return (
+            f"only {sizes.pop()} task(s): every interval here is approximate (a nominal 95% interval over so few "
+            "tasks can cover less) and comparisons are weak"
+        )
+    who = ", ".join(f"{n} graded task(s) for {name}" for name, n in few)
     return (
-        f"only {n} task(s): every interval here is approximate (a nominal 95% interval over so few tasks "
-        f"can cover less) and comparisons are weak"
+        f"only {who}: their intervals are approximate (a nominal 95% interval over so few tasks can cover less) "
+        "and their comparisons are weak"
     )
+
+
+def rate_weak_lines(summary: CohortSummary) -> list[str]:
+    """One line per non-reference subject whose clustered rate has at most 3 successes or failures."""
+    return [
+        f"{s.subject}: {s.official.weak}"
+        for s in summary.subjects
+        if s.kind not in REFERENCE_KINDS and s.official.weak is not None
+    ]
 
 
 def weak_line(summary: CohortSummary) -> str | None:
-    """The warning printed (in every view) when some comparisons rest on fewer than ``WEAK_TASKS`` tasks."""
+    """The warning printed (in every view) when some comparisons are weak, with the reasons counted."""
     weak = summary.weak
     if not weak:
         return None
-    fewest = min(c.tasks for c in weak)
+    parts = []
+    few = [c for c in weak if c.tasks < WEAK_TASKS]
+    if few:
+        fewest = min(c.tasks for c in few)
+        parts.append(f"{len(few)} pair(s) share fewer than {WEAK_TASKS} tasks (fewest {fewest})")
+    differ = [c for c in weak if c.tasks >= WEAK_TASKS and c.wins_a + c.wins_b < WEAK_DISCORDANT]
+    if differ:
+        parts.append(f"{len(differ)} pair(s) differ on fewer than {WEAK_DISCORDANT} tasks")
+    unequal = [c for c in weak if c.unequal]
+    if unequal:
+        parts.append(f"{len(unequal)} pair(s) have unequal repetitions on the two sides")
     return (
-        f"comparisons are weak: {len(weak)} pair(s) share fewer than {WEAK_TASKS} tasks (fewest {fewest}); "
-        "a non-significant result there is not evidence of no difference"
+        "comparisons are weak: "
+        + "; ".join(parts)
+        + "; a non-significant result there is not evidence of no difference"
     )
+
+
+def ranking_line(summary: CohortSummary) -> str:
+    """Which view ranks the subjects, and the pairs whose strict view decides otherwise."""
+    line = (
+        f"ranked on {summary.ranking} rows (p (Holm) decides); strict = every row, any non-pass "
+        "(budget, infra, ...) = 0, shown beside"
+    )
+    split = [c for c in summary.comparisons if (s := summary.strict_of(c)) is not None and s.verdict != c.verdict]
+    if split:
+        line += "; official and strict disagree on " + ", ".join(f"{c.a} vs {c.b}" for c in split)
+    return line
+
+
+def interval_pp(c: PairedComparison | None) -> str:
+    """``+12.5 pp [-3.0, +20.0]`` (fixed width friendly), or ``-``."""
+    if c is None or c.diff is None or c.low is None or c.high is None:
+        return "-"
+    return f"{100 * c.diff:+.1f} pp [{100 * c.low:+.1f}, {100 * c.high:+.1f}]"
 
 
 def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISON_LINES) -> list[str]:
@@ -109,16 +170,19 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISON_LINES) 
     models = [c for c in graded if kinds.get(c.a) not in REFERENCE_KINDS and kinds.get(c.b) not in REFERENCE_KINDS]
     if not models:
         return []
-    out = ["", "paired (A - B on shared tasks; p (Holm) decides):"]
+    out = ["", "paired (A - B on shared tasks, each task once; " + ranking_line(summary) + "):"]
     for c in models[:limit]:
         test = "McNemar" if c.method == MCNEMAR else "sign-flip"
+        strict = summary.strict_of(c)
         out.append(
-            f"  {c.a} - {c.b}: {100 * c.diff:+.1f} pp [{100 * (c.low or 0):+.1f}, {100 * (c.high or 0):+.1f}]  "
+            f"  {c.a} - {c.b}: {interval_pp(c)}  "
             f"{p_text(c.p_value)}, Holm {p_text(c.p_adjusted, prefix=False)} ({test})  "
-            f"wins {c.wins_a}/{c.wins_b}/{c.ties} tied, {c.tasks} tasks"
+            f"wins {c.wins_a}/{c.wins_b}/{c.ties} tied, {c.tasks} tasks; strict {interval_pp(strict)}"
         )
-        if c.weak and c.power is not None:
-            out.append(f"    weak: {c.power.text}")
+        if c.power is not None:
+            out.append(f"    power: {c.power.text}")
+        if c.weak:
+            out.append(f"    weak: {'; '.join(c.weak_reasons)}")
     if len(models) > limit:
         out.append(f"  ... and {len(models) - limit} more pairs (see summary.md)")
     warning = weak_line(summary)

@@ -80,7 +80,10 @@ def test_wilson_rejects_impossible_counts(x: int, n: int) -> None:
 def test_rate_text() -> None:
     r = Rate.of(3, 4)
     assert r.text == "3/4 = 75.0%"
-    assert r.interval_text == "[30.1%, 95.4%]"
+    # 3 successes and 1 failure: both sides are next to a bound, so both are the exact (Clopper-Pearson)
+    # bounds (issue 26: Wilson's pointwise coverage dips to 84% there); Wilson's own is [30.1%, 95.4%]
+    assert r.interval_text == "[19.4%, 99.4%]"
+    assert wilson_interval(3, 4) == pytest.approx((0.3006, 0.9544), abs=1e-4)
     assert r.value == 0.75
     empty = Rate.of(0, 0)
     assert empty.text == "0/0 = n/a"

@@ -1,27 +1,22 @@
 """Paired comparisons of two subjects (or two runs) on the tasks both have graded rows for.
 
 The unit of pairing is the task. For each shared task ``t`` the difference is
-``d_t = rate_A(t) - rate_B(t)`` (per-task success rates over graded rows); the reported
-difference is the mean of ``d_t``. Pairing removes the task-difficulty variance that two
-independent intervals would double count (Miller 2024, section 4).
+``d_t = rate_A(t) - rate_B(t)`` (per-task success rates, or mean scores with partial
+credit); the reported difference is the mean of ``d_t``, every task counting once. Pairing
+removes the task-difficulty variance that two independent intervals would double count
+(Miller 2024, section 4).
 
 - Without repetitions (one graded row per task on each side) outcomes are binary pairs.
   The p-value is McNemar's exact test on the ``b`` and ``c`` discordant tasks (a two-sided
-  binomial test with p = 1/2) and the interval is Tango's (1998) score interval for a
-  difference of paired proportions: the inversion of McNemar's score test; it stays inside
-  [-1, 1] and has no zero width. The exact test is the more conservative of the two (5 vs 0
-  discordant tasks: the score test rejects, p = 0.0625 does not), so the interval is extended
-  to 0 whenever the exact test does not reject (:func:`agree`): then the interval excludes 0
-  exactly when p < 0.05, and widening can only raise coverage.
+  binomial test with p = 1/2, its tail summed in integers and taken in log space, so an
+  exact p of 0.0 only means a p below ~1e-308) and the interval is Tango's score interval.
 - With repetitions the per-task means are not binary: the p-value is the exact sign-flip
-  permutation test on the ``d_t`` (:mod:`.signflip`), and the interval is
-  ``mean(d) +/- t(T-1) * sd(d) / sqrt(T)``, extended to 0 in the same way when the test does
-  not reject (a t interval can, rarely, exclude 0 with the permutation p just above 0.05 or
-  contain it just below).
+  permutation test on the ``d_t`` (:mod:`.signflip`) and the interval ``mean(d) +/- t(T-1)
+  * sd(d) / sqrt(T)``; with every ``d_t`` equal (decided on exact fractions) it is
+  :func:`.intervals.degenerate_interval`.
 
-An all-agreeing difference has zero spread; its interval then comes from Wilson intervals
-of the two one-sided win rates (:func:`degenerate_interval`), so a few tasks never claim
-certainty. The decision (a coloured cell in the report) uses the Holm-adjusted p-value.
+In both cases :func:`.intervals.agree` makes the interval exclude 0 exactly when p < 0.05.
+The decision (a coloured cell in the report) uses the Holm-adjusted p-value.
 """
 
 from __future__ import annotations
@@ -30,12 +25,41 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from math import comb
+from math import comb, lcm
 
+from .intervals import (
+    agree,
+    degenerate_interval,
+    inverted_bound,
+    shifted_p,
+    t_interval,
+    tango_interval,
+    tango_score,
+)
 from .power import WEAK_TASKS, PowerNote, power_note
-from .rates import mean_se, wilson_interval
 from .signflip import DRAWS, sign_flip_test
-from .tdist import Z95, t95
+
+__all__ = [
+    "HOLM",
+    "MCNEMAR",
+    "REFERENCE",
+    "SIGN_FLIP",
+    "PairedComparison",
+    "adjust_family",
+    "agree",
+    "binom_cdf_half",
+    "compare_paired",
+    "compare_scores",
+    "degenerate_interval",
+    "holm",
+    "inverted_bound",
+    "mcnemar_exact",
+    "mcnemar_log_p",
+    "shifted_p",
+    "t_interval",
+    "tango_interval",
+    "tango_score",
+]
 
 MCNEMAR = "mcnemar-exact"
 SIGN_FLIP = "sign-flip"
@@ -45,73 +69,36 @@ HOLM = "holm"
 REFERENCE = "reference"
 
 
-def binom_cdf_half(m: int, n: int) -> float:
-    """P(X <= m) for X ~ Binomial(n, 1/2), exactly (integer arithmetic, no underflow)."""
+def log_binom_cdf_half(m: int, n: int) -> float:
+    """``log P(X <= m)`` for X ~ Binomial(n, 1/2), exactly from integer counts (``-inf`` for m < 0).
+
+    The count ``sum_{i <= m} C(n, i)`` is a Python integer; its logarithm is taken directly, so
+    a tail of 10^-400 (thousands of discordant tasks) is a finite log, never a float that
+    underflows to an exact 0.
+    """
     if m < 0:
-        return 0.0
+        return -math.inf
     if m >= n:
-        return 1.0
-    return sum(comb(n, i) for i in range(m + 1)) / (1 << n)
+        return 0.0
+    return math.log(sum(comb(n, i) for i in range(m + 1))) - n * math.log(2)
+
+
+def binom_cdf_half(m: int, n: int) -> float:
+    """P(X <= m) for X ~ Binomial(n, 1/2), exactly (integer arithmetic; 0.0 only below ~1e-308)."""
+    return math.exp(log_binom_cdf_half(m, n))
+
+
+def mcnemar_log_p(b: int, c: int) -> float:
+    """The logarithm of the two-sided exact McNemar p-value (0.0, i.e. p = 1, with no discordant pair)."""
+    n = b + c
+    if n == 0:
+        return 0.0
+    return min(0.0, math.log(2) + log_binom_cdf_half(min(b, c), n))
 
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs (1.0 when there are none)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    return min(1.0, 2.0 * binom_cdf_half(min(b, c), n))
-
-
-def tango_score(b: int, c: int, n: int, delta: float) -> float:
-    """Tango's score statistic for ``p_b - p_c = delta`` from ``b`` and ``c`` discordant pairs out of ``n``.
-
-    ``p_c`` is replaced by its maximum-likelihood estimate under the constraint, the root of
-    ``2n p^2 + B p + C = 0`` with ``B = -b - c + (2n - b + c) delta`` and ``C = -c delta (1 - delta)``.
-    Decreasing in ``delta``; ``(b - c) / sqrt(b + c)`` (McNemar's score) at ``delta = 0``.
-    """
-    big_b = -b - c + (2 * n - b + c) * delta
-    small_c = -c * delta * (1 - delta)
-    p_c = (-big_b + math.sqrt(max(0.0, big_b * big_b - 8 * n * small_c))) / (4 * n)
-    num = b - c - n * delta
-    var = n * (2 * p_c + delta * (1 - delta))
-    if var <= 0.0:
-        return 0.0 if abs(num) < 1e-12 else math.copysign(math.inf, num)
-    return num / math.sqrt(var)
-
-
-def tango_interval(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Tango's score interval for the paired difference ``(b - c) / n`` (``n`` pairs in all)."""
-    if n <= 0:
-        return (-1.0, 1.0)
-
-    def root(target: float) -> float:
-        lo, hi = -1.0, 1.0  # tango_score(lo) >= target >= tango_score(hi)
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if tango_score(b, c, n, mid) > target else (lo, mid)
-        return (lo + hi) / 2
-
-    low = -1.0 if c == n else root(z)
-    high = 1.0 if b == n else root(-z)
-    return (max(-1.0, low), min(1.0, high))
-
-
-def t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
-    """``mean +/- t(T-1) * sd / sqrt(T)`` clipped to [-1, 1]; None when there is no spread to use."""
-    se = mean_se(diffs)
-    if not se:
-        return None
-    mean = sum(diffs) / len(diffs)
-    half = t95(len(diffs) - 1) * se
-    return (max(-1.0, mean - half), min(1.0, mean + half))
-
-
-def agree(interval: tuple[float, float], p: float, alpha: float = 0.05) -> tuple[float, float]:
-    """Extend ``interval`` to contain 0 when the test's ``p`` does not reject at ``alpha``."""
-    low, high = interval
-    if p >= alpha:
-        return (min(low, 0.0), max(high, 0.0))
-    return (low, high)
+    return math.exp(mcnemar_log_p(b, c))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -126,9 +113,17 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+#: A comparison resting on fewer tasks (shared, or differing between the two) is weak.
+WEAK_DISCORDANT = WEAK_TASKS
+
+
 @dataclass(frozen=True)
 class PairedComparison:
-    """A versus B on their shared tasks. ``diff`` > 0 means A did better."""
+    """A versus B on their shared tasks. ``diff`` > 0 means A did better.
+
+    ``rate_a``, ``rate_b`` and ``diff`` are task-weighted: the mean over the shared tasks of
+    each task's rate (or mean score), so every task counts once whatever its repetitions.
+    """
 
     a: str
     b: str
@@ -154,11 +149,33 @@ class PairedComparison:
     exact: bool = True
     #: Tasks needed and the smallest detectable difference (:mod:`.power`).
     power: PowerNote | None = None
+    #: The shared tasks A won (higher rate than B) and lost, by name.
+    won: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    #: Some shared task has a different number of graded rows on the two sides.
+    unequal: bool = False
+    #: What is compared: ``pass`` (success rates) or ``score`` (mean scores, partial credit).
+    measure: str = "pass"
+
+    @property
+    def weak_reasons(self) -> tuple[str, ...]:
+        """Why the test or the interval may be off its nominal level here (empty: not weak)."""
+        if not self.tasks:
+            return ()
+        out = []
+        if self.tasks < WEAK_TASKS:
+            out.append(f"{self.tasks} shared tasks (fewer than {WEAK_TASKS})")
+        differ = self.wins_a + self.wins_b
+        if differ < WEAK_DISCORDANT:
+            out.append(f"{differ} task(s) differ (fewer than {WEAK_DISCORDANT})")
+        if self.unequal:
+            out.append("unequal repetitions on the two sides")
+        return tuple(out)
 
     @property
     def weak(self) -> bool:
-        """Fewer shared tasks than :data:`WEAK_TASKS`: the comparison can show little."""
-        return 0 < self.tasks < WEAK_TASKS
+        """Few shared or differing tasks, or unequal repetitions: the comparison can show little."""
+        return bool(self.weak_reasons)
 
     @property
     def verdict(self) -> str:
@@ -181,19 +198,101 @@ class PairedComparison:
         return f"sign-flip permutation ({how}), t({self.tasks - 1}) interval"
 
 
-def degenerate_interval(wins_a: int, wins_b: int, n: int) -> tuple[float, float]:
-    """An interval for a difference whose per-task values all agree (zero spread, so zero standard error).
+def _mean(values: Sequence[Fraction]) -> Fraction:
+    return sum(values, Fraction(0)) / len(values)
 
-    Bounds the two one-sided win rates with Wilson intervals and subtracts them
-    (``[low_a - high_b, high_a - low_b]``), so ``n`` identical tasks never claim certainty.
+
+#: Scores are compared on a lattice of 1/1000 (exact fractions for the sign-flip test).
+SCORE_LATTICE = 1000
+
+
+def exact_score(score: float) -> Fraction:
+    """A score as an exact fraction on the 1/1000 lattice (0.9 -> 9/10, 1/3 -> 333/1000)."""
+    return Fraction(round(score * SCORE_LATTICE), SCORE_LATTICE)
+
+
+#: Bits of packed generating function a sign-flip test (and its inversion) on per-task differences may use.
+LATTICE_BUDGET_BITS = 100_000_000
+#: The coarsest lattice that differences are rounded to (1/50).
+MIN_LATTICE = 50
+
+
+def on_lattice(diffs: Sequence[Fraction]) -> list[Fraction]:
+    """``diffs`` as given when the exact sign-flip enumeration of them is cheap, else rounded to a coarser lattice.
+
+    Mean scores on a 1/1000 lattice over many tasks and repetitions make a lattice too fine
+    to enumerate (100 tasks x 5 repetitions: seconds of Monte Carlo per pair). The per-task
+    differences are then rounded to the finest lattice ``1/Q`` the budget allows, shifts of
+    the inversion included (``Q`` >= :data:`MIN_LATTICE`). Rounding is odd (``round(-x) =
+    -round(x)``), so the test on the rounded values is still an exact permutation test.
+    Rate differences (``c/n`` with small ``n``) fit and are never rounded.
     """
-    la, ha = wilson_interval(wins_a, n)
-    lb, hb = wilson_interval(wins_b, n)
-    return (max(-1.0, la - hb), min(1.0, ha - lb))
+    t = len(diffs)
+    if not any(diffs):
+        return list(diffs)
+    scale = lcm(*(d.denominator for d in diffs))
+    if t * (4 * t * scale + 1) * (t + 2) <= LATTICE_BUDGET_BITS:
+        return list(diffs)
+    q = max(MIN_LATTICE, int((LATTICE_BUDGET_BITS / (t * (t + 2)) - 1) / (4 * t)))
+    if q >= scale:
+        return list(diffs)
+    return [Fraction(round(d * q), q) for d in diffs]
 
 
-def _rate(rows: Sequence[bool]) -> Fraction:
-    return Fraction(sum(1 for x in rows if x), len(rows))
+def _paired(
+    names: tuple[str, str],
+    shared: Sequence[str],
+    rate_a: Mapping[str, Fraction],
+    rate_b: Mapping[str, Fraction],
+    *,
+    binary: bool,
+    unequal: bool,
+    measure: str,
+) -> PairedComparison:
+    exact_diffs = [rate_a[t] - rate_b[t] for t in shared]
+    diffs = [float(d) for d in exact_diffs]
+    n = len(shared)
+    won = tuple(t for t, d in zip(shared, exact_diffs, strict=True) if d > 0)
+    lost = tuple(t for t, d in zip(shared, exact_diffs, strict=True) if d < 0)
+    mean = _mean(exact_diffs)
+    common = {
+        "a": names[0],
+        "b": names[1],
+        "tasks": n,
+        "rate_a": float(_mean([rate_a[t] for t in shared])),
+        "rate_b": float(_mean([rate_b[t] for t in shared])),
+        "diff": float(mean),
+        "wins_a": len(won),
+        "wins_b": len(lost),
+        "ties": n - len(won) - len(lost),
+        "power": power_note(diffs),
+        "won": won,
+        "lost": lost,
+        "unequal": unequal,
+        "measure": measure,
+    }
+
+    tested = on_lattice(exact_diffs)
+
+    def bound() -> float:
+        return inverted_bound(tested)
+
+    if binary:
+        p = mcnemar_exact(len(won), len(lost))
+        low, high = agree(tango_interval(len(won), len(lost), n), p, float(mean), bound)
+        return PairedComparison(
+            **common, low=low, high=high, p_value=p, method=MCNEMAR, only_a=len(won), only_b=len(lost)
+        )
+    test = sign_flip_test(tested)
+    spread = len(set(exact_diffs)) > 1
+    base = t_interval(diffs) if spread else None
+    interval = base if base is not None else degenerate_interval(exact_diffs[0], n)
+    low, high = agree(interval, test.p_value, float(mean), bound)
+    return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
+
+
+def _empty(names: tuple[str, str], measure: str) -> PairedComparison:
+    return PairedComparison(names[0], names[1], 0, None, None, None, None, None, None, "none", 0, 0, 0, measure=measure)
 
 
 def compare_paired(
@@ -205,31 +304,32 @@ def compare_paired(
     """Compare two task -> graded-outcomes maps on the tasks where both have at least one row."""
     shared = sorted(t for t in a.keys() & b.keys() if len(a[t]) and len(b[t]))
     if not shared:
-        return PairedComparison(names[0], names[1], 0, None, None, None, None, None, None, "none", 0, 0, 0)
-    exact_diffs = [_rate(a[t]) - _rate(b[t]) for t in shared]
-    diffs = [float(d) for d in exact_diffs]
-    n = len(shared)
-    wins_a = sum(1 for d in exact_diffs if d > 0)
-    wins_b = sum(1 for d in exact_diffs if d < 0)
-    common = {
-        "a": names[0],
-        "b": names[1],
-        "tasks": n,
-        "rate_a": sum(float(_rate(a[t])) for t in shared) / n,
-        "rate_b": sum(float(_rate(b[t])) for t in shared) / n,
-        "diff": sum(diffs) / n,
-        "wins_a": wins_a,
-        "wins_b": wins_b,
-        "ties": n - wins_a - wins_b,
-        "power": power_note(diffs),
-    }
-    if all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared):
-        p = mcnemar_exact(wins_a, wins_b)
-        low, high = agree(tango_interval(wins_a, wins_b, n), p)
-        return PairedComparison(**common, low=low, high=high, p_value=p, method=MCNEMAR, only_a=wins_a, only_b=wins_b)
-    test = sign_flip_test(exact_diffs)
-    low, high = agree(t_interval(diffs) or degenerate_interval(wins_a, wins_b, n), test.p_value)
-    return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
+        return _empty(names, "pass")
+    binary = all(len(a[t]) == 1 and len(b[t]) == 1 for t in shared)
+    unequal = any(len(a[t]) != len(b[t]) for t in shared)
+    rate_a = {t: Fraction(sum(1 for x in a[t] if x), len(a[t])) for t in shared}
+    rate_b = {t: Fraction(sum(1 for x in b[t] if x), len(b[t])) for t in shared}
+    return _paired(names, shared, rate_a, rate_b, binary=binary, unequal=unequal, measure="pass")
+
+
+def compare_scores(
+    a: Mapping[str, Sequence[float]],
+    b: Mapping[str, Sequence[float]],
+    *,
+    names: tuple[str, str] = ("A", "B"),
+) -> PairedComparison:
+    """Compare two task -> scores maps (partial credit): the mean score per task, paired by task.
+
+    Always the sign-flip test (the per-task means are not binary pairs) and its t interval,
+    agreeing with the test as for pass rates.
+    """
+    shared = sorted(t for t in a.keys() & b.keys() if len(a[t]) and len(b[t]))
+    if not shared:
+        return _empty(names, "score")
+    unequal = any(len(a[t]) != len(b[t]) for t in shared)
+    mean_a = {t: _mean([exact_score(x) for x in a[t]]) for t in shared}
+    mean_b = {t: _mean([exact_score(x) for x in b[t]]) for t in shared}
+    return _paired(names, shared, mean_a, mean_b, binary=False, unequal=unequal, measure="score")
 
 
 def adjust_family(
@@ -239,11 +339,12 @@ def adjust_family(
 
     A pair with a reference subject (oracle, nop) checks the tasks, not the subjects: it is
     reported with its raw p-value and kept out of the family, so it cannot inflate the
-    adjusted p-values of the comparisons that matter.
+    adjusted p-values of the comparisons that matter. An exact p of 0.0 stays 0.0.
     """
     out = list(comparisons)
     family = [i for i, c in enumerate(out) if c.p_value is not None and not (is_reference(c.a) or is_reference(c.b))]
-    for i, p in zip(family, holm([out[i].p_value or 1.0 for i in family]), strict=True):
+    raw = [p for i in family if (p := out[i].p_value) is not None]
+    for i, p in zip(family, holm(raw), strict=True):
         out[i] = replace(out[i], p_adjusted=p, family=HOLM)
     for i, c in enumerate(out):
         if c.p_value is not None and c.family is None:

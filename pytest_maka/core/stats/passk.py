@@ -12,18 +12,23 @@ A subject's figure is the mean over the tasks with at least ``k`` graded samples
 are the independent units, so its interval is :func:`.rates.bounded_mean_interval` over
 those tasks: the Wilson score interval with the effective sample size and the ``t(T-1)``
 critical value, capped at the ``sum_t floor(n_t / k)`` disjoint ``k``-draws the rows hold.
-When every task has the same value (an oracle passing everything) there is no spread to
-estimate and the interval is Wilson's over the ``T`` tasks, as for the headline rate: never
-zero width.
+When every task has the same value (an oracle passing everything; decided on exact
+fractions, not on a float standard error) there is no spread to estimate and the interval is
+Wilson's over the ``T`` tasks: never zero width.
+
+The estimand is task-weighted (every task counts once). pass@1 therefore equals the
+headline official rate, which pools rows, only when every task has the same number of
+graded rows; the views label both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from math import comb
 
-from .rates import bounded_mean_interval, mean_se
+from .rates import NEAR_BOUND, bounded_mean_interval, mean_se
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -57,11 +62,22 @@ class KEstimate:
     pass_hat: float
     pass_hat_low: float
     pass_hat_high: float
+    #: At most ``NEAR_BOUND`` tasks away from 0 (or from 1): the interval next to the bound is approximate.
+    pass_at_weak: bool = False
+    pass_hat_weak: bool = False
 
 
-def _mean_interval(values: Sequence[float], draws: int) -> tuple[float, float, float]:
-    mean = sum(values) / len(values)
-    low, high = bounded_mean_interval(mean, mean_se(values), len(values), cap=draws)
+def near_bound(values: Sequence[Fraction]) -> bool:
+    """At most :data:`.rates.NEAR_BOUND` of the per-task values differ from 0, or from 1."""
+    return min(sum(1 for v in values if v > 0), sum(1 for v in values if v < 1)) <= NEAR_BOUND
+
+
+def _mean_interval(values: Sequence[Fraction], draws: int) -> tuple[float, float, float]:
+    """The mean of exact per-task values and its interval (no spread decided on the fractions, not floats)."""
+    floats = [float(v) for v in values]
+    mean = float(sum(values, Fraction(0)) / len(values))
+    se = mean_se(floats) if len(set(values)) > 1 else None
+    low, high = bounded_mean_interval(mean, se, len(values), cap=draws)
     return mean, low, high
 
 
@@ -81,9 +97,10 @@ def pass_k_table(per_task: Mapping[str, Sequence[bool]], max_k: int | None = Non
     for k in range(1, top + 1):
         usable = [(n, c) for n, c in counts if n >= k]
         draws = sum(n // k for n, _ in usable)
-        at = _mean_interval([pass_at_k(n, c, k) for n, c in usable], draws)
-        hat = _mean_interval([pass_hat_k(n, c, k) for n, c in usable], draws)
-        out.append(KEstimate(k, len(usable), *at, *hat))
+        at_values = [1 - Fraction(comb(n - c, k), comb(n, k)) for n, c in usable]
+        hat_values = [Fraction(comb(c, k), comb(n, k)) for n, c in usable]
+        at, hat = _mean_interval(at_values, draws), _mean_interval(hat_values, draws)
+        out.append(KEstimate(k, len(usable), *at, *hat, near_bound(at_values), near_bound(hat_values)))
     return out
 
 

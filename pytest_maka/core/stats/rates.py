@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .tdist import Z95, t95
 
@@ -49,13 +50,61 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     return score_interval(successes / n, n, z)
 
 
+#: At most this many successes (or failures): the side of the interval near the bound is exact.
+NEAR_BOUND = 3
+
+
+def _log_lower_tail(x: int, n: int, p: float) -> float:
+    """``log P(X < x)`` for X ~ Binomial(n, p), 0 < p < 1, summed over the (few) terms below ``x``."""
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
+        for i in range(x)
+    ]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
+def exact_lower(x: int, n: int, tail: float = 0.025) -> float:
+    """The Clopper-Pearson lower bound: the ``p`` with ``P(X >= x) = tail`` (0 for ``x = 0``)."""
+    if x <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0  # P(X >= x) rises with p; at the answer P(X < x) = 1 - tail
+    target = math.log1p(-tail)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid <= 0.0 or mid >= 1.0:
+            break
+        lo, hi = (mid, hi) if _log_lower_tail(x, n, mid) > target else (lo, mid)
+    return lo
+
+
+def rate_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The interval of a rate of independent rows: Wilson, exact (Clopper-Pearson) next to a bound.
+
+    Wilson's interval covers less than its nominal level for true rates near 0 or 1 (its
+    pointwise coverage dips to 84-90% there). With at most :data:`NEAR_BOUND` successes the
+    lower bound is the smaller of Wilson's and the exact one, and with at most that many
+    failures the upper bound likewise: the side next to the bound then has the exact
+    interval's guarantee (Brown, Cai & DasGupta 2001 make the same repair with a Poisson bound).
+    """
+    low, high = wilson_interval(successes, n, z)
+    if n == 0:
+        return (low, high)
+    if 0 < successes <= NEAR_BOUND:
+        low = min(low, exact_lower(successes, n))
+    if 0 < n - successes <= NEAR_BOUND:
+        high = max(high, 1.0 - exact_lower(n - successes, n))
+    return (low, high)
+
+
 def bounded_mean_interval(mean: float, se: float | None, clusters: int, cap: float) -> tuple[float, float]:
     """95% interval for the mean of ``clusters`` task-level values in [0, 1] with standard error ``se``.
 
     Wilson score interval with the effective sample size ``mean(1 - mean) / se^2`` (at most
     ``cap``, the rows' worth of information) and the ``t(clusters - 1)`` critical value. With
-    no spread to estimate (fewer than two tasks, or every task at the same value) it is the
-    plain Wilson interval over the tasks themselves: never zero width, never certainty.
+    no spread to estimate (``se`` None: fewer than two tasks, or every task at the same value,
+    which the caller decides from exact fractions) it is the plain Wilson interval over the
+    tasks themselves: never zero width, never certainty.
     """
     if clusters < 1:
         return (0.0, 1.0)
@@ -103,11 +152,14 @@ class Rate:
     #: Number of clusters (tasks) behind the rows, when repetitions were clustered.
     clusters: int | None = None
     se: float | None = None
+    #: Clustered: tasks with some pass and tasks with some failure (how far the rate is from 0 and 1).
+    tasks_passing: int | None = None
+    tasks_failing: int | None = None
 
     @classmethod
     def of(cls, passes: int, total: int) -> Rate:
-        """Wilson interval: every row an independent sample."""
-        low, high = wilson_interval(passes, total)
+        """Every row an independent sample: Wilson, exact next to a bound (:func:`rate_interval`)."""
+        low, high = rate_interval(passes, total)
         return cls(passes, total, low, high)
 
     @classmethod
@@ -126,8 +178,11 @@ class Rate:
             return cls.of(passes, total)
         g = len(groups)
         se = clustered_se(groups)
-        low, high = bounded_mean_interval(passes / total, se, g, cap=total)
-        return cls(passes, total, low, high, CLUSTER, g, se)
+        spread = len({Fraction(int(sum(c)), len(c)) for c in groups}) > 1
+        low, high = bounded_mean_interval(passes / total, se if spread else None, g, cap=total)
+        passing = sum(1 for c in groups if any(c))
+        failing = sum(1 for c in groups if not all(c))
+        return cls(passes, total, low, high, CLUSTER, g, se, passing, failing)
 
     @property
     def value(self) -> float | None:
@@ -153,4 +208,22 @@ class Rate:
         """How the interval was made, in words."""
         if self.method == CLUSTER:
             return f"cluster-robust over {self.clusters} tasks"
+        if self.total and (0 < self.passes <= NEAR_BOUND or 0 < self.total - self.passes <= NEAR_BOUND):
+            return "Wilson, exact (Clopper-Pearson) next to the bound"
         return "Wilson"
+
+    @property
+    def weak(self) -> str | None:
+        """Why the clustered interval may cover less than 95%, or None.
+
+        The tasks are the sample: with at most :data:`NEAR_BOUND` tasks that ever passed (or
+        ever failed) the interval next to that bound is approximate. Rows without repetitions
+        get the exact bound there (:func:`rate_interval`) and are not flagged.
+        """
+        if self.method != CLUSTER or self.tasks_passing is None or self.tasks_failing is None:
+            return None
+        if self.tasks_passing <= NEAR_BOUND:
+            return f"{self.tasks_passing} of {self.clusters} tasks ever passed: the interval near 0 is approximate"
+        if self.tasks_failing <= NEAR_BOUND:
+            return f"{self.tasks_failing} of {self.clusters} tasks ever failed: the interval near 100% is approximate"
+        return None

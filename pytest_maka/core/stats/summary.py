@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from ..taxonomy import OFFICIAL, Status
 from .describe import Distribution, Spend, spend_of
-from .paired import PairedComparison, adjust_family, compare_paired
+from .paired import PairedComparison, adjust_family, compare_paired, compare_scores
 from .passk import KEstimate, TaskRate, pass_k_table
 from .rates import Rate
+from .scores import ScoreMean, partial_credit, score_mean, scores_by_task, status_of
+from .variance import VarianceSplit, variance_split
 
 #: Subject kinds that are references (no model behind them): used by the task-health checks.
 NOP_KIND = "nop"
@@ -24,14 +26,10 @@ ORACLE_KIND = "oracle"
 REFERENCE_KINDS: frozenset[str] = frozenset({NOP_KIND, ORACLE_KIND})
 
 
-def status_of(record: Mapping[str, Any]) -> Status:
-    """The taxonomy class of a record; an unknown string is an error, never a guess."""
-    try:
-        return Status(record["status"])
-    except (KeyError, ValueError):
-        raise ValueError(
-            f"record {record.get('cell_id', '?')!r} has no valid taxonomy status: {record.get('status')!r}"
-        ) from None
+#: Which rows a comparison is made on: official rows, every row (non-pass = 0), or mean scores.
+View = Literal["official", "strict", "score"]
+#: The view of the rows that ranks the subjects (the headline says so in every view).
+RANKING: View = "official"
 
 
 @dataclass(frozen=True)
@@ -55,6 +53,12 @@ class SubjectSummary:
     pass_k: tuple[KEstimate, ...]
     #: task -> this subject's success rate on it.
     task_rates: dict[str, TaskRate]
+    #: Tasks with at least one official (graded) row: the sample behind the official figures.
+    graded_tasks: int = 0
+    #: Mean score of the official rows, when some task gives partial credit (else None).
+    score: ScoreMean | None = None
+    #: Between- vs within-task variance, with repetitions (else None).
+    variance: VarianceSplit | None = None
 
     @property
     def non_official(self) -> int:
@@ -98,8 +102,21 @@ def graded_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]
     return {t: [ok for _, ok in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
 
 
-def summarize_subject(subject: str, records: Sequence[Mapping[str, Any]]) -> SubjectSummary:
-    """Summarise the cell records of one subject."""
+def strict_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]]:
+    """task -> pass/fail of every row (any non-pass is a fail), ordered by repetition: the strict view."""
+    out: dict[str, list[tuple[int, bool]]] = {}
+    for r in records:
+        out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, status_of(r) is Status.AGENT_SUCCESS))
+    return {t: [ok for _, ok in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
+
+
+def summarize_subject(
+    subject: str, records: Sequence[Mapping[str, Any]], *, scores: bool | None = None
+) -> SubjectSummary:
+    """Summarise the cell records of one subject.
+
+    ``scores``: whether to add the mean score (partial credit); None decides from these records.
+    """
     counts = {s: 0 for s in Status}
     by_task: dict[str, list[Status]] = {}
     for r in records:
@@ -125,6 +142,11 @@ def summarize_subject(subject: str, records: Sequence[Mapping[str, Any]]) -> Sub
         repetitions=max((len(v) for v in by_task.values()), default=0),
         pass_k=tuple(pass_k_table(graded)) if any(len(v) > 1 for v in graded.values()) else (),
         task_rates=task_rates,
+        graded_tasks=len(graded),
+        score=score_mean(list(scores_by_task(records).values()))
+        if (partial_credit(records) if scores is None else scores)
+        else None,
+        variance=variance_split(list(graded.values())),
     )
 
 
@@ -201,8 +223,18 @@ class CohortSummary:
     health: dict[str, TaskHealth]
     #: task -> subject -> the cell records, ordered by repetition.
     grid: dict[str, dict[str, list[Mapping[str, Any]]]]
-    #: Every two subjects, A before B in name order, with Holm-adjusted p-values.
+    #: Every two subjects, A before B in name order, with Holm-adjusted p-values (official rows).
     comparisons: tuple[PairedComparison, ...] = ()
+    #: The same pairs on every row, any non-pass = 0 (what the subject caused counts, budget included).
+    strict_comparisons: tuple[PairedComparison, ...] = ()
+    #: The same pairs on mean scores, when some task gives partial credit (else empty).
+    score_comparisons: tuple[PairedComparison, ...] = ()
+    #: Which view ranks the subjects: ``official`` (the strict one is shown beside it).
+    ranking: View = RANKING
+
+    @property
+    def partial_credit(self) -> bool:
+        return bool(self.score_comparisons) or any(s.score is not None for s in self.subjects)
 
     @property
     def weak(self) -> tuple[PairedComparison, ...]:
@@ -212,9 +244,14 @@ class CohortSummary:
     def subject_names(self) -> list[str]:
         return [s.subject for s in self.subjects]
 
-    def comparison(self, a: str, b: str) -> PairedComparison | None:
-        """A versus B (either order: the sign follows the arguments), or None."""
-        for c in self.comparisons:
+    def strict_of(self, c: PairedComparison) -> PairedComparison | None:
+        """The strict-view comparison of the same pair (same order), or None."""
+        return self.comparison(c.a, c.b, view="strict")
+
+    def comparison(self, a: str, b: str, view: View = "official") -> PairedComparison | None:
+        """A versus B (either order: the sign follows the arguments), or None; ``view``: official/strict/score."""
+        pool = {"official": self.comparisons, "strict": self.strict_comparisons, "score": self.score_comparisons}[view]
+        for c in pool:
             if (c.a, c.b) == (a, b):
                 return c
             if (c.a, c.b) == (b, a):
@@ -241,21 +278,33 @@ def flip(c: PairedComparison) -> PairedComparison:
         wins_b=c.wins_a,
         only_a=c.only_b,
         only_b=c.only_a,
+        won=c.lost,
+        lost=c.won,
         power=None if c.power is None else replace(c.power, diff=-c.power.diff),
     )
 
 
 def pairwise(
-    by_subject: Mapping[str, Sequence[Mapping[str, Any]]], references: frozenset[str] = frozenset()
+    by_subject: Mapping[str, Sequence[Mapping[str, Any]]],
+    references: frozenset[str] = frozenset(),
+    view: View = "official",
 ) -> tuple[PairedComparison, ...]:
-    """Paired comparisons of every two subjects on their shared tasks.
+    """Paired comparisons of every two subjects on their shared tasks, in one ``view``.
 
-    Holm adjusts over the pairs of non-reference subjects; a pair with a subject named in
-    ``references`` (oracle, nop) keeps its raw p-value (:func:`.paired.adjust_family`).
+    ``official``: official rows; ``strict``: every row, any non-pass = 0; ``score``: the mean
+    score of official rows. Holm adjusts over the pairs of non-reference subjects within the
+    view; a pair with a subject named in ``references`` (oracle, nop) keeps its raw p-value
+    (:func:`.paired.adjust_family`).
     """
     names = sorted(by_subject)
-    graded = {n: graded_by_task(by_subject[n]) for n in names}
-    out = [compare_paired(graded[a], graded[b], names=(a, b)) for i, a in enumerate(names) for b in names[i + 1 :]]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    if view == "score":
+        scored = {n: scores_by_task(by_subject[n]) for n in names}
+        out = [compare_scores(scored[a], scored[b], names=(a, b)) for a, b in pairs]
+    else:
+        rows = strict_by_task if view == "strict" else graded_by_task
+        graded = {n: rows(by_subject[n]) for n in names}
+        out = [compare_paired(graded[a], graded[b], names=(a, b)) for a, b in pairs]
     return tuple(adjust_family(out, references.__contains__))
 
 
@@ -271,7 +320,8 @@ def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> 
     for row in grid.values():
         for cells in row.values():
             cells.sort(key=lambda r: (r.get("repetition") or 0, str(r.get("cell_id"))))
-    subjects = tuple(summarize_subject(name, by_subject[name]) for name in sorted(by_subject))
+    partial = partial_credit(records)
+    subjects = tuple(summarize_subject(name, by_subject[name], scores=partial) for name in sorted(by_subject))
     references = frozenset(s.subject for s in subjects if s.kind in REFERENCE_KINDS)
     return CohortSummary(
         cells=len(records),
@@ -281,4 +331,6 @@ def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> 
         health=task_health(records),
         grid={task: grid[task] for task in sorted(grid)},
         comparisons=pairwise(by_subject, references) if compare else (),
+        strict_comparisons=pairwise(by_subject, references, "strict") if compare else (),
+        score_comparisons=pairwise(by_subject, references, "score") if compare and partial else (),
     )

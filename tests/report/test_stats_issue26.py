@@ -1,0 +1,390 @@
+"""Issue 26: one test per wrong output (each failed before the fix), and the views of what the subject caused."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_maka.core.stats import (
+    RANKING,
+    Rate,
+    adjust_family,
+    compare_paired,
+    compare_scores,
+    inverted_bound,
+    mcnemar_exact,
+    mcnemar_log_p,
+    pass_k_table,
+    rate_interval,
+    score_interval,
+    sign_flip_test,
+    summarize,
+    variance_split,
+)
+from pytest_maka.core.stats.paired import t_interval
+from pytest_maka.core.taxonomy import Status
+from pytest_maka.report import write_views
+from pytest_maka.report.compare import compare_lines, compare_runs
+from pytest_maka.report.terminal import few_tasks_line, summary_lines
+
+from .test_stats import rec
+
+scipy_stats = pytest.importorskip("scipy.stats")
+from scipy.special import logsumexp  # noqa: E402
+from statsmodels.stats.proportion import proportion_confint  # noqa: E402
+
+S = Status
+
+
+def _binary(n: int, passing: range) -> dict[str, list[bool]]:
+    return {f"t{i:04d}": [i in passing] for i in range(n)}
+
+
+# --- 1. Holm's input: an exact p of 0.0 is not "no p" -------------------------------------------------
+
+
+def test_an_underflowing_mcnemar_p_is_still_significant_after_holm() -> None:
+    # 2,000 tasks, A passes 1,900, B passes 100 (disjoint): +90 pp, 1,800 vs 0 discordant tasks
+    a, b = _binary(2000, range(1900)), _binary(2000, range(1900, 2000))
+    c = compare_paired(a, b, names=("A", "B"))
+    assert c.diff == pytest.approx(0.9) and 0.85 < c.low < c.diff < c.high < 0.95
+    # the tail is computed in log space: finite, and equal to SciPy's
+    logpmf = scipy_stats.binom.logpmf(range(101), 2000, 0.5)  # SciPy's own logcdf underflows to -inf here
+    assert mcnemar_log_p(1900, 100) == pytest.approx(math.log(2) + logsumexp(logpmf), rel=1e-9)
+    assert mcnemar_log_p(1800, 0) == pytest.approx(math.log(2) - 1800 * math.log(2))
+    assert c.p_value == 0.0  # 2^-1799 underflows a float; the log above does not
+    family = adjust_family([c, compare_paired(a, a, names=("A", "A2"))], lambda name: False)
+    assert family[0].p_adjusted == 0.0 and family[0].verdict == "better"  # was 1.0, "even"
+
+
+# --- 2. a difference without spread keeps its size -----------------------------------------------------
+
+
+def test_twelve_tasks_all_at_one_third_keep_their_estimate_inside_the_interval() -> None:
+    a = {f"t{i}": [True, False, False] for i in range(12)}
+    b = {f"t{i}": [False, False, False] for i in range(12)}
+    c = compare_paired(a, b)
+    assert c.diff == pytest.approx(1 / 3)
+    assert 0.0 < c.low < c.diff < c.high < 1.0  # was [51.5, 100]: it excluded its own estimate
+    assert c.p_value == pytest.approx(2 / 2**12)  # all one way: the test rejects, the interval excludes 0
+    # all at +1 keeps the old (Wilson-difference) lower bound
+    ones = compare_paired({f"t{i}": [True] * 2 for i in range(12)}, {f"t{i}": [False] * 2 for i in range(12)})
+    assert ones.low == pytest.approx((12 - 1.959963984540054**2) / (12 + 1.959963984540054**2)) and ones.high == 1.0
+
+
+# --- 3. zero spread is decided on exact fractions, not on a float ---------------------------------------
+
+
+def test_every_task_at_one_fifth_never_gives_a_zero_width_interval() -> None:
+    a = {f"t{i}": [True, False, False, False, False] for i in range(12)}
+    b = {f"t{i}": [False] * 5 for i in range(12)}
+    diffs = [0.2] * 12
+    assert t_interval(diffs) is not None and t_interval(diffs)[1] - t_interval(diffs)[0] < 1e-9  # the float trap
+    c = compare_paired(a, b)
+    assert c.high - c.low > 0.1 and c.low < c.diff < c.high  # was [20.0, 20.0]
+    # the rate of the same rows: no spread between tasks, so Wilson over the 12 tasks (not over 60 rows)
+    r = Rate.clustered(a.values())
+    assert (r.low, r.high) == pytest.approx(score_interval(0.2, 12))
+    k1 = pass_k_table(a)[0]
+    assert (k1.pass_at_low, k1.pass_at_high) == pytest.approx(score_interval(0.2, 12))
+
+
+# --- 4. p < 0.05 exactly when the interval excludes 0 ----------------------------------------------------
+
+
+def test_a_rejecting_test_never_stands_beside_an_interval_holding_zero() -> None:
+    # six tasks all in A's favour (p = 2/64), skewed: one at +1, five at +1/5; the t interval holds 0
+    a = {"t0": [True] * 5, **{f"t{i}": [True, False, False, False, False] for i in range(1, 6)}}
+    b = {f"t{i}": [False] * 5 for i in range(6)}
+    low_t, _ = t_interval([1.0, 0.2, 0.2, 0.2, 0.2, 0.2]) or (0.0, 0.0)
+    assert low_t < 0
+    c = compare_paired(a, b)
+    assert c.p_value == pytest.approx(0.03125)
+    assert c.low == pytest.approx(0.2) and c.low < c.diff < c.high  # the inverted test's end, not -0.9 pp
+
+
+def test_inverted_bound_is_the_end_of_the_acceptance_set() -> None:
+    diffs = [Fraction(x, 3) for x in (3, 1, 1, 2, 1, 0, 1, 2, -1, 1, 2, 1)]
+    assert sign_flip_test(diffs).p_value < 0.05
+    edge = inverted_bound(diffs)
+    mean = sum(diffs) / len(diffs)
+    assert 0 < edge < mean
+    q = Fraction(edge).limit_denominator(10**6)
+    step = Fraction(1, q.denominator)
+    assert sign_flip_test([d - q for d in diffs]).p_value >= 0.05  # accepted at the end ...
+    assert sign_flip_test([d - (q - step) for d in diffs]).p_value < 0.05  # ... and rejected just before it
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_test_and_interval_agree_on_random_cohorts(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(60):
+        tasks, reps = rng.randint(6, 25), rng.randint(1, 4)
+        shift = rng.choice([0.0, 0.15, 0.3])
+        ps = [rng.random() for _ in range(tasks)]
+        a = {f"t{i}": [rng.random() < min(1.0, p + shift) for _ in range(reps)] for i, p in enumerate(ps)}
+        b = {f"t{i}": [rng.random() < p for _ in range(rng.choice([reps, reps + 1]))] for i, p in enumerate(ps)}
+        c = compare_paired(a, b)
+        assert c.p_value is not None and c.low is not None and c.high is not None and c.diff is not None
+        assert (c.p_value < 0.05) == (c.low > 0 or c.high < 0), (seed, tasks, reps, c)
+        assert c.low <= c.diff <= c.high
+
+
+# --- 5. the warning counts the subject's graded tasks; one estimand per view ---------------------------
+
+
+def test_few_tasks_warning_counts_each_subjects_graded_tasks() -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(12):
+        rows.append(rec(f"t{i}", "steady", S.AGENT_SUCCESS if i % 2 else S.AGENT_FAILURE))
+        rows.append(rec(f"t{i}", "lossy", S.AGENT_SUCCESS if i < 4 else S.INFRA_FAILURE))
+    s = summarize(rows)
+    assert len(s.tasks) == 12 and {x.subject: x.graded_tasks for x in s.subjects} == {"steady": 12, "lossy": 4}
+    line = few_tasks_line(s)
+    assert line is not None and "4 graded task(s) for lossy" in line and "steady" not in line  # was None
+
+
+def test_rates_say_which_estimand_they_are(tmp_path: Path) -> None:
+    # rows {5/5, 0/1, 0/1, 0/1}: pooled over rows 5/8 = 62.5%, per task 25%
+    rows = [rec("t0", "a", S.AGENT_SUCCESS, rep=r) for r in range(1, 6)]
+    rows += [rec(f"t{i}", "a", S.AGENT_FAILURE) for i in (1, 2, 3)]
+    rows += [rec(f"t{i}", "b", S.AGENT_FAILURE) for i in range(4)]
+    s = summarize(rows)
+    a = s.subjects[0]
+    assert a.official.text == "5/8 = 62.5%" and a.pass_k[0].pass_at == pytest.approx(0.25)
+    ab = s.comparison("a", "b")
+    assert ab is not None and ab.rate_a == pytest.approx(a.pass_k[0].pass_at)  # paired = pass@1: per task
+    paths = write_views(tmp_path, rows, cohort="estimands")
+    for view in ("markdown", "html"):
+        text = paths[view].read_text(encoding="utf-8")
+        assert "Both rates pool rows" in text and "weight every task once" in text
+
+
+# --- what the subject caused: the strict view ----------------------------------------------------------
+
+
+def _budget_cohort() -> list[dict[str, Any]]:
+    # identical skill; A runs out of budget on half the tasks it would fail, B fails them
+    rows: list[dict[str, Any]] = []
+    for i in range(30):
+        fails = i % 2 == 0
+        a_status = (S.BUDGET_EXHAUSTED if i % 4 == 0 else S.AGENT_FAILURE) if fails else S.AGENT_SUCCESS
+        rows.append(rec(f"t{i}", "A", a_status))
+        rows.append(rec(f"t{i}", "B", S.AGENT_FAILURE if fails else S.AGENT_SUCCESS))
+    return rows
+
+
+def test_the_strict_view_counts_budget_exhaustion_the_subject_caused(tmp_path: Path) -> None:
+    rows = _budget_cohort()
+    s = summarize(rows)
+    official, strict = s.comparison("A", "B"), s.comparison("A", "B", view="strict")
+    assert official is not None and strict is not None
+    assert official.tasks == 22 and official.diff == 0.0  # budget rows left out: A's failures vanish
+    a = next(x for x in s.subjects if x.subject == "A")
+    assert a.official.text == "15/22 = 68.2%" and a.strict.text == "15/30 = 50.0%"
+    assert strict.tasks == 30 and strict.diff == 0.0 and strict.ties == 30
+    assert s.ranking == RANKING == "official"
+    paths = write_views(tmp_path, rows, cohort="budget")
+    for text in (paths["markdown"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")):
+        assert "ranked on official rows" in text and "strict A" in text
+    assert any("ranked on official rows" in line for line in summary_lines(s))
+
+
+def test_the_views_say_when_official_and_strict_disagree() -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(20):  # A passes 12, runs out of budget on 8; B passes 10, fails 10
+        rows.append(rec(f"t{i}", "A", S.AGENT_SUCCESS if i < 12 else S.BUDGET_EXHAUSTED))
+        rows.append(rec(f"t{i}", "B", S.AGENT_SUCCESS if i % 2 else S.AGENT_FAILURE))
+    s = summarize(rows)
+    official, strict = s.comparison("A", "B"), s.comparison("A", "B", view="strict")
+    assert official is not None and strict is not None
+    assert official.verdict == "better" and strict.verdict == "even"
+    assert any("official and strict disagree on A vs B" in line for line in summary_lines(s))
+
+
+def test_compare_runs_shows_the_strict_change() -> None:
+    before = _budget_cohort()
+    after = [dict(r, status=S.AGENT_FAILURE.value) if r["status"] == S.BUDGET_EXHAUSTED.value else r for r in before]
+    result = compare_runs(before, after, labels=("before", "after"))
+    a = next(x for x in result.subjects if x.subject == "A")
+    assert a.strict is not None and a.strict.diff == 0.0 and a.strict.tasks == 30 and a.paired.tasks == 22
+    text = "\n".join(compare_lines(result))
+    assert "strict change" in text and "ranked on official rows" in text and "power (two-sided 0.05, 80%)" in text
+
+
+# --- partial credit -----------------------------------------------------------------------------------
+
+
+def test_a_subject_scoring_nine_tenths_everywhere_shows_its_mean_score(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(15):
+        for r in (1, 2):
+            rows.append(rec(f"t{i}", "close", S.AGENT_FAILURE, rep=r, score=0.9))
+            rows.append(rec(f"t{i}", "far", S.AGENT_FAILURE, rep=r, score=0.3 if i % 3 else 0.5))
+    s = summarize(rows)
+    close = next(x for x in s.subjects if x.subject == "close")
+    assert close.official.text == "0/30 = 0.0%"
+    assert close.score is not None and close.score.mean == pytest.approx(0.9)
+    assert close.score.low < 0.9 < close.score.high  # no spread: Wilson over the 15 tasks, never zero width
+    c = s.comparison("close", "far", view="score")
+    assert c is not None and c.diff == pytest.approx(0.9 - (10 * 0.3 + 5 * 0.5) / 15)
+    assert c.p_value == pytest.approx(2 / 2**15) and c.low > 0 and c.verdict == "better"
+    paths = write_views(tmp_path, rows, cohort="partial")
+    md = paths["markdown"].read_text(encoding="utf-8")
+    assert "mean score [95% CI]" in md and close.score.text in md and "Paired score differences" in md
+    assert "Paired score differences" in paths["html"].read_text(encoding="utf-8")
+
+
+def test_without_partial_credit_no_score_view_is_shown() -> None:
+    s = summarize(_budget_cohort())
+    assert not s.partial_credit and s.score_comparisons == () and all(x.score is None for x in s.subjects)
+
+
+def test_compare_scores_matches_the_t_interval_of_the_mean_score_differences() -> None:
+    rng = random.Random(3)
+    a = {f"t{i}": [round(rng.random(), 2) for _ in range(3)] for i in range(25)}
+    b = {f"t{i}": [round(rng.random() * 0.8, 2) for _ in range(3)] for i in range(25)}
+    c = compare_scores(a, b)
+    diffs = [sum(a[t]) / 3 - sum(b[t]) / 3 for t in sorted(a)]
+    low, high = scipy_stats.t.interval(0.95, 24, loc=sum(diffs) / 25, scale=scipy_stats.sem(diffs))
+    if (c.p_value < 0.05) == (low > 0 or high < 0):
+        assert (c.low, c.high) == pytest.approx((low, high), abs=1e-9)
+    assert c.measure == "score" and c.diff == pytest.approx(sum(diffs) / 25)
+
+
+# --- calibration where the report was silent ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("x,n", [(1, 10), (2, 30), (3, 50), (0, 20), (20, 20), (27, 30), (48, 50), (1, 1000)])
+def test_rate_interval_is_exact_next_to_a_bound(x: int, n: int) -> None:
+    low, high = rate_interval(x, n)
+    cp_low, cp_high = proportion_confint(x, n, alpha=0.05, method="beta")
+    wl, wh = proportion_confint(x, n, alpha=0.05, method="wilson")
+    assert low == pytest.approx(min(wl, cp_low) if 0 < x <= 3 else wl, abs=1e-9)
+    assert high == pytest.approx(max(wh, cp_high) if 0 < n - x <= 3 else wh, abs=1e-9)
+
+
+def test_rate_interval_keeps_its_pointwise_coverage_near_the_bounds() -> None:
+    # exact coverage over true rates next to 0: Wilson dips to ~84%, the repaired interval does not
+    for n in (10, 20, 50):
+        intervals = [rate_interval(x, n) for x in range(n + 1)]
+        worst = 1.0
+        for p in [i / 2000 for i in range(1, 300)]:
+            cover = sum(scipy_stats.binom.pmf(x, n, p) for x, (lo, hi) in enumerate(intervals) if lo <= p <= hi)
+            worst = min(worst, cover)
+        assert worst > 0.92, n
+
+
+def test_weak_flags_few_differing_tasks_and_unequal_repetitions() -> None:
+    same = compare_paired(_binary(40, range(20)), _binary(40, range(18)))  # 2 tasks differ of 40
+    assert same.weak and same.weak_reasons == ("2 task(s) differ (fewer than 10)",)
+    a = {f"t{i}": [i % 2 == 0] * 3 for i in range(30)}
+    b = {f"t{i}": [i % 3 == 0] for i in range(30)}
+    unequal = compare_paired(a, b)
+    assert unequal.unequal and "unequal repetitions on the two sides" in unequal.weak_reasons
+    rate = Rate.clustered([[True, False]] * 2 + [[False, False]] * 20)
+    assert rate.weak == "2 of 22 tasks ever passed: the interval near 0 is approximate"
+    assert Rate.clustered([[True, False]] * 5 + [[False, False]] * 20).weak is None
+    rare = {f"t{i}": [i < 2, False, False] for i in range(30)}
+    top = pass_k_table(rare)
+    assert (
+        top[0].pass_at_weak
+        and top[2].pass_hat_weak
+        and not pass_k_table({f"t{i}": [i % 2 == 0, i % 3 == 0] for i in range(30)})[0].pass_at_weak
+    )
+
+
+# --- power on every comparison; won and lost tasks; the variance split -----------------------------------
+
+
+def test_every_comparison_shows_its_power_and_the_tasks_each_side_won(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(20):
+        rows.append(rec(f"t{i}", "a", S.AGENT_SUCCESS if i < 11 else S.AGENT_FAILURE))
+        rows.append(rec(f"t{i}", "b", S.AGENT_SUCCESS if 2 <= i < 12 else S.AGENT_FAILURE))
+    s = summarize(rows)
+    c = s.comparison("a", "b")
+    assert c is not None and c.tasks == 20
+    assert c.won == ("t0", "t1") and c.lost == ("t11",) and c.verdict == "even"
+    assert c.power is not None and c.power.detectable is not None and "80% power only for" in c.power.text
+    flipped = s.comparison("b", "a")
+    assert flipped is not None and flipped.won == ("t11",) and flipped.lost == ("t0", "t1")
+    paths = write_views(tmp_path, rows, cohort="power")
+    for text in (paths["markdown"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")):
+        assert c.power.text in text and "t0, t1" in text
+    assert c.power.text in "\n".join(summary_lines(s))
+
+
+def test_variance_split_matches_a_simulation() -> None:
+    rng = random.Random(5)
+    truth = [rng.betavariate(0.7, 0.7) for _ in range(40)]
+    rows = [[rng.random() < p for _ in range(4)] for p in truth]
+    v = variance_split(rows)
+    assert v is not None and v.tasks == 40 and v.repetitions == 4
+    # within: mean p(1-p) of the tasks' true rates; between: their variance
+    assert v.within == pytest.approx(sum(p * (1 - p) for p in truth) / 40, abs=0.03)
+    assert v.between == pytest.approx(statistics.variance(truth), abs=0.03)
+    assert v.more_tasks < v.more_repetitions < v.now
+    assert v.se(40, 4) == pytest.approx(math.sqrt(v.between / 40 + v.within / 160))
+    assert variance_split([[True], [False]]) is None and variance_split([[True, True], [False, False]]) is not None
+
+
+def test_mcnemar_exact_is_unchanged_where_it_did_not_underflow() -> None:
+    for b, c in [(0, 0), (5, 0), (3, 9), (250, 200), (600, 900)]:
+        ref = scipy_stats.binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
+        assert mcnemar_exact(b, c) == pytest.approx(ref, rel=1e-9)
+
+
+def test_score_differences_too_fine_to_enumerate_are_rounded_oddly_and_tested_exactly() -> None:
+    from pytest_maka.core.stats.paired import MIN_LATTICE, exact_score, on_lattice
+
+    rng = random.Random(9)
+    a = {f"t{i}": [rng.random() for _ in range(5)] for i in range(100)}
+    b = {f"t{i}": [rng.random() * 0.9 for _ in range(5)] for i in range(100)}
+    diffs = [
+        sum((exact_score(x) for x in a[t]), Fraction(0)) / 5 - sum((exact_score(x) for x in b[t]), Fraction(0)) / 5
+        for t in sorted(a)
+    ]
+    rounded = on_lattice(diffs)
+    assert rounded != diffs and max(d.denominator for d in rounded) >= MIN_LATTICE
+    assert on_lattice([-d for d in diffs]) == [-d for d in rounded]  # odd: the sign-flip null is kept
+    assert all(abs(r - d) <= Fraction(1, 2 * MIN_LATTICE) for r, d in zip(rounded, diffs, strict=True))
+    c = compare_scores(a, b)
+    assert c.exact and c.p_value == sign_flip_test(rounded).p_value
+    assert c.diff == pytest.approx(float(sum(diffs) / 100))  # the estimate is not rounded
+    rates = [Fraction(k, 3) - Fraction(j, 5) for k, j in zip(range(4), range(4), strict=True)] * 10
+    assert on_lattice(rates) == rates  # rate differences always fit
+
+
+def test_views_show_where_the_uncertainty_comes_from(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    rows: list[dict[str, Any]] = []
+    for i in range(15):
+        p = rng.random()
+        for r in (1, 2, 3):
+            rows.append(rec(f"t{i}", "x", S.AGENT_SUCCESS if rng.random() < p else S.AGENT_FAILURE, rep=r))
+    s = summarize(rows)
+    v = s.subjects[0].variance
+    assert v is not None and v.tasks == 15 and v.repetitions == 3
+    paths = write_views(tmp_path, rows, cohort="variance")
+    cells = (f"{196 * v.now:.1f} pp", f"{196 * v.more_repetitions:.1f} pp", f"{196 * v.more_tasks:.1f} pp")
+    for text in (paths["markdown"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")):
+        assert "Where the uncertainty comes from" in text and all(c in text for c in cells)
+
+
+def test_compare_pages_show_the_strict_change_and_power() -> None:
+    from pytest_maka.report.compare import render_compare_html, render_compare_markdown
+
+    before = _budget_cohort()
+    after = [dict(r, status=S.AGENT_FAILURE.value) if r["status"] == S.BUDGET_EXHAUSTED.value else r for r in before]
+    result = compare_runs(before, after, labels=("before", "after"))
+    a = next(x for x in result.subjects if x.subject == "A")
+    assert a.paired.power is not None
+    for text in (render_compare_markdown(result), render_compare_html(result)):
+        assert "strict change" in text and "+0.0 pp [" in text and a.paired.power.text in text
