@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
-from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
+from .core.errors import ExecutorUnavailable, MakaUserError, SpecError, unknown_choice
 from .core.spec import LoadedSpec, load_spec
 from .core.steps import step_views
 from .core.task import FEATURES
@@ -62,7 +62,7 @@ def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[st
             raise SpecError(
                 loaded.path,
                 f"tasks[{i}].format",
-                f"unknown format {source.format!r}; expected one of: {', '.join(formats)}",
+                unknown_choice("format", source.format, formats),
             )
         path = loaded.source_path(source)
         try:
