@@ -26,6 +26,7 @@ from .store.ledger import write_results
 WARM_AFTER_SEC = 2.0
 EXIT_NO_OFFICIAL_RESULT = 7
 EXIT_NOT_ALL_PASSED = 8
+EXIT_COHORT_INCOMPLETE = 9
 
 
 class MakaReporter:
@@ -43,6 +44,7 @@ class MakaReporter:
         self.run_started = time.time()
         self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
         self._waiting_since: float | None = None
+        self.final_code: int | None = None  # the exit code this plugin chose (set at the session's end)
         config.stash.setdefault(WAIT_CALLBACKS_KEY, []).append(self._warm_views)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
@@ -147,8 +149,10 @@ class MakaReporter:
                 if cell is not None:
                     self._reconcile(nodeid, cell, interrupted=interrupted)
         self.write_outputs()
-        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and self.records:
-            session.exitstatus = self.exit_code(session.exitstatus)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and (
+            self.records or self.skipped or self.not_run
+        ):
+            session.exitstatus = self.final_code = self.exit_code(session.exitstatus)
 
     def exit_code(self, current: int) -> int:
         policy = self.config.getoption("maka_exit") or self.config.getini("maka_exit")
@@ -159,6 +163,8 @@ class MakaReporter:
         statuses = [Status(r["status"]) for r in self.records.values()]
         if self.not_run or any(s in HARNESS_SIDE for s in statuses):
             return EXIT_NO_OFFICIAL_RESULT
+        if self.skipped or not self.records:
+            return EXIT_COHORT_INCOMPLETE
         if policy == "pass" and any(s is not Status.AGENT_SUCCESS for s in statuses):
             return EXIT_NOT_ALL_PASSED
         return pytest.ExitCode.OK
@@ -215,7 +221,7 @@ class MakaReporter:
         from .report.terminal import terminal_lines
 
         records = [r for r in self.records.values()]
-        if not records and not self.not_run and not self.ledger_problems and not self.skipped:
+        if not records and not self.not_run and not self.ledger_problems and not self.skipped and not self.final_code:
             return
         terminalreporter.section("pytest-maka", sep="=")
         for line in terminal_lines(records):
@@ -231,10 +237,20 @@ class MakaReporter:
                 "nothing was recorded for them; the next run into this directory runs them"
             )
         if self.skipped:
-            tasks = {cell.task.id for cell in map(self._cell, self.skipped) if cell is not None}
+            cells = [cell for cell in map(self._cell, self.skipped) if cell is not None]
+            tasks = {cell.task.id for cell in cells}
+            invalid = {cell.task.id for cell in cells if cell.task.invalid}
+            dropped = f"; {len(invalid)} of these task(s) invalid, dropped" if invalid else ""
             terminalreporter.write_line(
                 f"{len(self.skipped)} cell(s) of {len(tasks)} task(s) skipped, nothing run for them: "
-                f"the reasons are in lock.json (runs[-1].skipped) and shown by pytest -rs"
+                f"the reasons are in lock.json (runs[-1].skipped) and shown by pytest -rs{dropped}"
+            )
+        if self.final_code == EXIT_COHORT_INCOMPLETE:
+            what = "no cell ran" if not records else "the results do not cover every selected cell"
+            terminalreporter.write_line(
+                f"maka: exit code {EXIT_COHORT_INCOMPLETE}: {what} (--maka-exit=never keeps 0; "
+                "--maka-strict refuses invalid tasks before anything runs)",
+                yellow=True,
             )
         for problem in dict.fromkeys([*self.ledger_problems, *self.maka.ledger.problems]):
             terminalreporter.write_line(f"maka: warning: {problem}", yellow=True)

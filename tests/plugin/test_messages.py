@@ -64,3 +64,16 @@ def test_a_passing_cell_shows_no_tails(cohort: Cohort) -> None:
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     result = cohort.run()
     assert "verifier stderr (last" not in result.stdout.str()
+
+
+def test_a_dropped_task_is_exit_9_and_never_keeps_0(cohort: Cohort) -> None:
+    cohort.task("good")
+    typo = cohort.task("typo") / "task.toml"
+    typo.write_text(typo.read_text().replace("[agent]\n", "[agnet]\n"))
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    result = cohort.run()
+    assert result.ret == 9
+    assert "maka: exit code 9: the results do not cover every selected cell" in result.stdout.str()
+    assert cohort.status() == {"good[oracle-r0]": "agent_success"}
+    assert cohort.run("--maka-exit=never").ret == 0
+    assert cohort.run("-k", "good").ret == 0, "a run whose selection left the invalid task out is complete"
