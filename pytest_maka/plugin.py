@@ -46,11 +46,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--maka-out", metavar="DIR", help="output directory (default: reports/<cohort name>); rerunning into it resumes"
     )
     group.addoption(
+        "--maka-rerun",
+        action="store_true",
+        default=False,
+        help="run the selected cells again although --maka-out already has their results: a new run of each "
+        "cell, recorded beside the earlier ones (never replacing them); the new run's result stands",
+    )
+    group.addoption(
         "--maka-exit",
         choices=("harness", "pass", "never"),
         default=None,
         help="exit-code policy: 'harness' (default) exits 7 when a cell has no official result "
-        "(infra, verifier or policy failure); 'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
+        "(infra, verifier or policy failure) and 9 when a selected cell was skipped or no cell ran; "
+        "'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
     )
     group.addoption(
         "--maka-strict",

@@ -15,7 +15,7 @@ import pytest
 
 from . import __version__
 from .core.cell import Cell
-from .core.records import attempt_record, cell_record, is_final, utc_iso
+from .core.records import attempt_record, cell_record, has_result, next_run, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .run.lifecycle import attempt_dir_for
 from .scale.plugin import WAIT_CALLBACKS_KEY
@@ -44,6 +44,7 @@ class MakaReporter:
         self.run_started = time.time()
         self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
         self._waiting_since: float | None = None
+        self.rerun = bool(config.getoption("maka_rerun", False))
         self.final_code: int | None = None  # the exit code this plugin chose (set at the session's end)
         config.stash.setdefault(WAIT_CALLBACKS_KEY, []).append(self._warm_views)
         if config.pluginmanager.hasplugin("xdist"):
@@ -111,11 +112,11 @@ class MakaReporter:
                     if interrupted
                     else "the worker running this attempt crashed before recording it"
                 )
-                record = self._lost_attempt(cell, number, status, why, attempt_dir)
+                record = self._lost_attempt(cell, number, status, why, attempt_dir, mine)
                 self.maka.ledger.append(record)
                 mine.append(record)
             elif not any(r["finished_at"] >= utc_iso(self.run_started) for r in mine):
-                if not any(is_final(r) for r in mine):
+                if self.rerun or not has_result(mine):  # a rerun's cell that never started: not run
                     self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
                     return
                 standing = cell_record(mine)  # a resumed cell whose report was lost
@@ -124,10 +125,13 @@ class MakaReporter:
                 return
         self.records[nodeid] = cell_record(mine)
 
-    def _lost_attempt(self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path) -> dict[str, Any]:
+    def _lost_attempt(
+        self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path, previous: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         started = attempt_dir.stat().st_mtime
         return attempt_record(
             cell,
+            run=next_run(previous, rerun=self.rerun, session_started=self.maka.started),
             cohort=self.maka.cohort.name,
             attempt=number,
             status=status,
@@ -215,6 +219,7 @@ class MakaReporter:
             "subjects": [s.name for s in loaded.subjects],
             "repetitions": loaded.spec.repetitions,
             "skipped": {nodeid.rpartition("::")[2]: why for nodeid, why in sorted(self.skipped.items())},
+            "rerun": self.rerun,
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -231,6 +236,9 @@ class MakaReporter:
             terminalreporter.write_line(
                 f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"
             )
+        rerun_line = _rerun_line(records)
+        if rerun_line:
+            terminalreporter.write_line(rerun_line)
         if self.not_run:
             terminalreporter.write_line(
                 f"{len(self.not_run)} cell(s) not run ({', '.join(sorted(set(self.not_run.values())))}): "
@@ -269,6 +277,19 @@ class _XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.reporter.set_expected(ids)
+
+
+def _rerun_line(records: list[dict[str, Any]]) -> str | None:
+    """How the cells that stand on a rerun changed from their previous run (None when none do)."""
+    changed = [r["runs"][-2:] for r in records if len(r.get("runs") or ()) > 1]
+    if not changed:
+        return None
+    gained = sum(1 for before, now in changed if now["passed"] and not before["passed"])
+    lost = sum(1 for before, now in changed if before["passed"] and not now["passed"])
+    return (
+        f"{len(changed)} cell(s) stand on a rerun: {gained} went from not passed to passed, {lost} from passed "
+        "to not passed; every earlier run is kept (attempts.jsonl, each record's runs)"
+    )
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

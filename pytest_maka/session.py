@@ -175,6 +175,7 @@ class MakaSession:
             policy=spec.policy,
             retries=spec.retries,
             cohort_started=self.started,
+            rerun=bool(self.config.getoption("maka_rerun", False)),
             cells=len(self.cohort.cells),
         )
         hook = self.config.hook

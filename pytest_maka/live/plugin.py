@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..core.records import group_by_cell, is_final
+from ..core.records import group_by_cell, has_result
 from ..fixtures import MAKA_KEY
 from ..scale.plugin import WAIT_CALLBACKS_KEY
 from .status import LIVE_DIR, RunningCells, read_published
@@ -109,13 +109,21 @@ class LiveView:
         cells = [c for c in (reporter_cells._cell(n) for n in nodeids) if c is not None] if reporter_cells else []
         self.progress.total = len(cells)
         groups = group_by_cell(self.maka.ledger.read())
-        final = {key for key, attempts in groups.items() if any(map(is_final, attempts))}
+        final = {key for key, attempts in groups.items() if has_result(attempts)}
         have = sum(1 for c in cells if c.key in final)
         reporter = self._reporter()
-        if have and reporter is not None:
+        if not have or reporter is None:
+            return
+        where = f"{have} of {len(cells)} cells already have results in {self.maka.out_dir_display}"
+        if self.config.getoption("maka_rerun", False):
             reporter.write_line(
-                f"maka: resuming: {have} of {len(cells)} cells already have results in "
-                f"{self.maka.out_dir_display}; running {len(cells) - have}"
+                f"maka: rerunning: {where}; running all {len(cells)}, those {have} as a new run "
+                "(--maka-rerun: the earlier runs stay in attempts.jsonl and in each record's runs)"
+            )
+        else:
+            reporter.write_line(
+                f"maka: resuming: {where}; running {len(cells) - have} "
+                "(--maka-rerun runs them again as a new run, keeping the earlier results)"
             )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
