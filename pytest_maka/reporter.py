@@ -4,7 +4,6 @@ prints the terminal summary and applies the exit-code policy. Never runs on xdis
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
 import sys
 import time
@@ -21,6 +20,7 @@ from .run.lifecycle import attempt_dir_for
 from .scale.plugin import WAIT_CALLBACKS_KEY
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
+from .store.lock import LOCK_FILE, write_lock
 
 #: Seconds of waiting for cells after which the report's code is loaded ahead of the session's end.
 WARM_AFTER_SEC = 2.0
@@ -191,7 +191,7 @@ class MakaReporter:
         records = self.cohort_records()
         write_results(out, records)
         meta = self._provenance()
-        note = _write_lock(out / "lock.json", meta)
+        note = write_lock(out / LOCK_FILE, meta)
         if note:
             self.ledger_problems.append(note)
         if records:
@@ -308,29 +308,3 @@ def _made_since(path: Path, since: float) -> bool:
 
 def _xdist_active(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
-
-
-def _write_lock(path: Path, meta: dict[str, Any]) -> str | None:
-    """lock.json: the provenance of every run into this directory, newest last.
-
-    A lock.json that cannot be read is moved aside (never overwritten) and a new one is
-    started; returns a one-line note of that, else None.
-    """
-    runs: list[dict[str, Any]] = []
-    note = None
-    if path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            runs = data["runs"]
-            if not isinstance(runs, list):
-                raise TypeError("'runs' is not a list")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            aside = path.with_name(f"lock.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.json")
-            path.replace(aside)
-            note = f"{path}: not a lock file ({type(e).__name__}: {e}); moved to {aside.name}, started a new one"
-            runs = []
-    data = {"schema": "pytest-maka/lock/1", "cohort": meta["cohort"], "runs": [*runs, meta]}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-    return note

@@ -1,15 +1,19 @@
-"""The result record (schema ``pytest-maka/result/1``, DESIGN.md §6) and cell-level selection."""
+"""The result record (schema ``pytest-maka/result/N``, DESIGN.md §6), its versions, and cell-level selection."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
 from .taxonomy import FINAL, OFFICIAL, Status
 
-SCHEMA = "pytest-maka/result/1"
+SCHEMA_PREFIX = "pytest-maka/result/"
+#: Bumped whenever a field changes shape (adding a field is no bump); every reader reads each
+#: earlier version through :func:`upgrade`.
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 
 Record = dict[str, Any]
 
@@ -157,3 +161,52 @@ def group_by_cell(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappin
     for r in records:
         groups.setdefault(r["cell_key"], []).append(r)
     return groups
+
+
+def schema_version(value: object) -> int | None:
+    """N of ``pytest-maka/result/N`` (None for anything else)."""
+    if not isinstance(value, str) or not value.startswith(SCHEMA_PREFIX):
+        return None
+    number = value.removeprefix(SCHEMA_PREFIX)
+    return int(number) if number.isascii() and number.isdigit() and len(number) < 6 else None
+
+
+#: One step per schema bump: ``UPGRADES[n]`` turns a record of version n into version n + 1.
+UPGRADES: dict[int, Callable[[Record], Record]] = {}
+
+
+def upgrade(record: Mapping[str, Any]) -> Record:
+    """A record of any version this package ever wrote, in the shape of the current version.
+
+    Version 1 was written with two shapes of ``isolation.network`` (releases before the
+    per-phase network plan of 2026-12-01 wrote only ``{agent, verifier}`` summary strings, and
+    the earliest ones could write a bare string); both are read as the current shape, whose
+    ``phases`` holds a mapping per phase. Attempts written before reruns existed are run 1.
+    """
+    version = schema_version(record.get("schema"))
+    if version is None or version > SCHEMA_VERSION:
+        raise ValueError(f"not a record of a schema this version reads: {record.get('schema')!r}")
+    out = dict(record)
+    for step in range(version, SCHEMA_VERSION):
+        out = UPGRADES[step](out)
+    isolation = out.get("isolation")
+    if isinstance(isolation, dict) and "network" in isolation:
+        out["isolation"] = {**isolation, "network": _network_v1(isolation["network"])}
+    out["run"] = run_of(out)
+    out["schema"] = SCHEMA
+    return out
+
+
+def _network_v1(network: object) -> object:
+    """``isolation.network`` with ``phases``: a mapping per phase, built from the per-phase
+    summary strings where an earlier release wrote only those."""
+    if isinstance(network, str):
+        network = {"agent": network, "verifier": network}
+    if not isinstance(network, dict):
+        return network
+    phases = network.get("phases")
+    if isinstance(phases, dict):
+        phases = {k: v if isinstance(v, dict) else {"mode": v} for k, v in phases.items()}
+    else:
+        phases = {k: {"mode": v} for k, v in network.items() if isinstance(v, str)}
+    return {**network, "phases": phases}
