@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ..conftest import Cohort, needs_bwrap
@@ -21,10 +26,8 @@ def command(name: str, cmd: str, **extra: object) -> dict[str, object]:
 def test_a_broken_verifier_shows_its_stderr_in_the_terminal(cohort: Cohort, how: str) -> None:
     cohort.task("broken", test=BROKEN_VERIFIER)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
-    if how == "inprocess":
-        result = cohort.run()
-    else:
-        result = cohort.run_subprocess(*(["-n", "2"] if how == "xdist" else []))
+    workers = ["-n", "2"] if how == "xdist" else []
+    result = cohort.run() if how == "inprocess" else cohort.run_subprocess(*workers)
     assert cohort.status() == {"broken[oracle-r0]": "verifier_failure"}
     out = result.stdout.str()
     assert "  verifier stderr (last " in out, out
@@ -77,3 +80,87 @@ def test_a_dropped_task_is_exit_9_and_never_keeps_0(cohort: Cohort) -> None:
     assert cohort.status() == {"good[oracle-r0]": "agent_success"}
     assert cohort.run("--maka-exit=never").ret == 0
     assert cohort.run("-k", "good").ret == 0, "a run whose selection left the invalid task out is complete"
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (
+            "subjects: [{name: a, kind: clade-code}]\n",
+            "cohort.yaml: subjects[0].kind: unknown subject kind 'clade-code'; did you mean 'claude-code'? "
+            "expected one of: acp, ",
+        ),
+        (
+            "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: dokcer}\n",
+            "cohort.yaml: executor.kind: unknown executor kind 'dokcer'; did you mean 'docker'? expected one of: ",
+        ),
+        (
+            "subjects: [{name: a, kind: oracle}]\n",
+            "cohort.yaml: tasks[0].format: unknown format 'harbour'; did you mean 'harbor'? expected one of: harbor",
+        ),
+    ],
+)
+def test_an_unknown_kind_or_format_gets_did_you_mean(cohort: Cohort, entry: str, expected: str) -> None:
+    cohort.task("one")
+    fmt = "format: harbour" if "format" in expected else ""
+    cohort.spec.write_text(f"name: t\ntasks: [{{path: tasks{', ' + fmt if fmt else ''}}}]\n{entry}")
+    result = cohort.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and expected in errors[0], errors
+
+
+def test_a_spec_given_as_a_path_gets_a_hint(cohort: Cohort) -> None:
+    cohort.task("one")
+    cohort.write()
+    for result in (cohort.pytester.runpytest("cohort.yaml"), cohort.pytester.runpytest_subprocess("cohort.yaml")):
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert (
+            "ERROR: cohort.yaml looks like a pytest-maka cohort spec: run it with pytest --maka-spec=cohort.yaml"
+            in result.stderr.str()
+        )
+    assert not cohort.out.exists()
+    other = cohort.root / "other.yaml"
+    other.write_text("name: not a cohort\nitems: [1]\n")
+    assert "looks like a pytest-maka cohort spec" not in cohort.pytester.runpytest("other.yaml").stderr.str()
+
+
+def _maka(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("maka")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "pytest_maka.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_maka_help_says_how_to_run_a_cohort() -> None:
+    helped = _maka("--help")
+    assert helped.returncode == 0
+    assert "to run a cohort (a spec YAML: tasks x subjects x repetitions), use pytest:" in helped.stdout
+    assert "pytest --maka-spec=cohort.yaml " in helped.stdout and "--maka-rerun" in helped.stdout
+    bare = _maka()
+    assert bare.returncode == 2 and "pytest --maka-spec=cohort.yaml" in bare.stderr
+    spec = _maka("cohort.yaml")
+    assert spec.returncode == 2
+    assert spec.stderr == "maka: error: maka does not run cohorts; run it with: pytest --maka-spec=cohort.yaml\n"
+
+
+def _facts(html: str) -> list[tuple[str, str]]:
+    """The report header's facts, but the time the page was generated."""
+    return [(k, v) for k, v in re.findall(r"<dt>(.*?)</dt>\s*<dd[^>]*>(.*?)</dd>", html, re.S) if k != "generated"]
+
+
+def test_maka_report_keeps_the_run_details_of_the_original_report(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write()
+    cohort.run()
+    original = (cohort.out / "report.html").read_text(encoding="utf-8")
+    (cohort.out / "report.html").unlink()
+    proc = _maka("report", str(cohort.out))
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = (cohort.out / "report.html").read_text(encoding="utf-8")
+    facts = dict(_facts(original))
+    assert {"spec", "executor", "argv", "versions"} <= set(facts), facts
+    assert _facts(rebuilt) == _facts(original)
+    (cohort.out / "lock.json").unlink()
+    proc = _maka("report", str(cohort.out))
+    assert proc.returncode == 0
+    assert proc.stderr == f"maka: note: no lock.json in {cohort.out}: the report has no run details\n"
