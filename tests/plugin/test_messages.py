@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,55 @@ def test_maka_report_keeps_the_run_details_of_the_original_report(cohort: Cohort
     proc = _maka("report", str(cohort.out))
     assert proc.returncode == 0
     assert proc.stderr == f"maka: note: no lock.json in {cohort.out}: the report has no run details\n"
+
+
+@pytest.fixture
+def silent_registry() -> Iterator[str]:
+    """An npm registry that accepts connections and never answers (npm gives up after its fetch timeout)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/"
+    server.close()
+
+
+@pytest.mark.parametrize("how", ["inprocess", "xdist"])
+def test_an_agent_being_installed_gets_a_line(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, silent_registry: str, how: str
+) -> None:
+    monkeypatch.setenv("npm_config_registry", silent_registry)
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    monkeypatch.setenv("npm_config_fetch_timeout", "4000")
+    cache = tmp_path / "agents"
+    cohort.task("t")
+    agent = {"name": "claude", "kind": "claude-code", "cache_dir": str(cache), "set_env": {"ANTHROPIC_API_KEY": "x"}}
+    cohort.write(subjects=[agent], retries={"infra": 0})
+    live = ("--maka-live", "plain")
+    result = cohort.run(*live) if how == "inprocess" else cohort.run_subprocess("-n", "2", *live)
+    lines = [line for line in result.outlines if line.startswith("maka: installing agent ")]
+    assert len(lines) == 1, result.stdout.str()
+    assert re.fullmatch(
+        rf"maka: installing agent @anthropic-ai/claude-code@\S+ into {re.escape(str(cache))} "
+        rf"\(first use only; log: {re.escape(str(cache))}/claude-code-\S+\.log\)",
+        lines[0],
+    ), lines[0]
+    assert cohort.status() == {"t[claude-r0]": "infra_failure"}, "no registry: the install failed"
+
+
+@pytest.mark.parametrize("mode", ["plain", "tty"])
+def test_the_progress_line_under_xdist_ticks_while_no_report_comes_and_fits_the_width(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    for name in ("first", "second"):
+        cohort.task(name)
+    sleeper = {"name": "a-subject-with-a-long-name", "kind": "command", "command": "sleep 6; echo > /app/done.txt"}
+    cohort.write(subjects=[sleeper])
+    result = cohort.run_subprocess("-n", "2", "--maka-live", mode, "--maka-live-interval", "1")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    waiting = re.findall(r"maka: 0/2 done, 2 running, 0 queued[^\n\x1b]*", out)
+    assert len(waiting) >= 2, f"the view must tick while both cells run and no report came:\n{out}"
+    status = re.findall(r"maka: \d/2 done[^\n\x1b]*|  (?:first|second)\[[^\n\x1b]*", out)
+    assert status and all(len(line) <= 59 for line in status), status
+    assert any(line.endswith("…") for line in status), "the head line is cut to the width, not wrapped"
