@@ -116,17 +116,19 @@ class TtyArea:
 
 
 class PlainLines:
-    """Status lines printed through pytest's terminal reporter (logs, CI), each fitted to its width."""
+    """Status lines printed through pytest's terminal reporter (logs, CI); fitted to the width
+    of the terminal when there is one (a log file has no width to fit: lines stay whole)."""
 
     def __init__(self, reporter: Any) -> None:
         self.reporter = reporter
+        self.terminal = bool(reporter.isatty())
 
     def draw(self, lines: Sequence[str]) -> None:
         if self.reporter._tw.width_of_current_line:
             self.reporter.write_line("")  # off the line of dots pytest is writing
         width = self.reporter._tw.fullwidth
         for line in lines:
-            self.reporter.write_line(fit(line, width))
+            self.reporter.write_line(fit(line, width) if self.terminal else line)
 
     def clear(self) -> None:
         """Plain lines stay where they are."""

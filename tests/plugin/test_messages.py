@@ -215,6 +215,7 @@ def test_the_progress_line_under_xdist_ticks_while_no_report_comes_and_fits_the_
     out = result.stdout.str()
     waiting = re.findall(r"maka: 0/2 done, 2 running, 0 queued[^\n\x1b]*", out)
     assert len(waiting) >= 2, f"the view must tick while both cells run and no report came:\n{out}"
-    status = re.findall(r"maka: \d/2 done[^\n\x1b]*|  (?:first|second)\[[^\n\x1b]*", out)
-    assert status and all(len(line) <= 59 for line in status), status
-    assert any(line.endswith("…") for line in status), "the head line is cut to the width, not wrapped"
+    if mode == "tty":  # drawn in place: every line fits the terminal (a wrapped one breaks the cursor moves)
+        status = re.findall(r"maka: \d/2 done[^\n\x1b]*|  (?:first|second)\[[^\n\x1b]*", out)
+        assert status and all(len(line) <= 59 for line in status), status
+        assert any(line.endswith("…") for line in status), "the head line is cut to the width, not wrapped"
