@@ -107,3 +107,24 @@ def test_each_earlier_shape_of_isolation_network_reads_with_phases(
     (tmp_path / "attempts.jsonl").write_text(json.dumps(line) + "\n")
     (record,) = read_ledger(tmp_path / "attempts.jsonl")
     assert record["isolation"]["network"]["phases"] == phases
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("name", ["out-88997ad", "out-5751625"])
+def test_a_run_into_an_earlier_versions_output_resumes_from_it(name: str, pytester: pytest.Pytester) -> None:
+    """The example cohort's cells have the same keys today: their results are taken over, in today's shape."""
+    repo = Path(__file__).parents[2]
+    for part in ("tasks", "subjects"):
+        shutil.copytree(repo / part, pytester.path / part)
+    shutil.copy(repo / "cohort.yaml", pytester.path / "cohort.yaml")
+    out = pytester.path / "out"
+    shutil.copytree(DATA / name, out)
+    before = (out / "attempts.jsonl").read_bytes()
+    result = pytester.runpytest_subprocess("--maka-spec=cohort.yaml", f"--maka-out={out}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=7, failed=8)
+    assert result.ret == 0
+    assert "maka: resuming: 15 of 15 cells already have results in " in result.stdout.str()
+    assert (out / "attempts.jsonl").read_bytes() == before, "nothing ran again and nothing was rewritten"
+    for record in map(json.loads, (out / "results.jsonl").read_text().splitlines()):
+        assert record["resumed"] is True and record["schema"] == SCHEMA
+        assert isinstance(record["isolation"]["network"]["phases"]["agent"], dict)
