@@ -301,9 +301,7 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
     join = (lambda k: f"{prefix}.{k}") if prefix else (lambda k: k)
     model = kinds.get(entry.kind)
     if model is None:
-        raise SpecError(
-            file, join("kind"), unknown_choice("subject kind", entry.kind, set(kinds))
-        )
+        raise SpecError(file, join("kind"), unknown_choice("subject kind", entry.kind, set(kinds)))
     extras = dict(entry.model_extra or {})
     try:
         options = model.model_validate(extras, context={"base_dir": file.parent})
@@ -326,9 +324,7 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
 def _resolve_executor(entry: ExecutorEntry, kinds: dict[str, type[BaseModel]], file: Path) -> ExecutorSpec:
     model = kinds.get(entry.kind)
     if model is None:
-        raise SpecError(
-            file, "executor.kind", unknown_choice("executor kind", entry.kind, set(kinds))
-        )
+        raise SpecError(file, "executor.kind", unknown_choice("executor kind", entry.kind, set(kinds)))
     try:
         options = model.model_validate(dict(entry.model_extra or {}), context={"base_dir": file.parent})
     except ValidationError as e:
