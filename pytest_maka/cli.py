@@ -69,6 +69,7 @@ def _records(out_dir: Path) -> list[dict]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .report import terminal_lines, write_views
+    from .report.terminal import rerun_summary
 
     out_dir = Path(args.dir)
     records = _records(out_dir)
@@ -90,6 +91,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(f"cohort {cohort}: {len(records)} cells")
     for line in terminal_lines(records):
         print(line)
+    rerun = rerun_summary(records)
+    if rerun:
+        print(rerun)
     return EXIT_OK
 
 

@@ -219,11 +219,11 @@ class MakaReporter:
             "subjects": [s.name for s in loaded.subjects],
             "repetitions": loaded.spec.repetitions,
             "skipped": {nodeid.rpartition("::")[2]: why for nodeid, why in sorted(self.skipped.items())},
-            "rerun": self.rerun,
+            **({"rerun": True} if self.rerun else {}),
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from .report.terminal import terminal_lines
+        from .report.terminal import rerun_summary, terminal_lines
 
         records = [r for r in self.records.values()]
         if not records and not self.not_run and not self.ledger_problems and not self.skipped and not self.final_code:
@@ -236,7 +236,7 @@ class MakaReporter:
             terminalreporter.write_line(
                 f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"
             )
-        rerun_line = _rerun_line(records)
+        rerun_line = rerun_summary(records)
         if rerun_line:
             terminalreporter.write_line(rerun_line)
         if self.not_run:
@@ -277,19 +277,6 @@ class _XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.reporter.set_expected(ids)
-
-
-def _rerun_line(records: list[dict[str, Any]]) -> str | None:
-    """How the cells that stand on a rerun changed from their previous run (None when none do)."""
-    changed = [r["runs"][-2:] for r in records if len(r.get("runs") or ()) > 1]
-    if not changed:
-        return None
-    gained = sum(1 for before, now in changed if now["passed"] and not before["passed"])
-    lost = sum(1 for before, now in changed if before["passed"] and not now["passed"])
-    return (
-        f"{len(changed)} cell(s) stand on a rerun: {gained} went from not passed to passed, {lost} from passed "
-        "to not passed; every earlier run is kept (attempts.jsonl, each record's runs)"
-    )
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ..conftest import Cohort, needs_bwrap
@@ -95,5 +100,16 @@ def test_a_rerun_under_xdist_runs_each_cell_once_more(cohort: Cohort) -> None:
         [(cid, run) for cid in cohort.results() for run in (1, 2)]
     )
     assert all(r["run"] == 2 and len(r["runs"]) == 2 for r in cohort.results().values())
-    lock = (cohort.out / "lock.json").read_text()
-    assert '"rerun": true' in lock and '"rerun": false' in lock
+    runs = json.loads((cohort.out / "lock.json").read_text())["runs"]
+    assert [run.get("rerun") for run in runs] == [None, True], "lock.json says which run was a rerun"
+    report = _maka("report", str(cohort.out))
+    assert report.returncode == 0, report.stderr
+    assert "6 cell(s) stand on a rerun: 0 went from not passed to passed, 0 from passed to not passed" in (
+        report.stdout
+    )
+
+
+def _maka(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("maka")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "pytest_maka.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
