@@ -172,7 +172,8 @@ class LiveView:
 
     def pytest_maka_phase(self, cell: Any, phase: str, attempt: int, detail: str | None) -> None:
         """An agent being installed gets a line of its own (once per install), at once when
-        this is the main thread (a cell run without concurrency), else at the next tick."""
+        this is the main thread (a cell run without concurrency), else at the next tick
+        (called on the thread that runs the attempt)."""
         if phase == INSTALL_PHASE:
             self._tell_install(detail)
             if threading.current_thread() is threading.main_thread():
@@ -200,11 +201,12 @@ class LiveView:
                 reporter.write_line(line)
 
     def tick(self) -> None:
-        """Redraw if the interval has passed (called from the main thread only)."""
-        running = self.running.snapshot()
-        if _xdist_active(self.config):
-            running += read_published(self.maka.out_dir)
-        for r in running:
+        """Print the one-off lines due, and redraw if the interval has passed (main thread only).
+
+        This process's agent installs arrive through ``pytest_maka_phase``; the workers' are
+        found in what they publish (read at every tick under xdist, once a second)."""
+        published = read_published(self.maka.out_dir) if _xdist_active(self.config) else []
+        for r in published:
             if r.phase == INSTALL_PHASE:
                 self._tell_install(r.detail)
         self._print_lines()
@@ -213,6 +215,7 @@ class LiveView:
         if display is None or now - self.last_draw < self.interval:
             return
         self.last_draw = now
+        running = self.running.snapshot() + published
         lines = status_lines(self.progress, running, time.time())
         capture = self.config.pluginmanager.get_plugin("capturemanager")
         with capture.global_and_fixture_disabled() if capture else nullcontext():  # mid-test: past the capture
