@@ -101,8 +101,15 @@ def next_run(previous: Iterable[Mapping[str, Any]], *, rerun: bool, session_star
     replacement xdist worker, started later, picks the same run)."""
     if not rerun:
         return max((run_of(r) for r in previous), default=1)
-    before = utc_iso(session_started)
-    return max((run_of(r) for r in previous if r["finished_at"] < before), default=0) + 1
+    return max((run_of(r) for r in previous if _finished_before(r, session_started)), default=0) + 1
+
+
+def _finished_before(record: Mapping[str, Any], ts: float) -> bool:
+    """Whether ``record`` finished before ``ts`` (an unreadable time counts as before: an old line)."""
+    try:
+        return datetime.fromisoformat(str(record["finished_at"])).timestamp() < ts
+    except (KeyError, ValueError):
+        return True
 
 
 def latest_run(attempts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
