@@ -5,6 +5,8 @@
     maka agents install|list|prune   the agent install cache
     maka worker SCHEDULER       a Dask worker for --maka-cluster (cells resource, threads, preload)
 
+A cohort itself is run by pytest (``pytest --maka-spec=cohort.yaml``), as ``maka --help`` says.
+
 Each subcommand is one ``_cmd_*`` function registered in :func:`build_parser`.
 """
 
@@ -19,11 +21,23 @@ from pathlib import Path
 from . import pid1
 from .core.records import cell_record, group_by_cell
 from .store.ledger import ATTEMPTS_FILE, write_results
+from .store.lock import last_run
 from .store.reading import LedgerError, read_ledger
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+
+RUN_A_COHORT = """\
+to run a cohort (a spec YAML: tasks x subjects x repetitions), use pytest:
+  pytest --maka-spec=cohort.yaml                 run every cell; results in reports/<cohort name>/
+  pytest --maka-spec=cohort.yaml -n 4            on 4 xdist workers
+  pytest --maka-spec=cohort.yaml -k "hello and oracle"   a few cells
+  pytest --maka-spec=cohort.yaml --maka-out=DIR  into DIR (a second run into DIR resumes;
+                                                 --maka-rerun runs the selected cells again)
+  pytest --help                                  every --maka-* option
+then: maka report DIR, maka compare DIR_A DIR_B"""
 
 
 class CliError(Exception):
@@ -56,13 +70,18 @@ def _records(out_dir: Path) -> list[dict]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .report import terminal_lines, write_views
+    from .report.terminal import rerun_summary
 
     out_dir = Path(args.dir)
     records = _records(out_dir)
     cohort = args.cohort or _cohort_name(records, out_dir)
+    details, why_not = last_run(out_dir)
+    meta = details.model_dump(exclude_none=True) if details is not None else {}
+    if why_not:
+        print(f"maka: note: {why_not}", file=sys.stderr)
     try:
         paths = {"results": write_results(out_dir, records)}
-        paths.update(write_views(out_dir, records, cohort=cohort))
+        paths.update(write_views(out_dir, records, cohort=cohort, meta=meta))
     except ValueError as e:  # e.g. a record with an unknown taxonomy status
         raise CliError(str(e)) from None
     except OSError as e:
@@ -73,6 +92,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(f"cohort {cohort}: {len(records)} cells")
     for line in terminal_lines(records):
         print(line)
+    rerun = rerun_summary(records)
+    if rerun:
+        print(rerun)
     return EXIT_OK
 
 
@@ -117,7 +139,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one ``add_parser`` block here."""
     parser = argparse.ArgumentParser(
-        prog="maka", description="pytest-maka: work with an experiment's output directory."
+        prog="maka",
+        description="pytest-maka: work with an experiment's output directory. A cohort itself is run by "
+        "pytest, not by maka (see below).",
+        epilog=RUN_A_COHORT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -180,6 +206,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .agents.cli import main as agents_main
 
         return agents_main(argv[1:])
+    if not argv:
+        build_parser().print_help(sys.stderr)
+        return EXIT_USAGE
+    if argv[0].endswith((".yaml", ".yml")):
+        print(f"maka: error: maka does not run cohorts; run it with: pytest --maka-spec={argv[0]}", file=sys.stderr)
+        return EXIT_USAGE
     passed_on: list[str] = []
     if argv[:1] == ["worker"] and "--" in argv:  # argparse mishandles "--" after a subcommand
         passed_on, argv = argv[argv.index("--") + 1 :], argv[: argv.index("--")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +81,10 @@ class CellItem(pytest.Item):
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         if isinstance(excinfo.value, (CellFailed, CellError)):
-            return describe(excinfo.value.args[0], self.maka.out_dir_display)
+            record = excinfo.value.args[0]
+            text = describe(record, self.maka.out_dir_display)
+            tails = output_tails(record, self.maka.out_dir, self.maka.out_dir_display, self.maka.redactor.text)
+            return "\n".join([text, *tails])
         return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
 
     def reportinfo(self) -> tuple[Any, int, str]:
@@ -159,3 +162,39 @@ def skip_lines(skips: dict[str, str], where: str) -> list[str]:
     for reason in skips.values():
         counts[reason] = counts.get(reason, 0) + 1
     return [f"SKIPPED [{n}] {where}: {reason}" for reason, n in counts.items()]
+
+
+#: Lines of each output file shown under a red cell, and bytes read from its end to find them.
+TAIL_LINES = 12
+TAIL_READ_BYTES = 8192
+TAIL_LINE_CHARS = 400
+#: The outputs shown: the verifier's for every red cell; the agent's first when it did not finish.
+VERIFIER_OUTPUTS = (("verifier_stderr", "verifier stderr"), ("verifier_output", "verifier stdout"))
+AGENT_OUTPUTS = (("agent_stderr", "agent stderr"), ("agent_log", "agent stdout"))
+
+
+def output_tails(
+    record: dict[str, Any], out_dir: Path, out_display: str, redact: Callable[[str], str] = str
+) -> list[str]:
+    """The last lines of the verifier's (and, for an incomplete cell, the agent's) stderr and
+    stdout, redacted: the cause of a red cell where the user looks, not only in a file."""
+    from .report.artifacts import read_tail  # safe reading: below out_dir, no symlinks, no escapes
+
+    status = Status(record["status"])
+    artifacts = record.get("artifacts") or {}
+    wanted = (*AGENT_OUTPUTS, *VERIFIER_OUTPUTS) if status is Status.AGENT_INCOMPLETE else VERIFIER_OUTPUTS
+    lines: list[str] = []
+    for key, label in wanted:
+        rel = artifacts.get(key)
+        text = read_tail(out_dir, rel, TAIL_READ_BYTES) if isinstance(rel, str) else None
+        if not text or not text.strip():
+            continue
+        body = text.rstrip("\n").split("\n")
+        if body[0].startswith("[... ") and len(body) > TAIL_LINES:
+            body = body[1:]
+        body = body[-TAIL_LINES:]
+        lines.append(f"  {label} (last {len(body)} lines of {out_display}/{rel}):")
+        for line in body:
+            line = redact(line)
+            lines.append(f"    | {line[:TAIL_LINE_CHARS]}{'…' if len(line) > TAIL_LINE_CHARS else ''}")
+    return lines

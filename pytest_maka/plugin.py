@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--maka-out", metavar="DIR", help="output directory (default: reports/<cohort name>); rerunning into it resumes"
     )
     group.addoption(
+        "--maka-rerun",
+        action="store_true",
+        default=False,
+        help="run the selected cells again although --maka-out already has their results: a new run of each "
+        "cell, recorded beside the earlier ones (never replacing them); the new run's result stands",
+    )
+    group.addoption(
         "--maka-exit",
         choices=("harness", "pass", "never"),
         default=None,
         help="exit-code policy: 'harness' (default) exits 7 when a cell has no official result "
-        "(infra, verifier or policy failure); 'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
+        "(infra, verifier or policy failure) and 9 when a selected cell was skipped or no cell ran; "
+        "'pass' also exits 8 when any cell did not pass; 'never' keeps 0",
     )
     group.addoption(
         "--maka-strict",
@@ -66,6 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     spec_option = config.getoption("maka_spec", None)
     if not spec_option:
+        _hint_at_a_spec_given_as_a_path(config)
         return
     spec_path = (config.invocation_params.dir / spec_option).resolve()
     maka = MakaSession.create(config, spec_path, config.getoption("maka_out"))
@@ -81,6 +91,29 @@ def pytest_configure(config: pytest.Config) -> None:
         from .report.pytest_html_hooks import register as register_html_columns
 
         register_html_columns(config, maka.out_dir)
+
+
+_SPEC_KEYS = re.compile(rb"^(tasks|subjects)\s*:", re.MULTILINE)
+
+
+def _hint_at_a_spec_given_as_a_path(config: pytest.Config) -> None:
+    """``pytest cohort.yaml`` (no --maka-spec): a usage error that says how to run it, instead of
+    pytest's "found no collectors" for a file it cannot collect."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return
+    for arg in config.args:
+        path = config.invocation_params.dir / arg.split("::", 1)[0]
+        if path.suffix not in (".yaml", ".yml") or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(65536)
+        except OSError:
+            continue
+        if len(set(m.group(1) for m in _SPEC_KEYS.finditer(head))) == 2:
+            raise pytest.UsageError(
+                f"{arg} looks like a pytest-maka cohort spec: run it with pytest --maka-spec={arg.split('::', 1)[0]}"
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

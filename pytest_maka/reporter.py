@@ -4,7 +4,6 @@ prints the terminal summary and applies the exit-code policy. Never runs on xdis
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
 import sys
 import time
@@ -16,17 +15,19 @@ import pytest
 from . import __version__
 from .collect import collected_skips, ignored_key_lines, ignored_keys, skip_lines
 from .core.cell import Cell
-from .core.records import attempt_record, cell_record, is_final, utc_iso
+from .core.records import attempt_record, cell_record, has_result, next_run, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .run.lifecycle import attempt_dir_for
 from .scale.plugin import WAIT_CALLBACKS_KEY
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
+from .store.lock import LOCK_FILE, write_lock
 
 #: Seconds of waiting for cells after which the report's code is loaded ahead of the session's end.
 WARM_AFTER_SEC = 2.0
 EXIT_NO_OFFICIAL_RESULT = 7
 EXIT_NOT_ALL_PASSED = 8
+EXIT_COHORT_INCOMPLETE = 9
 
 
 class MakaReporter:
@@ -44,6 +45,8 @@ class MakaReporter:
         self.run_started = time.time()
         self.ledger_problems = maka.ledger.scan().problems  # as found before this run wrote anything
         self._waiting_since: float | None = None
+        self.rerun = bool(config.getoption("maka_rerun", False))
+        self.final_code: int | None = None  # the exit code this plugin chose (set at the session's end)
         config.stash.setdefault(WAIT_CALLBACKS_KEY, []).append(self._warm_views)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "maka-xdist")
@@ -110,11 +113,11 @@ class MakaReporter:
                     if interrupted
                     else "the worker running this attempt crashed before recording it"
                 )
-                record = self._lost_attempt(cell, number, status, why, attempt_dir)
+                record = self._lost_attempt(cell, number, status, why, attempt_dir, mine)
                 self.maka.ledger.append(record)
                 mine.append(record)
             elif not any(r["finished_at"] >= utc_iso(self.run_started) for r in mine):
-                if not any(is_final(r) for r in mine):
+                if self.rerun or not has_result(mine):  # a rerun's cell that never started: not run
                     self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
                     return
                 standing = cell_record(mine)  # a resumed cell whose report was lost
@@ -123,10 +126,13 @@ class MakaReporter:
                 return
         self.records[nodeid] = cell_record(mine)
 
-    def _lost_attempt(self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path) -> dict[str, Any]:
+    def _lost_attempt(
+        self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path, previous: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         started = attempt_dir.stat().st_mtime
         return attempt_record(
             cell,
+            run=next_run(previous, rerun=self.rerun, session_started=self.maka.started),
             cohort=self.maka.cohort.name,
             attempt=number,
             status=status,
@@ -148,8 +154,10 @@ class MakaReporter:
                 if cell is not None:
                     self._reconcile(nodeid, cell, interrupted=interrupted)
         self.write_outputs()
-        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and self.records:
-            session.exitstatus = self.exit_code(session.exitstatus)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and (
+            self.records or self.skipped or self.not_run
+        ):
+            session.exitstatus = self.final_code = self.exit_code(session.exitstatus)
 
     def exit_code(self, current: int) -> int:
         policy = self.config.getoption("maka_exit") or self.config.getini("maka_exit")
@@ -160,6 +168,8 @@ class MakaReporter:
         statuses = [Status(r["status"]) for r in self.records.values()]
         if self.not_run or any(s in HARNESS_SIDE for s in statuses):
             return EXIT_NO_OFFICIAL_RESULT
+        if self.skipped or not self.records:
+            return EXIT_COHORT_INCOMPLETE
         if policy == "pass" and any(s is not Status.AGENT_SUCCESS for s in statuses):
             return EXIT_NOT_ALL_PASSED
         return pytest.ExitCode.OK
@@ -182,7 +192,7 @@ class MakaReporter:
         records = self.cohort_records()
         write_results(out, records)
         meta = self._provenance()
-        note = _write_lock(out / "lock.json", meta)
+        note = write_lock(out / LOCK_FILE, meta)
         if note:
             self.ledger_problems.append(note)
         if records:
@@ -211,6 +221,7 @@ class MakaReporter:
             "repetitions": loaded.spec.repetitions,
             "skipped": {nodeid.rpartition("::")[2]: why for nodeid, why in sorted(self.skipped.items())},
             "ignored_keys": {t.id: ignored_keys(t) for t in self.maka.cohort.tasks if ignored_keys(t)},
+            **({"rerun": True} if self.rerun else {}),
         }
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -218,11 +229,18 @@ class MakaReporter:
             self.skipped.update(collected_skips(session.items))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from .report.terminal import terminal_lines
+        from .report.terminal import rerun_summary, terminal_lines
 
         records = [r for r in self.records.values()]
         ignored = ignored_key_lines(self.maka.cohort.tasks)
-        if not records and not self.not_run and not self.ledger_problems and not self.skipped and not ignored:
+        if (
+            not records
+            and not self.not_run
+            and not self.ledger_problems
+            and not self.skipped
+            and not ignored
+            and not self.final_code
+        ):
             return
         terminalreporter.section("pytest-maka", sep="=")
         for line in ignored:
@@ -243,16 +261,29 @@ class MakaReporter:
             terminalreporter.write_line(
                 f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"
             )
+        rerun_line = rerun_summary(records)
+        if rerun_line:
+            terminalreporter.write_line(rerun_line)
         if self.not_run:
             terminalreporter.write_line(
                 f"{len(self.not_run)} cell(s) not run ({', '.join(sorted(set(self.not_run.values())))}): "
                 "nothing was recorded for them; the next run into this directory runs them"
             )
         if self.skipped:
-            tasks = {cell.task.id for cell in map(self._cell, self.skipped) if cell is not None}
+            cells = [cell for cell in map(self._cell, self.skipped) if cell is not None]
+            tasks = {cell.task.id for cell in cells}
+            invalid = {cell.task.id for cell in cells if cell.task.invalid}
+            dropped = f"; {len(invalid)} of these task(s) invalid, dropped" if invalid else ""
             terminalreporter.write_line(
                 f"{len(self.skipped)} cell(s) of {len(tasks)} task(s) skipped, nothing run for them: "
-                f"the reasons are in lock.json (runs[-1].skipped) and shown by pytest -rs"
+                f"the reasons are in lock.json (runs[-1].skipped) and shown by pytest -rs{dropped}"
+            )
+        if self.final_code == EXIT_COHORT_INCOMPLETE:
+            what = "no cell ran" if not records else "the results do not cover every selected cell"
+            terminalreporter.write_line(
+                f"maka: exit code {EXIT_COHORT_INCOMPLETE}: {what} (--maka-exit=never keeps 0; "
+                "--maka-strict refuses invalid tasks before anything runs)",
+                yellow=True,
             )
         for problem in dict.fromkeys([*self.ledger_problems, *self.maka.ledger.problems]):
             terminalreporter.write_line(f"maka: warning: {problem}", yellow=True)
@@ -289,29 +320,3 @@ def _made_since(path: Path, since: float) -> bool:
 
 def _xdist_active(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) or bool(getattr(config.option, "tx", None))
-
-
-def _write_lock(path: Path, meta: dict[str, Any]) -> str | None:
-    """lock.json: the provenance of every run into this directory, newest last.
-
-    A lock.json that cannot be read is moved aside (never overwritten) and a new one is
-    started; returns a one-line note of that, else None.
-    """
-    runs: list[dict[str, Any]] = []
-    note = None
-    if path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            runs = data["runs"]
-            if not isinstance(runs, list):
-                raise TypeError("'runs' is not a list")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            aside = path.with_name(f"lock.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.json")
-            path.replace(aside)
-            note = f"{path}: not a lock file ({type(e).__name__}: {e}); moved to {aside.name}, started a new one"
-            runs = []
-    data = {"schema": "pytest-maka/lock/1", "cohort": meta["cohort"], "runs": [*runs, meta]}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-    return note

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from . import hostcheck
 from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
-from .core.errors import ExecutorUnavailable, MakaUserError, SpecError
+from .core.errors import ExecutorUnavailable, MakaUserError, SpecError, unknown_choice
 from .core.spec import LoadedSpec, load_spec
 from .core.steps import step_views
 from .core.task import FEATURES
@@ -63,7 +63,7 @@ def load_cohort(config: pytest.Config, spec_path: Path) -> tuple[Cohort, dict[st
             raise SpecError(
                 loaded.path,
                 f"tasks[{i}].format",
-                f"unknown format {source.format!r}; expected one of: {', '.join(formats)}",
+                unknown_choice("format", source.format, formats),
             )
         path = loaded.source_path(source)
         try:
@@ -190,6 +190,7 @@ class MakaSession:
             policy=spec.policy,
             retries=spec.retries,
             cohort_started=self.started,
+            rerun=bool(self.config.getoption("maka_rerun", False)),
             cells=len(self.cohort.cells),
         )
         hook = self.config.hook

@@ -25,8 +25,10 @@ from typing import Literal
 
 from filelock import FileLock
 
+from ..core import progress
 from ..core.errors import InfraError
 from ..core.hostreqs import Need
+from ..core.progress import INSTALL_PHASE
 
 #: Where agents live inside a sandbox (mounted read-only).
 AGENT_DIR = "/opt/maka/agent"
@@ -106,11 +108,12 @@ class AgentCache:
         if self.installed(spec):
             return dest
         self.root.mkdir(parents=True, exist_ok=True)
+        log = self.root / f"{spec.dirname}.log"
+        progress.phase(INSTALL_PHASE, f"{spec.requirement} into {self.root} (first use only; log: {log})")
         with self._lock(spec):
             if self.installed(spec):
                 return dest
             work = Path(tempfile.mkdtemp(prefix=f".build-{spec.dirname}-", dir=self.root))
-            log = self.root / f"{spec.dirname}.log"
             started = time.monotonic()
             try:
                 self._build(spec, work, log)

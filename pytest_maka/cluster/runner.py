@@ -121,6 +121,7 @@ class ClusterRunner(CellRunner):
             else:
                 record = self._local(cell, number, started, Status.INFRA_FAILURE, outcome["error"])
                 record["worker"] = outcome.get("worker")
+            record["run"] = self.target_run(cell)  # the worker's runner knows nothing of earlier runs
             self.ledger.append(record)
             progress.attempt_finished(record)
             return record
@@ -182,6 +183,7 @@ class ClusterRunner(CellRunner):
             finished=time.time(),
             artifacts={"dir": self.attempt_dir(cell, number).relative_to(self.settings.out_dir).as_posix()},
             error={"type": status.value, "message": message},
+            run=self.target_run(cell),
         )
 
     def _unpack(self, cell: Cell, number: int, data: bytes, record: Record) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -15,6 +17,14 @@ def one_line(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def unknown_choice(what: str, value: str, choices: Iterable[str]) -> str:
+    """``unknown WHAT 'x'; did you mean 'y'? expected one of: ...`` (the question only when a choice is close)."""
+    known = sorted(set(choices))
+    near = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return f"unknown {what} {value!r}; {hint}expected one of: {', '.join(known)}"
 
 
 class MakaUserError(Exception):

@@ -25,6 +25,7 @@ from .cell import Cell
 #: executor; "queued on the cluster" is what the controller shows of an attempt no Dask worker has started).
 PHASES = (
     "queued on the cluster",
+    "installing agent",
     "setup",
     "building image",
     "agent",
@@ -45,6 +46,10 @@ class AttemptObserver(Protocol):
 
     def attempt_finished(self, cell: Cell, record: dict[str, Any]) -> None: ...
 
+
+#: The phase of an attempt whose subject's agent is being installed into the cache (first use);
+#: the live view prints a line for it.
+INSTALL_PHASE = "installing agent"
 
 #: The phase in which an attempt waits on its subject (the harness itself is idle).
 WAITING_PHASE = "agent"

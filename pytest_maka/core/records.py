@@ -1,15 +1,19 @@
-"""The result record (schema ``pytest-maka/result/1``, DESIGN.md §6) and cell-level selection."""
+"""The result record (schema ``pytest-maka/result/N``, DESIGN.md §6), its versions, and cell-level selection."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
 from .taxonomy import FINAL, OFFICIAL, Status
 
-SCHEMA = "pytest-maka/result/1"
+SCHEMA_PREFIX = "pytest-maka/result/"
+#: Bumped whenever a field changes shape (adding a field is no bump); every reader reads each
+#: earlier version through :func:`upgrade`.
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 
 Record = dict[str, Any]
 
@@ -41,6 +45,7 @@ def attempt_record(
     timings: Mapping[str, float] | None = None,
     error: Mapping[str, str] | None = None,
     steps: list[dict[str, Any]] | None = None,
+    run: int = 1,
 ) -> Record:
     """One attempt, in the shape every reader of the ledger expects."""
     return {
@@ -54,6 +59,7 @@ def attempt_record(
         "repetition": cell.repetition,
         "attempt": attempt,
         "attempt_count": attempt,
+        "run": run,
         "status": status.value,
         "passed": status is Status.AGENT_SUCCESS,
         "official": status in OFFICIAL,
@@ -78,25 +84,82 @@ def attempt_record(
 
 
 def is_final(record: Mapping[str, Any]) -> bool:
-    """A final record is never re-executed by a rerun into the same output directory."""
+    """A final record is never re-executed by a resume into the same output directory."""
     return Status(record["status"]) in FINAL
 
 
-def cell_record(attempts: Iterable[Mapping[str, Any]]) -> Record:
-    """The record that stands for a cell: the earliest final attempt, else the latest one.
+def run_of(record: Mapping[str, Any]) -> int:
+    """The run of the cell an attempt belongs to: 1, then one more per ``--maka-rerun``
+    (attempts written before reruns existed carry no ``run``: they are run 1)."""
+    run = record.get("run")
+    return run if isinstance(run, int) and not isinstance(run, bool) and run >= 1 else 1
 
-    Earliest-valid-wins means rerunning cannot cherry-pick a lucky pass.
+
+def next_run(previous: Iterable[Mapping[str, Any]], *, rerun: bool, session_started: float) -> int:
+    """The run a cell's new attempts belong to: the latest one recorded, or under
+    ``--maka-rerun`` one past the latest run recorded before the session started (so a
+    replacement xdist worker, started later, picks the same run)."""
+    if not rerun:
+        return max((run_of(r) for r in previous), default=1)
+    return max((run_of(r) for r in previous if _finished_before(r, session_started)), default=0) + 1
+
+
+def _finished_before(record: Mapping[str, Any], ts: float) -> bool:
+    """Whether ``record`` finished before ``ts`` (an unreadable time counts as before: an old line)."""
+    try:
+        return datetime.fromisoformat(str(record["finished_at"])).timestamp() < ts
+    except (KeyError, ValueError):
+        return True
+
+
+def latest_run(attempts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The attempts of the cell's latest run, in attempt order."""
+    ordered = sorted(attempts, key=lambda r: (r["attempt"], r["finished_at"]))
+    last = max((run_of(r) for r in ordered), default=1)
+    return [r for r in ordered if run_of(r) == last]
+
+
+def has_result(attempts: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the cell's latest run has a final attempt (a resume reports it, not runs it)."""
+    return any(is_final(r) for r in latest_run(attempts))
+
+
+def cell_record(attempts: Iterable[Mapping[str, Any]]) -> Record:
+    """The record that stands for a cell: the earliest final attempt of its latest run, else
+    that run's latest attempt.
+
+    Within a run, earliest-valid-wins: retrying or resuming cannot cherry-pick a lucky pass.
+    A new run exists only when the user asked for one (``--maka-rerun``) for every selected
+    cell before any of its outcomes was known; it stands whatever it gives, and the record
+    lists every earlier run's result in ``runs`` (nothing of them is hidden or deleted).
     """
     ordered = sorted(attempts, key=lambda r: (r["attempt"], r["finished_at"]))
     if not ordered:
         raise ValueError("a cell record needs at least one attempt")
-    chosen = next((r for r in ordered if is_final(r)), ordered[-1])
+    runs: dict[int, list[Mapping[str, Any]]] = {}
+    for r in ordered:
+        runs.setdefault(run_of(r), []).append(r)
+    standing = {n: next((r for r in group if is_final(r)), group[-1]) for n, group in sorted(runs.items())}
+    last = max(runs)
+    chosen = standing[last]
     out = dict(chosen)
     out["attempt_count"] = len(ordered)
-    out["attempts"] = [{"attempt": r["attempt"], "status": r["status"], "error": r.get("error")} for r in ordered]
+    out["attempts"] = [
+        {"attempt": r["attempt"], "status": r["status"], "error": r.get("error"), **_run_key(r, last)} for r in ordered
+    ]
     out.pop("attempt", None)
     out["attempt"] = chosen["attempt"]
+    out["run"] = last
+    if last > 1:
+        out["runs"] = [
+            {"run": n, "status": r["status"], "passed": r["status"] == Status.AGENT_SUCCESS, "attempt": r["attempt"]}
+            for n, r in standing.items()
+        ]
     return out
+
+
+def _run_key(record: Mapping[str, Any], last: int) -> dict[str, int]:
+    return {"run": run_of(record)} if last > 1 else {}
 
 
 def group_by_cell(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -105,3 +168,52 @@ def group_by_cell(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappin
     for r in records:
         groups.setdefault(r["cell_key"], []).append(r)
     return groups
+
+
+def schema_version(value: object) -> int | None:
+    """N of ``pytest-maka/result/N`` (None for anything else)."""
+    if not isinstance(value, str) or not value.startswith(SCHEMA_PREFIX):
+        return None
+    number = value.removeprefix(SCHEMA_PREFIX)
+    return int(number) if number.isascii() and number.isdigit() and len(number) < 6 else None
+
+
+#: One step per schema bump: ``UPGRADES[n]`` turns a record of version n into version n + 1.
+UPGRADES: dict[int, Callable[[Record], Record]] = {}
+
+
+def upgrade(record: Mapping[str, Any]) -> Record:
+    """A record of any version this package ever wrote, in the shape of the current version.
+
+    Version 1 was written with two shapes of ``isolation.network`` (releases before the
+    per-phase network plan of 2026-12-01 wrote only ``{agent, verifier}`` summary strings, and
+    the earliest ones could write a bare string); both are read as the current shape, whose
+    ``phases`` holds a mapping per phase. Attempts written before reruns existed are run 1.
+    """
+    version = schema_version(record.get("schema"))
+    if version is None or version > SCHEMA_VERSION:
+        raise ValueError(f"not a record of a schema this version reads: {record.get('schema')!r}")
+    out = dict(record)
+    for step in range(version, SCHEMA_VERSION):
+        out = UPGRADES[step](out)
+    isolation = out.get("isolation")
+    if isinstance(isolation, dict) and "network" in isolation:
+        out["isolation"] = {**isolation, "network": _network_v1(isolation["network"])}
+    out["run"] = run_of(out)
+    out["schema"] = SCHEMA
+    return out
+
+
+def _network_v1(network: object) -> object:
+    """``isolation.network`` with ``phases``: a mapping per phase, built from the per-phase
+    summary strings where an earlier release wrote only those."""
+    if isinstance(network, str):
+        network = {"agent": network, "verifier": network}
+    if not isinstance(network, dict):
+        return network
+    phases = network.get("phases")
+    if isinstance(phases, dict):
+        phases = {k: v if isinstance(v, dict) else {"mode": v} for k, v in phases.items()}
+    else:
+        phases = {k: {"mode": v} for k, v in network.items() if isinstance(v, str)}
+    return {**network, "phases": phases}

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import hostpattern, inputs
-from .errors import SpecError
+from .errors import SpecError, unknown_choice
 from .matrix import expand as expand_matrix
 from .task import MAX_TIMEOUT_SEC
 from .validation import first_error as _first_error
@@ -305,9 +305,7 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
     join = (lambda k: f"{prefix}.{k}") if prefix else (lambda k: k)
     model = kinds.get(entry.kind)
     if model is None:
-        raise SpecError(
-            file, join("kind"), f"unknown subject kind {entry.kind!r}; expected one of: {', '.join(sorted(kinds))}"
-        )
+        raise SpecError(file, join("kind"), unknown_choice("subject kind", entry.kind, set(kinds)))
     extras = dict(entry.model_extra or {})
     try:
         options = model.model_validate(extras, context={"base_dir": file.parent})
@@ -330,9 +328,7 @@ def _resolve_subject(entry: SubjectEntry, kinds: dict[str, type[BaseModel]], fil
 def _resolve_executor(entry: ExecutorEntry, kinds: dict[str, type[BaseModel]], file: Path) -> ExecutorSpec:
     model = kinds.get(entry.kind)
     if model is None:
-        raise SpecError(
-            file, "executor.kind", f"unknown executor kind {entry.kind!r}; expected one of: {', '.join(sorted(kinds))}"
-        )
+        raise SpecError(file, "executor.kind", unknown_choice("executor kind", entry.kind, set(kinds)))
     try:
         options = model.model_validate(dict(entry.model_extra or {}), context={"base_dir": file.parent})
     except ValidationError as e:

@@ -9,20 +9,26 @@ while an item waits for its cell (--maka-concurrency), after each report, and at
 from __future__ import annotations
 
 import os
+import queue
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import pytest
 
-from ..core.records import group_by_cell, is_final
+from ..core.progress import INSTALL_PHASE
+from ..core.records import group_by_cell, has_result
 from ..fixtures import MAKA_KEY
 from ..scale.plugin import WAIT_CALLBACKS_KEY
 from .status import LIVE_DIR, RunningCells, read_published
 from .view import PlainLines, Progress, TtyArea, status_lines
 
 MODES = ("auto", "tty", "plain", "off")
+#: Seconds between the ticks of the live view under xdist (each redraws once its interval passed).
+TICK_SEC = 1.0
 DEFAULT_INTERVAL = {"tty": 1.0, "plain": 30.0}
 
 
@@ -75,6 +81,10 @@ class LiveView:
         self.display: TtyArea | PlainLines | None = None
         self.last_draw = time.monotonic()
         self.announced = False
+        self._installs_told: set[str] = set()
+        self._lines_lock = threading.Lock()
+        self._lines: list[str] = []  # one-off lines to print on the main thread (agent installs)
+        self.ticker: XdistTicker | None = None
 
     def _mode(self) -> str:
         mode = self.config.getoption("maka_live") or self.config.getini("maka_live")
@@ -94,7 +104,7 @@ class LiveView:
             reporter = self._reporter()
             tw = reporter._tw
             if self.mode == "tty":
-                self.display = TtyArea(tw._file, tw.fullwidth, lambda: tw.width_of_current_line)
+                self.display = TtyArea(tw._file, lambda: tw.fullwidth, lambda: tw.width_of_current_line)
             else:
                 self.display = PlainLines(reporter)
         return self.display
@@ -109,13 +119,21 @@ class LiveView:
         cells = [c for c in (reporter_cells._cell(n) for n in nodeids) if c is not None] if reporter_cells else []
         self.progress.total = len(cells)
         groups = group_by_cell(self.maka.ledger.read())
-        final = {key for key, attempts in groups.items() if any(map(is_final, attempts))}
+        final = {key for key, attempts in groups.items() if has_result(attempts)}
         have = sum(1 for c in cells if c.key in final)
         reporter = self._reporter()
-        if have and reporter is not None:
+        if not have or reporter is None:
+            return
+        where = f"{have} of {len(cells)} cells already have results in {self.maka.out_dir_display}"
+        if self.config.getoption("maka_rerun", False):
             reporter.write_line(
-                f"maka: resuming: {have} of {len(cells)} cells already have results in "
-                f"{self.maka.out_dir_display}; running {len(cells) - have}"
+                f"maka: rerunning: {where}; running all {len(cells)}, those {have} as a new run "
+                "(--maka-rerun: the earlier runs stay in attempts.jsonl and in each record's runs)"
+            )
+        else:
+            reporter.write_line(
+                f"maka: resuming: {where}; running {len(cells) - have} "
+                "(--maka-rerun runs them again as a new run, keeping the earlier results)"
             )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -144,18 +162,60 @@ class LiveView:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
         self._clear()
 
+    def pytest_unconfigure(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
+
+    def pytest_maka_phase(self, cell: Any, phase: str, attempt: int, detail: str | None) -> None:
+        """An agent being installed gets a line of its own (once per install), at once when
+        this is the main thread (a cell run without concurrency), else at the next tick
+        (called on the thread that runs the attempt)."""
+        if phase == INSTALL_PHASE:
+            self._tell_install(detail)
+            if threading.current_thread() is threading.main_thread():
+                self._print_lines()
+
+    def _tell_install(self, detail: str | None) -> None:
+        with self._lines_lock:
+            if detail and detail not in self._installs_told:
+                self._installs_told.add(detail)
+                self._lines.append(f"maka: {INSTALL_PHASE} {detail}")
+
+    def _print_lines(self) -> None:
+        """The one-off lines queued so far (main thread only)."""
+        with self._lines_lock:
+            lines, self._lines = self._lines, []
+        reporter = self._reporter()
+        if not lines or reporter is None or self.mode == "off":
+            return
+        self._clear()
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else nullcontext():  # mid-test: past the capture
+            if reporter._tw.width_of_current_line:
+                reporter.write_line("")
+            for line in lines:
+                reporter.write_line(line)
+
     def tick(self) -> None:
-        """Redraw if the interval has passed (called from the main thread only)."""
+        """Print the one-off lines due, and redraw if the interval has passed (main thread only).
+
+        This process's agent installs arrive through ``pytest_maka_phase``; the workers' are
+        found in what they publish (read at every tick under xdist, once a second)."""
+        published = read_published(self.maka.out_dir) if _xdist_active(self.config) else []
+        for r in published:
+            if r.phase == INSTALL_PHASE:
+                self._tell_install(r.detail)
+        self._print_lines()
         display = self._display()
         now = time.monotonic()
         if display is None or now - self.last_draw < self.interval:
             return
         self.last_draw = now
-        running = self.running.snapshot()
-        if _xdist_active(self.config):
-            running += read_published(self.maka.out_dir)
+        running = self.running.snapshot() + published
         lines = status_lines(self.progress, running, time.time())
         capture = self.config.pluginmanager.get_plugin("capturemanager")
         with capture.global_and_fixture_disabled() if capture else nullcontext():  # mid-test: past the capture
@@ -174,12 +234,47 @@ class _XdistLive:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.view.selected(ids)
+        if self.view.ticker is None and self.view.mode != "off":
+            self.view.ticker = XdistTicker.start(self.view.config, self.view.tick)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """A worker that ended (or died) runs nothing any more: forget what it published."""
         worker = getattr(node, "workerinput", {}).get("workerid")
         if worker:
             (self.view.maka.out_dir / LIVE_DIR / f"{worker}.json").unlink(missing_ok=True)
+
+
+class XdistTicker:
+    """Ticks the live view under xdist, where the controller's main thread runs no cell: it
+    waits in xdist's event loop, and wakes only for the workers' events (a report can be
+    minutes away). A thread puts a ``maka_tick`` event into that loop's queue every
+    ``TICK_SEC``; the loop calls ``worker_maka_tick`` on its own thread, so the view draws on
+    the main thread between pytest's own writes, as after a report. Where the loop is not
+    the one this was written against (pytest-xdist 3.6 - 3.8), nothing is started: the view
+    then updates after each report, as before."""
+
+    def __init__(self, events: queue.Queue[Any]) -> None:
+        self._events = events
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="maka-live-ticker", daemon=True)
+
+    @classmethod
+    def start(cls, config: pytest.Config, tick: Callable[[], None]) -> XdistTicker | None:
+        dsession = config.pluginmanager.get_plugin("dsession")
+        events = getattr(dsession, "queue", None)
+        if dsession is None or not isinstance(events, queue.Queue) or not hasattr(dsession, "loop_once"):
+            return None
+        dsession.worker_maka_tick = tick  # the loop dispatches event "maka_tick" to worker_maka_tick()
+        ticker = cls(events)
+        ticker._thread.start()
+        return ticker
+
+    def _run(self) -> None:
+        while not self._stopped.wait(TICK_SEC):
+            self._events.put(("maka_tick", {}))
+
+    def stop(self) -> None:
+        self._stopped.set()
 
 
 def _xdist_active(config: pytest.Config) -> bool:

@@ -10,7 +10,7 @@ before pytest writes anything else. ``PlainLines`` prints them every so often, f
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -83,19 +83,26 @@ def status_lines(progress: Progress, running: Sequence[Running], now: float) -> 
     return lines
 
 
+def fit(line: str, width: int) -> str:
+    """``line`` cut to fit a terminal of ``width`` columns (one column kept free: no wrap)."""
+    room = max(width, 20) - 1
+    return line if len(line) <= room else line[: room - 1] + "…"
+
+
 class TtyArea:
     """Status lines drawn under the current terminal line; the cursor stays where pytest left it."""
 
-    def __init__(self, file: TextIO, width: int, column: Any) -> None:
+    def __init__(self, file: TextIO, width: Callable[[], int], column: Callable[[], int]) -> None:
         self.file = file
-        self.width = max(width, 20)
+        self.width = width  # () -> the terminal's width now (it may be resized)
         self.column = column  # () -> the column pytest's writer is at
         self.drawn = False
 
     def draw(self, lines: Sequence[str]) -> None:
         self.clear()
         col = int(self.column())
-        body = "\n".join(line[: self.width - 1] for line in lines)
+        width = self.width()
+        body = "\n".join(fit(line, width) for line in lines)
         back = f"\x1b[{len(lines)}F" + (f"\x1b[{col}C" if col else "")
         self.file.write("\n" + body + back)
         self.file.flush()
@@ -109,16 +116,19 @@ class TtyArea:
 
 
 class PlainLines:
-    """Status lines printed through pytest's terminal reporter (logs, CI)."""
+    """Status lines printed through pytest's terminal reporter (logs, CI); fitted to the width
+    of the terminal when there is one (a log file has no width to fit: lines stay whole)."""
 
     def __init__(self, reporter: Any) -> None:
         self.reporter = reporter
+        self.terminal = bool(reporter.isatty())
 
     def draw(self, lines: Sequence[str]) -> None:
         if self.reporter._tw.width_of_current_line:
             self.reporter.write_line("")  # off the line of dots pytest is writing
+        width = self.reporter._tw.fullwidth
         for line in lines:
-            self.reporter.write_line(line)
+            self.reporter.write_line(fit(line, width) if self.terminal else line)
 
     def clear(self) -> None:
         """Plain lines stay where they are."""

@@ -196,3 +196,17 @@ def terminal_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     if not records:
         return []
     return summary_lines(summarize(records))
+
+
+def rerun_summary(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """How the cells that stand on a rerun (``--maka-rerun``) changed from their previous run,
+    so that a rerun's gains are never shown without its losses (None when no cell was rerun)."""
+    changed = [r["runs"][-2:] for r in records if len(r.get("runs") or ()) > 1]
+    if not changed:
+        return None
+    gained = sum(1 for before, now in changed if now.get("passed") and not before.get("passed"))
+    lost = sum(1 for before, now in changed if before.get("passed") and not now.get("passed"))
+    return (
+        f"{len(changed)} cell(s) stand on a rerun: {gained} went from not passed to passed, {lost} from passed "
+        "to not passed; every earlier run is kept (attempts.jsonl, each record's runs)"
+    )

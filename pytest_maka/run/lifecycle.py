@@ -21,7 +21,7 @@ from ..core import progress
 from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.interrupts import sigint_deferred
-from ..core.records import Record, attempt_record, cell_record, is_final
+from ..core.records import Record, attempt_record, cell_record, is_final, next_run, run_of
 from ..core.spec import Budgets, Policy, Retries
 from ..core.steps import step_views
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
@@ -50,6 +50,8 @@ class RunSettings:
     retries: Retries
     cohort_started: float = field(default_factory=time.time)
     cells: int = 1  # cells in the cohort: sizes the default cohort-wide retry allowance
+    #: ``--maka-rerun``: a cell with a result from before this run starts a new run of its own.
+    rerun: bool = False
 
     def retry_limit(self) -> int:
         """Retries the whole run may spend (``retries.cohort_max``, else a quarter of the cells, at least 5)."""
@@ -110,10 +112,15 @@ class CellRunner:
     def previous(self, cell: Cell) -> list[Record]:
         return list(self._previous.get(cell.key, []))
 
+    def target_run(self, cell: Cell) -> int:
+        """The run of ``cell`` this process's attempts belong to (``next_run``)."""
+        return next_run(self.previous(cell), rerun=self.settings.rerun, session_started=self.settings.cohort_started)
+
     def resumable(self, cell: Cell) -> Record | None:
-        """The cell's standing record if the ledger already holds a final result for it."""
+        """The cell's standing record if the ledger already holds a final result of its current run."""
         prev = self.previous(cell)
-        if any(is_final(r) for r in prev):
+        target = self.target_run(cell)
+        if any(is_final(r) for r in prev if run_of(r) == target):
             record = cell_record(prev)
             record["resumed"] = True
             return record
@@ -318,6 +325,7 @@ class CellRunner:
             timings=work.timings,
             error=_with_retry(work.error_for(status, facts), work.retryable),
             steps=work.steps,
+            run=self.target_run(work.cell),
         )
 
 

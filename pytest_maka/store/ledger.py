@@ -32,7 +32,7 @@ from typing import Any
 from filelock import FileLock
 
 from ..core import cancel
-from ..core.records import Record, cell_record, group_by_cell
+from ..core.records import SCHEMA_VERSION, Record, cell_record, group_by_cell, schema_version, upgrade
 from .redact import Redactor
 
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -263,7 +263,9 @@ class Ledger:
                 owner.depth -= 1
 
     def scan(self) -> JsonlScan:
+        """Every line of the ledger; lines an earlier version wrote are read in today's shape."""
         scan = scan_jsonl(self.path, required=REQUIRED_FIELDS)
+        scan.records = [_current(r) for r in scan.records]
         self.read_problems = scan.problems
         return scan
 
@@ -275,6 +277,12 @@ class Ledger:
         wanted = set(keys) if keys is not None else None
         groups = group_by_cell(self.read())
         return [cell_record(attempts) for key, attempts in groups.items() if wanted is None or key in wanted]
+
+
+def _current(record: Record) -> Record:
+    """``record`` in the current schema's shape when it is of a version this one reads (else as it is)."""
+    version = schema_version(record.get("schema"))
+    return upgrade(record) if version is not None and version <= SCHEMA_VERSION else record
 
 
 def write_results(out_dir: Path, records: Iterable[Mapping[str, Any]]) -> Path:

@@ -1,8 +1,9 @@
 """Reading a ledger that may not be ours (``maka report`` / ``maka compare``): every line checked.
 
-A line that is not UTF-8 or not JSON, a record of another schema, a missing or mistyped
-field: each is one error naming the file, the line and the field, before any view is
-built. A torn last line (a crash mid-write, no newline after it) is skipped, as the
+A line that is not UTF-8 or not JSON, a record of another schema (or of a newer version of
+this one), a missing or mistyped field: each is one error naming the file, the line and the
+field, before any view is built. A record of an earlier version is read in the current
+version's shape (``core.records.upgrade``). A torn last line (a crash mid-write, no newline after it) is skipped, as the
 ledger itself does.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import MakaUserError
-from ..core.records import SCHEMA, Record
+from ..core.records import SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, Record, schema_version, upgrade
 from ..core.taxonomy import Status
 from ..core.validation import first_error
 
@@ -44,7 +45,7 @@ class AttemptLine(_Loose):
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True, populate_by_name=True)
 
-    schema_: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]
+    schema_: str = Field(alias="schema")
     cell_key: str = Field(min_length=1)
     cell_id: str
     task: str
@@ -92,6 +93,17 @@ def read_ledger(path: Path) -> list[Record]:
             raise LedgerError(path, where, "not a JSON record (is this a pytest-maka attempts ledger?)") from None
         if not isinstance(record, dict):
             raise LedgerError(path, where, f"expected a JSON object (schema {SCHEMA}), got {type(record).__name__}")
+        version = schema_version(record.get("schema"))
+        if version is None:
+            expected = f"expected {SCHEMA_PREFIX}N (N = 1 to {SCHEMA_VERSION})"
+            raise LedgerError(path, f"{where}: schema", f"{expected}, got {record.get('schema')!r}")
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                path,
+                f"{where}: schema",
+                f"{record['schema']} was written by a newer pytest-maka; this one reads up to {SCHEMA}: upgrade it",
+            )
+        record = upgrade(record)
         try:
             AttemptLine.model_validate(record)
         except ValidationError as e:

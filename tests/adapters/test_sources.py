@@ -217,7 +217,7 @@ def test_legacy_skips_with_reasons(cohort: Cohort) -> None:
     task_yaml.write_text(task_yaml.read_text() + "parser_name: cargo\n")
     cohort.write(tasks=[{"path": "tb"}], subjects=[{"name": "oracle", "kind": "oracle"}], executor=DOCKER)
     result = cohort.run("-rs")
-    assert result.ret == 0 and "3 skipped" in result.stdout.str()
+    assert result.ret == 9 and "3 skipped" in result.stdout.str()
     result.stdout.fnmatch_lines_random(
         [
             "SKIPPED*count-log-lines: multi-container environments*not supported on the local executor*",

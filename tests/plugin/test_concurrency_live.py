@@ -75,9 +75,14 @@ def test_resume_header_says_what_this_run_will_do(cohort: Cohort) -> None:
     cohort.write()
     cohort.run("-k", "t0 or t1")
     result = cohort.run("--maka-concurrency", "4")
-    result.stdout.fnmatch_lines(["maka: resuming: 4 of 8 cells already have results in out; running 4"])
+    result.stdout.fnmatch_lines(["maka: resuming: 4 of 8 cells already have results in out; running 4 (*"])
     result = cohort.run("-k", "t3")
-    result.stdout.fnmatch_lines(["maka: resuming: 2 of 2 cells already have results in out; running 0"])
+    result.stdout.fnmatch_lines(
+        [
+            "maka: resuming: 2 of 2 cells already have results in out; running 0 "
+            "(--maka-rerun runs them again as a new run, keeping the earlier results)"
+        ]
+    )
 
 
 def test_attempt_and_phase_hooks_in_order(cohort: Cohort) -> None:

@@ -27,7 +27,9 @@ def test_one_invalid_task_is_skipped_and_the_rest_runs(cohort: Cohort, workers: 
     args = ("-rs", "-n", workers) if workers else ("-rs",)
     result = cohort.run_subprocess(*args)
     result.assert_outcomes(passed=1, skipped=1)
-    assert result.ret == 0, "a skip is no harness failure (exit 7 was the xdist bug)"
+    assert result.ret == 9, "a dropped task is exit 9, no harness failure (exit 7 was the xdist bug)"
+    assert "maka: exit code 9: the results do not cover every selected cell" in result.stdout.str()
+    assert "shown by pytest -rs; 1 of these task(s) invalid, dropped" in result.stdout.str()
     line = f"{toml}: verifier.timeout_sec: expected a number greater than 0"
     assert any(f"maka: invalid task skipped: {line}" in out for out in result.outlines), result.stdout.str()
     assert any("SKIPPED" in out and "typo: invalid task: " in out for out in result.outlines)
@@ -46,10 +48,11 @@ def test_a_run_whose_every_cell_is_skipped_says_so_in_its_summary(cohort: Cohort
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}, {"name": "nop", "kind": "nop"}])
     result = cohort.run_subprocess("-q", "-n", "2")
     result.assert_outcomes(skipped=4)
-    assert result.ret == 0
+    assert result.ret == 9, "nothing ran: exit 9, not 0"
     out = result.stdout.str()
     assert "4 cell(s) of 2 task(s) skipped, nothing run for them: the reasons are in lock.json" in out, out
     assert "(no report: no cell ran)" in out and not (cohort.out / "report.html").exists()
+    assert "maka: exit code 9: no cell ran (--maka-exit=never keeps 0" in out
     assert all("verifier.timeout_sec: expected a number" in why for why in _skips(cohort).values()), _skips(cohort)
 
 
@@ -142,7 +145,7 @@ def test_features_the_executor_lacks_skip_with_the_feature_named_under_xdist(coh
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     result = cohort.run_subprocess("-rs", "-n", "2")
     result.assert_outcomes(passed=1, skipped=2)
-    assert result.ret == 0
+    assert result.ret == 9, "skipped cells: the results do not cover the cohort"
     skips = _skips(cohort)
     assert skips["compose[oracle-r0]"] == (
         "compose: multi-container environments (environment/docker-compose.yaml) "

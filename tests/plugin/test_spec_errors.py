@@ -62,7 +62,8 @@ BASE = "name: t\ntasks: [{path: tasks}]\n"
         ),
         (
             "name: t\ntasks: [{path: tasks, format: swe-bonch}]\nsubjects: [{name: a, kind: oracle}]\n",
-            "cohort.yaml: tasks[0].format: unknown format 'swe-bonch'; expected one of: harbor",
+            "cohort.yaml: tasks[0].format: unknown format 'swe-bonch'; did you mean 'swe-bench'? "
+            "expected one of: harbor",
         ),
         (
             BASE + "subjects: [{name: a, kind: oracle}]\nexecutor: {kind: cloud}\n",
