@@ -36,6 +36,7 @@ class RunDetails(BaseModel):
     subjects: list[str] | None = None
     repetitions: int | None = None
     skipped: dict[str, str] | None = None
+    ignored_keys: dict[str, list[str]] | None = None
     rerun: bool | None = None
 
 
