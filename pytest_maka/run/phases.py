@@ -246,8 +246,12 @@ def verify(
     claimed = claimed_success(work.claim)
     if claimed is not None and verdict.passed is not None and not result.timed_out:
         work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
+    evidence = verdict.details.get("network_failure")  # a diagnostic: never moves the attempt (taxonomy)
     work.verifier_outcome = VerifierOutcome(
-        ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
+        ran=True,
+        timed_out=result.timed_out,
+        passed=None if result.timed_out else verdict.passed,
+        network_failure=evidence if isinstance(evidence, str) else None,
     )
     work.verifier_info = {
         "kind": verifier.name,

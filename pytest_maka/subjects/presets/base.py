@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
-from ...core import hostpattern
+from ...core import hostpattern, subject_json
 from ...core.errors import SpecError
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
@@ -280,7 +280,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = subject_json.loads(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
