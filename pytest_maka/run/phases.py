@@ -18,7 +18,7 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, Sandbox
+from ..executors.base import ExecAhead, ReportsFullDisk, Sandbox
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
@@ -240,6 +240,10 @@ def verify(
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
         verdict = verifier.grade(task, result, ctx)
+    no_verdict = verdict.passed is None and not result.timed_out
+    full = sandbox.full_disk() if no_verdict and isinstance(sandbox, ReportsFullDisk) else None
+    if full:  # the verifier could not write its reward on the disk the subject filled: the subject's doing
+        work.subject_fault = f"the verifier gave no verdict and {full}"
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by

@@ -9,6 +9,8 @@ result; only evidence the subject could not have produced makes an attempt non-o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -64,3 +66,27 @@ def test_deeply_nested_reports_are_the_subjects_own_problem(cohort: Cohort, name
     record = _one(cohort, f"echo wrong > /app/output.txt; {deep} > $MAKA_LOGS_DIR/{name}")
     assert record["status"] == "agent_failure" and record["official"], record
     assert (cohort.out / "report.html").is_file() and (cohort.out / "summary.md").is_file()
+    for view in ("report.html", "summary.md"):
+        (cohort.out / view).unlink()
+    rebuilt = subprocess.run([sys.executable, "-m", "pytest_maka.cli", "report", str(cohort.out)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert rebuilt.returncode == 0 and "Traceback" not in rebuilt.stderr, rebuilt.stderr[-2000:]
+    assert "t[s-r0]" in (cohort.out / "report.html").read_text() and (cohort.out / "summary.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null; dd if=/dev/zero of=/logs/agent/fill bs=4k 2>/dev/null",
+        "mkdir /app/many; cd /app/many; i=0; while : > f$i 2>/dev/null; do i=$((i+1)); done",
+    ],
+    ids=["space", "inodes"],
+)
+def test_a_full_disk_at_the_harness_s_own_write_is_the_subject_s_result(cohort: Cohort, fill: str) -> None:
+    cohort.task("t", test=READS_OUTPUT, extra_toml="storage_mb = 16\n", verifier_timeout=30)
+    cohort.write(subjects=[{"name": "s", "kind": "command", "command": f"echo wrong > /app/output.txt; {fill}; true"}])
+    result = cohort.run_subprocess("-p", "no:cacheprovider", timeout=300)
+    record = cohort.results()["t[s-r0]"]
+    assert record["storage"]["enforced"] if "storage" in record else True
+    assert record["status"] == "agent_failure" and record["official"], (record, result.stdout.str()[-2000:])
+    assert record["attempt_count"] == 1
