@@ -59,7 +59,6 @@ class SpaceWatch:
             )
         return None
 
-
     def full_now(self) -> str | None:
         """On the lease's own capped disk only: "no space" or "no inode" left, else None."""
         if not self.capped:

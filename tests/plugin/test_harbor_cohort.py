@@ -147,8 +147,9 @@ def test_a_verifier_starved_of_the_network_it_declared_fails_officially_and_says
     assert starved["status"] == "agent_failure" and starved["official"] is True
     assert "Could not resolve host: astral.sh" in starved["verifier"]["network_failure"]
     assert starved["verifier"]["reward_written"] == 0.0
-    assert "the verifier needed a network it was not given (declared public, granted none)" in (
-        starved["verifier"]["error"]
+    assert (
+        "the verifier needed a network it was not given (declared public, granted none)"
+        in (starved["verifier"]["error"])
     )
     declared_offline = cohort.results()["offline[oracle-r0]"]
     assert declared_offline["status"] == "agent_failure", "the task said its verifier needs no network"
