@@ -186,7 +186,9 @@ def test_token_budget_from_reported_usage(cohort: Cohort) -> None:
     cohort.write(subjects=[command("spender", usage)], budgets={"max_tokens": 1000})
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[spender-r0]"]
-    assert record["status"] == "budget_exhausted"
+    # tokens the subject reports are its own figures: a rejection stays official (issue 22)
+    assert record["status"] == "agent_failure" and record["official"] is True
+    assert record["error"]["message"].endswith("; over max_tokens by its own report")
     assert record["usage"] == {"input_tokens": 900, "output_tokens": 200, "cost_usd": 0.5}
 
 
