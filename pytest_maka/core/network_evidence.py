@@ -1,9 +1,11 @@
-"""Evidence in a verifier's output that it needed a network it was not given (pure).
+"""A line in a verifier's output saying it could not resolve or reach a host (pure).
 
 Most published ``test.sh`` scripts download their tools (apt, curl | sh for uv, pip, npm)
-and write reward 0 when that fails, which would blame the subject for the harness's
-network plan. Only failures to resolve or reach a remote host count: a refused connection
-to localhost is the task's own service (the subject's business), never evidence.
+and write reward 0 when that fails. The line found is a diagnostic on the record: it tells
+the experimenter that the verifier probably needs the network its task declares. It is never
+evidence that takes an attempt out of the denominator (``core.taxonomy``): the verifier runs
+code the subject left, which can print any line. Only failures to resolve or reach a remote
+host count: a refused connection to localhost is the task's own service.
 """
 
 from __future__ import annotations

@@ -59,6 +59,12 @@ INCOMPLETE_STOP_REASONS: frozenset[str] = frozenset(
 )
 
 
+#: Budgets judged on figures the subject itself reports (usage.json, a protocol agent's usage
+#: updates): a subject can inflate them at will, so they never take a verdict out of the
+#: official denominator (a subject stopped for them did not finish: agent_incomplete).
+REPORTED_BUDGETS: frozenset[str] = frozenset({"max_tokens", "max_cost_usd"})
+
+
 @dataclass(frozen=True)
 class SubjectOutcome:
     """What happened to the subject's run: measured by the harness, plus the stop reason the
@@ -79,10 +85,14 @@ class VerifierOutcome:
     """What the verifier produced. ``passed`` is None when it gave no verdict."""
 
     ran: bool = True
+    #: The verifier did not end in its time. The subject's environment is what it ran on (a FIFO
+    #: or /dev/zero where it reads the output keeps it waiting): as in Harbor and Terminal-Bench,
+    #: a rejection, unless an experimenter's deadline cut it short (budget_exhausted).
     timed_out: bool = False
     passed: bool | None = None
-    #: Evidence (one output line) that the verifier failed to reach a network its phase did not
-    #: have, while the task declared it needs one: no verdict on the subject then.
+    #: A line of the verifier's output saying a host could not be resolved or reached, while
+    #: its phase had no network the task declared. A diagnostic only: the verifier runs code the
+    #: subject left, which can print any line, so it never takes an attempt out of the denominator.
     network_failure: str | None = None
 
 
@@ -112,6 +122,7 @@ def classify(facts: AttemptFacts) -> Status:
         return Status.AGENT_ABORTED
     if facts.policy_denied:
         return Status.POLICY_DENIED
+    measured_budget = facts.budget_exceeded if facts.budget_exceeded not in REPORTED_BUDGETS else None
     if facts.budget_exceeded and (facts.subject is None or not facts.subject.started):
         return Status.BUDGET_EXHAUSTED
     if facts.infra_error or facts.subject is None or not facts.subject.started:
@@ -119,15 +130,15 @@ def classify(facts: AttemptFacts) -> Status:
     if facts.subject_fault:
         return Status.AGENT_FAILURE
     verifier = facts.verifier
-    if facts.budget_exceeded and (verifier is None or not verifier.ran or verifier.timed_out):
+    if measured_budget and (verifier is None or not verifier.ran or verifier.timed_out):
         return Status.BUDGET_EXHAUSTED  # the deadline left the verifier no (or too little) time
-    if verifier is None or not verifier.ran or verifier.timed_out or verifier.passed is None:
+    if verifier is None or not verifier.ran:
         return Status.VERIFIER_FAILURE
-    if verifier.network_failure and not verifier.passed:
-        return Status.VERIFIER_FAILURE  # its reward 0 says "my download failed", not "the subject failed"
-    if verifier.passed:
+    if verifier.passed is None and not verifier.timed_out and not verifier.network_failure:
+        return Status.VERIFIER_FAILURE
+    if verifier.passed and not verifier.timed_out:
         return Status.AGENT_SUCCESS
-    if facts.budget_exceeded:
+    if measured_budget:
         return Status.BUDGET_EXHAUSTED
     if not facts.subject.finished:
         return Status.AGENT_INCOMPLETE

@@ -23,10 +23,18 @@ from collections.abc import Callable
 
 try:
     from .forwarder import Loop
-    from .wire import MAX_HELLO, NeedMore, Record, client_hello_sni, now
+    from .wire import MAX_HELLO, NOT_CANONICAL, NeedMore, Record, client_hello_sni, now, request_target
 except ImportError:  # a script in the proxy container, with wire.py and forwarder.py beside it
     from forwarder import Loop  # type: ignore[no-redef]
-    from wire import MAX_HELLO, NeedMore, Record, client_hello_sni, now  # type: ignore[no-redef]
+    from wire import (  # type: ignore[no-redef]
+        MAX_HELLO,
+        NOT_CANONICAL,
+        NeedMore,
+        Record,
+        client_hello_sni,
+        now,
+        request_target,
+    )
 
 #: Bytes of the request line (or CONNECT head) read before giving up on naming the connection.
 MAX_LINE = 8192
@@ -40,13 +48,14 @@ IN, OUT, ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR
 STOP_TIMEOUT = 5.0
 
 
+#: The relay's answer to a request line it does not pass on (nothing reached tinyproxy).
+REFUSAL = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
 def connect_target(line: str) -> tuple[str, int] | None:
-    """(host, port) of a CONNECT request line, else None."""
-    parts = line.split()
-    if len(parts) < 2 or parts[0].upper() != "CONNECT":
-        return None
-    host, _, port = parts[1].rpartition(":")
-    return (host.strip("[]").lower(), int(port)) if host and port.isdigit() else None
+    """(host, port) of a canonical CONNECT request line, else None."""
+    parsed = request_target(line)
+    return (parsed[1], parsed[2]) if parsed is not None and parsed[0] == "CONNECT" else None
 
 
 class Pump:
@@ -242,7 +251,11 @@ class Connection:
         if not done and b"\n" not in head:
             return
         if b"\n" in head:
-            self.rec["request"] = head.split(b"\n", 1)[0].decode("latin-1").rstrip("\r")
+            line = head.split(b"\n", 1)[0]
+            self.rec["request"] = (line[:-1] if line.endswith(b"\r") else line).decode("latin-1")
+        if request_target(self.rec["request"] or "") is None:
+            self._refuse()  # only a line every parser reads alike reaches tinyproxy
+            return
         self.target = connect_target(self.rec["request"] or "")
         if self.target is not None:  # the whole CONNECT head, and nothing of the tunnel, goes to tinyproxy
             cut = head.find(b"\r\n\r\n")
@@ -257,6 +270,14 @@ class Connection:
         err = up.connect_ex(self.pump.upstream)
         if err not in (0, errno.EINPROGRESS):
             raise OSError(err, "tinyproxy refused the connection")
+
+    def _refuse(self) -> None:
+        """Answer 400 and close: tinyproxy never sees the request, so it connects nowhere."""
+        if self.rec["request"] is not None:  # a connection that said nothing gets nothing
+            self.rec["reason"] = NOT_CANONICAL
+            with contextlib.suppress(OSError):
+                self.client.send(REFUSAL)
+        self.finish()
 
     def _connected(self) -> None:
         self.to_upstream += self.head

@@ -4,16 +4,19 @@ tinyproxy handles HTTP CONNECT (the tunnel is never opened: no TLS interception)
 HTTP; with ``FilterURLs On`` its filter sees ``host:port`` for CONNECT and the absolute URL
 for plain HTTP, so one anchored regular expression per allowed (host, port) decides both.
 ``FilterDefaultDeny Yes`` refuses everything else, including IP literals nobody listed.
+The relay passes tinyproxy only canonical request lines (``wire.request_target``), and each
+expression ends the authority at ``/`` (where tinyproxy ends it): the text matched is the
+host and port tinyproxy connects to.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 from ..core.hostpattern import HostPattern, allowed
 from .log import EgressEvent
+from .wire import request_target
 
 #: Port the proxy listens on inside its own network namespace or container.
 PROXY_PORT = 3128
@@ -36,9 +39,9 @@ def filter_lines(patterns: tuple[HostPattern, ...]) -> list[str]:
         host = _host_regex(p)
         for port in p.ports:
             lines.append(rf"^{host}:{port}$")
-            lines.append(rf"^http://{host}:{port}([/?].*)?$")
+            lines.append(rf"^http://{host}:{port}(/.*)?$")
             if port == 80:
-                lines.append(rf"^http://{host}([/?].*)?$")
+                lines.append(rf"^http://{host}(/.*)?$")
     return lines or [r"^$"]  # an empty filter file would allow nothing anyway; keep it explicit
 
 
@@ -90,21 +93,19 @@ def user_group(user: str) -> str:
 
 
 def destination(request_line: str) -> tuple[str, str, str]:
-    """(method, host:port, url) of a request line (``?`` parts when it does not parse)."""
+    """(method, host:port, url) of a request line; destination ``?`` unless it is canonical.
+
+    The same reading as the relay's (``wire.request_target``): a line it does not read never
+    reached tinyproxy, so it names no destination.
+    """
     parts = request_line.split()
     method = parts[0] if parts else "?"
     url = parts[1] if len(parts) > 1 else ""
-    if method.upper() == "CONNECT":
-        return method, url, url
-    split = urlsplit(url)
-    if split.scheme and split.hostname:
-        try:
-            port = split.port or (443 if split.scheme == "https" else 80)
-        except ValueError:
-            return method, url, url
-        host = f"[{split.hostname}]" if ":" in split.hostname else split.hostname
-        return method, f"{host}:{port}", url
-    return method, url or "?", url
+    parsed = request_target(request_line)
+    if parsed is None:
+        return method, "?", url
+    _, host, port = parsed
+    return method, f"[{host}]:{port}" if ":" in host else f"{host}:{port}", url
 
 
 def _iso(stamp: str) -> str:

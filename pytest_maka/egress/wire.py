@@ -6,6 +6,8 @@ proxy container with this file beside it.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import struct
 import time
 from collections.abc import Callable
@@ -24,6 +26,47 @@ def stamp(t: float) -> str:
 def now() -> str:
     """The time now, as the records carry it."""
     return stamp(time.time())
+
+
+# --- the request line ---------------------------------------------------------------------
+_NAME = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
+_AUTHORITY = rf"(?P<host>{_NAME}|\[[0-9a-f:.]+\])(?::(?P<port>[1-9][0-9]{{0,4}}))?"
+_LINE = re.compile(r"(?P<method>[A-Z]{1,20}) (?P<target>[\x21-\x7e]+) HTTP/1\.[01]", re.ASCII)
+_CONNECT = re.compile(_AUTHORITY, re.ASCII | re.IGNORECASE)
+_ABSOLUTE = re.compile(rf"http://{_AUTHORITY}(?:/[\x21-\x7e]*)?", re.ASCII | re.IGNORECASE)
+#: Why the relay refuses a request line that ``request_target`` does not read.
+NOT_CANONICAL = "not a canonical proxy request"
+
+
+def request_target(line: str) -> tuple[str, str, int] | None:
+    """(method, host, port) of a proxy request line in canonical form, else None.
+
+    Canonical: ``METHOD SP target SP HTTP/1.x`` with single spaces, the target either
+    ``CONNECT host:port`` or ``http://host[:port]`` followed by nothing or by ``/...``; the
+    host a DNS name or an IP literal, the port decimal without a leading zero. The authority
+    then has no user-info, ``?``, ``#``, ``%`` or ``\\``: every parser (tinyproxy's takes the
+    text up to the first ``/`` and drops what precedes the last ``@``) reads the same host and
+    port, so the destination decided on is the one the proxy connects to. The host is
+    lower-case, an IPv6 literal without brackets.
+    """
+    m = _LINE.fullmatch(line)
+    if m is None:
+        return None
+    method, target = m["method"], m["target"]
+    t = (_CONNECT if method == "CONNECT" else _ABSOLUTE).fullmatch(target)
+    if t is None or (method == "CONNECT" and t["port"] is None):
+        return None
+    port = int(t["port"] or 80)
+    host = t["host"].lower()
+    if host.startswith("["):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
+    if not 0 < port < 65536:
+        return None
+    return method, host, port
 
 
 # --- TLS ClientHello --------------------------------------------------------------------

@@ -168,6 +168,17 @@ class Sandbox(Protocol):
 
 
 @runtime_checkable
+class ReportsFullDisk(Protocol):
+    """Optional sandbox capability: whether the lease's own disk (nothing else writes there) is full.
+
+    Read when the verifier gave no verdict: a verifier that could not write its reward because
+    the subject filled the disk is the subject's failure, not the verifier's.
+    """
+
+    def full_disk(self) -> str | None: ...
+
+
+@runtime_checkable
 class ProtectedRestore(Protocol):
     """Optional sandbox capability: put back protected paths before the verifier runs.
 

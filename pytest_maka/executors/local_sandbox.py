@@ -26,6 +26,7 @@ from .local_ahead import AheadSlot, Prepared, start_prepared
 from .local_describe import describe_isolation
 from .local_egress import LocalEgress
 from .local_files import VERDICT_PATHS, LeaseFiles, sandbox_parts
+from .local_full import SpaceWatch
 from .local_options import DEFAULT_MAX_OUTPUT, LocalOptions
 from .local_spawn import LocalProcess, close_fd
 from .process import run_process, run_started
@@ -52,6 +53,8 @@ class LocalSandbox:
         area = self._disk.mount_point if self._disk is not None else scratch
         #: The workdir, /logs and the upload tops on the host.
         self.files = LeaseFiles(self._workdir, area, self._layout)
+        #: What was free at the start: a full disk at the harness's write is judged against it.
+        self._space = SpaceWatch(area, capped=self._disk is not None)
         self._empty = scratch / "empty"  # bound over masked secret files
         self._spawned: list[LocalProcess] = []
         #: A command's sandbox set up ahead (``exec_ahead``: the verifier's, while the subject runs).
@@ -329,12 +332,29 @@ class LocalSandbox:
     def write_file(self, sandbox_path: str, data: bytes) -> None:
         """Create or replace a regular file (through ``put``: planted links are replaced)."""
         self._require_open()
-        write_via_put(self, sandbox_path, data, self._scratch)
+        try:
+            write_via_put(self, sandbox_path, data, self._scratch)
+        except OSError as exc:
+            fault = self._space.fault(exc, f"writing {sandbox_path}")
+            if fault is None:
+                raise
+            raise fault from exc
 
     def put(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a file or directory to ``sandbox_path``, replacing whatever is there."""
         self._require_open()
-        self.files.put(host_path, sandbox_path)
+        try:
+            self.files.put(host_path, sandbox_path)
+        except OSError as exc:  # a full disk: the subject's doing only on evidence it could not fake
+            fault = self._space.fault(exc, f"copying {sandbox_path} in")
+            if fault is None:
+                raise
+            raise fault from exc
+
+    def full_disk(self) -> str | None:
+        """Why the lease's own capped disk counts as full now (no block or no inode left for an
+        unprivileged writer), or None: what kept a verifier from writing its reward."""
+        return self._space.full_now()
 
     def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
         """Copy out by the rules of ``copyout`` (no link followed or kept, capped, noted in

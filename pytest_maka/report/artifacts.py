@@ -14,6 +14,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..core import subject_json
+
 #: Bytes of each artifact's tail inlined in a drill-down.
 TAIL_BYTES = 2048
 #: Bytes of a workspace diff (read from its start) and of a trajectory file read at most.
@@ -160,8 +162,8 @@ def read_trajectory(out_dir: Path, rel: str) -> dict[str, Any] | None:
     if got is None or got[1] > 0 or len(got[0]) > TRAJECTORY_FILE_BYTES:
         return None
     try:
-        data = json.loads(got[0].decode("utf-8", errors="replace"))
-    except ValueError:
+        data = subject_json.loads(got[0].decode("utf-8", errors="replace"))
+    except ValueError:  # not JSON, or nested too deeply (a subject wrote it)
         return None
     raw = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(raw, list):

@@ -7,12 +7,12 @@ hard-linked file (whose other name may be a host file).
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..core import subject_json
 from ..store.tree import walk
 
 MAX_DIFF_BYTES = 1024 * 1024
@@ -148,7 +148,7 @@ def read_json_file(path: Path, limit: int = 1024 * 1024) -> Any:
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        return subject_json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
 

@@ -18,7 +18,7 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, Sandbox, VerdictChannel
+from ..executors.base import ExecAhead, ReportsFullDisk, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
@@ -293,14 +293,22 @@ def verify(
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
         verdict = reward_links(verifier.grade(task, result, ctx), copied)
+    no_verdict = verdict.passed is None and not result.timed_out
+    full = sandbox.full_disk() if no_verdict and isinstance(sandbox, ReportsFullDisk) else None
+    if full:  # the verifier could not write its reward on the disk the subject filled: the subject's doing
+        work.subject_fault = f"the verifier gave no verdict and {full}"
     work.verdict = verdict
     if result.timed_out and cut_by:  # cut short by the experimenter's deadline, not its own timeout
         work.budget_exceeded = work.budget_exceeded or cut_by
     claimed = claimed_success(work.claim)
     if claimed is not None and verdict.passed is not None and not result.timed_out:
         work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
+    evidence = verdict.details.get("network_failure")  # a diagnostic: never moves the attempt (taxonomy)
     work.verifier_outcome = VerifierOutcome(
-        ran=True, timed_out=result.timed_out, passed=None if result.timed_out else verdict.passed
+        ran=True,
+        timed_out=result.timed_out,
+        passed=None if result.timed_out else verdict.passed,
+        network_failure=evidence if isinstance(evidence, str) else None,
     )
     work.verifier_info = {
         "kind": verifier.name,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import progress
 from ..core.cell import Cell
 from ..core.task import AGENT_LOGS_DIR, Task
-from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
+from ..core.taxonomy import REPORTED_BUDGETS, AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..egress.log import LOG_NAME, EgressLog
 from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor
@@ -126,6 +126,8 @@ class AttemptWork:
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),
             Status.AGENT_FAILURE: self._rejection(score),
         }[status]
+        if status in (Status.AGENT_INCOMPLETE, Status.AGENT_FAILURE) and facts.budget_exceeded in REPORTED_BUDGETS:
+            message = f"{message or status.value}; over {facts.budget_exceeded} by its own report"
         return {"type": status.value, "message": message or status.value}
 
     def _why_not_started(self) -> str:

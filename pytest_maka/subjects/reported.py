@@ -6,10 +6,10 @@ freezes the logs. ``trajectory.json`` there is kept as the attempt's trajectory 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from ..core import subject_json
 from ..core.task import AGENT_LOGS_DIR
 from ..core.usage import normalise
 from ..executors.base import Sandbox
@@ -18,7 +18,7 @@ MAX_REPORT_BYTES = 1024 * 1024
 
 
 def read_json(sandbox: Sandbox, path: str, limit: int = MAX_REPORT_BYTES) -> Any:
-    """A small JSON file the subject wrote, or None (missing, a link, too large, not JSON)."""
+    """A small JSON file the subject wrote, or None (missing, a link, too large, nested too deeply, not JSON)."""
     try:
         data = sandbox.read_file(path, limit + 1)
     except (FileNotFoundError, ValueError):
@@ -26,8 +26,8 @@ def read_json(sandbox: Sandbox, path: str, limit: int = MAX_REPORT_BYTES) -> Any
     if len(data) > limit:
         return None
     try:
-        return json.loads(data.decode("utf-8"))
-    except ValueError:
+        return subject_json.loads(data)
+    except ValueError:  # UnicodeDecodeError and a refused depth included
         return None
 
 

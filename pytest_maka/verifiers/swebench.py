@@ -10,7 +10,10 @@
    missing from the log counts as failed.
 
 A log that shows no failing test while the test command failed does not resolve (forged or
-broken output). An unparseable log or a test patch that does not apply gives no verdict.
+broken output); nor does a log with no test result at all (a change that stops pytest before
+collection: the SWE-bench harness counts it unresolved, and the subject's change is what ran).
+A test patch that does not apply to the base commit gives no verdict (the subject cannot
+change the base commit).
 """
 
 from __future__ import annotations
@@ -115,12 +118,13 @@ class SweBenchVerifier:
             return Verdict(passed=None, error=f"no test-log parser named {name!r}", details=details)
         results = parse(read_log(ctx))
         details.update(parser=name, test_exit_code=result.exit_code)
-        if not results:
-            return Verdict(
-                passed=None,
-                error=f"the {name!r} parser found no test result in the test log (exit code {result.exit_code})",
-                details=details,
+        if not results:  # as SWE-bench grades it: every FAIL_TO_PASS test is missing, so unresolved
+            details["resolved"] = False
+            details["reason"] = (
+                f"the {name!r} parser found no test result in the test log (exit code {result.exit_code}): "
+                "the tests did not run (e.g. the change stops pytest before collection); unresolved, as in SWE-bench"
             )
+            return Verdict(passed=False, score=0.0, rewards={"resolved": 0.0}, source="swe-bench", details=details)
         status = {
             "FAIL_TO_PASS": _split(opts["fail_to_pass"], results, F2P_OK),
             "PASS_TO_PASS": _split(opts["pass_to_pass"], results, P2P_OK),

@@ -139,10 +139,23 @@ def test_test_patch_that_does_not_apply_is_a_verifier_failure(cohort: Cohort) ->
     assert record["error"]["message"] == "the test patch does not apply to the base commit"
 
 
-def test_unparseable_log_is_a_verifier_failure(cohort: Cohort) -> None:
+def test_a_log_without_test_results_is_unresolved(cohort: Cohort) -> None:
+    """As the SWE-bench harness grades it (every FAIL_TO_PASS test missing): no verdict would let a
+    change that stops pytest before collection leave the official denominator."""
     record = run(cohort, [{"name": "oracle", "kind": "oracle"}], test_cmd="echo nothing to parse")["oracle"]
-    assert record["status"] == "verifier_failure"
-    assert "found no test result in the test log" in record["error"]["message"]
+    assert record["status"] == "agent_failure" and record["official"] is True
+    assert "found no test result in the test log" in record["verifier"]["reason"]
+
+
+def test_a_prediction_that_stops_pytest_before_collection_is_unresolved(cohort: Cohort) -> None:
+    stop = (
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+        "@@ -0,0 +1,2 @@\n+import os\n+os._exit(0)\n"
+    )
+    predictions = write_preds(cohort.root / "stop.jsonl", stop)
+    record = run(cohort, [{"name": "stop", "kind": "patch", "predictions": predictions}])["stop"]
+    assert record["status"] == "agent_failure" and record["official"] is True and record["attempt_count"] == 1
+    assert record["verifier"]["resolved"] is False
 
 
 def test_instance_image_and_eval_script(cohort: Cohort, docker_api_client: Any) -> None:

@@ -45,10 +45,14 @@ def test_remote_refusals_count_and_the_line_is_bounded() -> None:
     assert len(shown) <= MAX_EVIDENCE_CHARS and shown.endswith("Could not resolve host: example.org...")
 
 
-def test_classify_blames_the_network_not_the_subject() -> None:
+def test_network_evidence_never_takes_an_attempt_out_of_the_denominator() -> None:
+    """The verifier runs code the subject left, which can print any line: the text is a
+    diagnostic on the record, never evidence the subject could not have produced."""
     finished = SubjectOutcome(exit_code=0)
     starved = VerifierOutcome(passed=False, network_failure="curl: (6) Could not resolve host: astral.sh")
-    assert classify(AttemptFacts(subject=finished, verifier=starved)) is Status.VERIFIER_FAILURE
+    assert classify(AttemptFacts(subject=finished, verifier=starved)) is Status.AGENT_FAILURE
+    no_reward = VerifierOutcome(passed=None, network_failure="curl: (6) Could not resolve host: astral.sh")
+    assert classify(AttemptFacts(subject=finished, verifier=no_reward)) is Status.AGENT_FAILURE
     passed = VerifierOutcome(passed=True, network_failure="curl: (6) Could not resolve host: astral.sh")
     assert classify(AttemptFacts(subject=finished, verifier=passed)) is Status.AGENT_SUCCESS  # a pass stands
     tampered = AttemptFacts(subject=finished, verifier=starved, subject_fault="replaced /usr/bin/curl")

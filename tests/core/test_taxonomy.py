@@ -45,9 +45,21 @@ REJECTED = VerifierOutcome(passed=False)
         (AttemptFacts(subject=SubjectOutcome(timed_out=True), verifier=PASSED), Status.AGENT_SUCCESS),
         (AttemptFacts(subject=SubjectOutcome(exit_code=1), verifier=PASSED), Status.AGENT_SUCCESS),
         (AttemptFacts(subject=OK, verifier=VerifierOutcome(passed=None)), Status.VERIFIER_FAILURE),
-        (AttemptFacts(subject=OK, verifier=VerifierOutcome(timed_out=True, passed=True)), Status.VERIFIER_FAILURE),
+        # a verifier kept waiting by the subject's environment (a FIFO where it reads): a rejection
+        (AttemptFacts(subject=OK, verifier=VerifierOutcome(timed_out=True, passed=True)), Status.AGENT_FAILURE),
+        (AttemptFacts(subject=OK, verifier=VerifierOutcome(timed_out=True)), Status.AGENT_FAILURE),
+        (
+            AttemptFacts(subject=OK, verifier=VerifierOutcome(timed_out=True), budget_exceeded="cell_timeout_sec"),
+            Status.BUDGET_EXHAUSTED,
+        ),
         (AttemptFacts(subject=OK, verifier=None), Status.VERIFIER_FAILURE),
-        (AttemptFacts(subject=OK, verifier=REJECTED, budget_exceeded="max_tokens"), Status.BUDGET_EXHAUSTED),
+        # tokens and cost are the subject's own report: they never take a rejection out of the denominator
+        (AttemptFacts(subject=OK, verifier=REJECTED, budget_exceeded="max_tokens"), Status.AGENT_FAILURE),
+        (
+            AttemptFacts(subject=SubjectOutcome(exit_code=1), verifier=REJECTED, budget_exceeded="max_cost_usd"),
+            Status.AGENT_INCOMPLETE,
+        ),
+        (AttemptFacts(subject=OK, verifier=REJECTED, budget_exceeded="cell_timeout_sec"), Status.BUDGET_EXHAUSTED),
         (
             AttemptFacts(subject=SubjectOutcome(started=False), budget_exceeded="cohort_timeout_sec"),
             Status.BUDGET_EXHAUSTED,

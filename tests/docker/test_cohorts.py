@@ -63,7 +63,7 @@ def test_taxonomy_classes_reached_in_containers(docker_cohort: Cohort, docker_ap
     assert status == {
         "ok[oracle-r0]": "agent_success",
         "agent-timeout[oracle-r0]": "agent_incomplete",
-        "verifier-timeout[oracle-r0]": "verifier_failure",
+        "verifier-timeout[oracle-r0]": "agent_failure",  # a verifier timeout is a rejection
         "broken-verifier[oracle-r0]": "verifier_failure",
         "broken-env[oracle-r0]": "infra_failure",
         "tamper[oracle-r0]": "agent_failure",

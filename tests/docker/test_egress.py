@@ -363,3 +363,60 @@ def test_a_packet_logger_that_cannot_start_says_so_and_opens_nothing(
     assert agent["off_proxy"].startswith("not logged: ") and "cannot bind the NFLOG group" in agent["off_proxy"]
     assert agent["connections"] == {"allowed": 1, "refused": 0}, "nothing past the proxy is counted"
     assert _egress_leftovers(docker_api, cell.id) == []
+
+
+#: Raw request lines sent to the proxy: "NAME TEXT" per request, NAME in the path it would reach.
+RAW_FORMS = r"""
+import os, socket, sys
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ["HTTP_PROXY"])
+for name, text in zip(sys.argv[1::2], sys.argv[2::2]):
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+    s.sendall(text.encode().replace(b"|", b"\r\n"))
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except OSError:
+        pass
+    print(name, got.split(b"\r\n", 1)[0].decode(errors="replace"), flush=True)
+"""
+
+
+def test_request_forms_are_decided_on_the_destination_the_proxy_connects_to(
+    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # type: ignore[no-untyped-def]
+    """Through the proxy container: judged by the paths the upstream server received."""
+    network, ip, port = egress_upstream
+    task = f"egress-forms-{uuid.uuid4().hex[:8]}"
+    cohort.task(task)
+    a = f"allowed.test:{port}"
+    forms = {
+        "query": f"GET http://{a}?@{ip}:{port}/query HTTP/1.1||",
+        "fragment": f"GET http://{a}#@{ip}:{port}/fragment HTTP/1.1||",
+        "userinfo": f"GET http://{a}@{ip}:{port}/userinfo HTTP/1.1||",
+        "escaped": f"GET http://{a}%40{ip}:{port}/escaped HTTP/1.1||",
+        "origin": f"GET /origin HTTP/1.1|Host: {ip}:{port}||",
+        "origin10": "GET /origin10 HTTP/1.0||",
+        "connect": f"CONNECT {a}@{ip}:{port} HTTP/1.1||GET /connect HTTP/1.1||",
+        "honest": f"GET http://{a}/honest HTTP/1.0||",
+        "hostheader": f"GET http://{a}/hostheader HTTP/1.1|Host: {ip}:{port}||",
+    }
+    args = " ".join(shlex.quote(x) for kv in forms.items() for x in kv)
+    command = f"python3 -c {shlex.quote(RAW_FORMS)} {args} > $MAKA_LOGS_DIR/forms.txt 2>&1"
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": command}],
+        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        policy={"egress": [a]},
+    )
+    result = cohort.run_subprocess(timeout=300)
+    record = cohort.results()[f"{task}[a-r0]"]
+    answers = (cohort.out / record["artifacts"]["agent_logs"] / "forms.txt").read_text()
+    assert record["status"] == "agent_failure", result.stdout.str()[-2000:] + answers
+    (upstream,) = docker_api.containers(filters={"network": network})
+    served = docker_api.logs(upstream["Id"]).decode()
+    arrived = {line.split()[1].strip("/") for line in served.splitlines() if line.startswith("HTTP ")}
+    assert arrived & set(forms) == {"honest", "hostheader"}, (served, answers)
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    assert sorted(e["destination"] for e in events if e["allowed"]) == [a, a], events
+    assert len([e for e in events if not e["allowed"]]) >= len(forms) - 2, events

@@ -104,12 +104,15 @@ def test_verifier_timeout(cohort: Cohort) -> None:
     test = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"
     cohort.task("hang", test=test, verifier_timeout=1)
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
-    cohort.run().assert_outcomes(errors=1)
+    cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["hang[oracle-r0]"]
-    assert record["status"] == "verifier_failure"
+    # the environment the subject left is what kept it (a FIFO where it reads): a rejection, as in
+    # Harbor and Terminal-Bench, and official (issue 22: only evidence the subject could not have
+    # produced takes an attempt out of the denominator)
+    assert record["status"] == "agent_failure" and record["official"] is True and record["passed"] is False
     assert record["verifier"]["timed_out"] is True
-    assert record["score"] is None and record["verifier"]["reward"] is None
-    assert "timed out after 1" in record["error"]["message"]
+    assert record["verifier"]["reward"] is None
+    assert "timed out after 1" in record["verifier"]["error"]
 
 
 def test_a_reward_that_only_rounds_to_1_is_no_pass(cohort: Cohort) -> None:
@@ -183,7 +186,9 @@ def test_token_budget_from_reported_usage(cohort: Cohort) -> None:
     cohort.write(subjects=[command("spender", usage)], budgets={"max_tokens": 1000})
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[spender-r0]"]
-    assert record["status"] == "budget_exhausted"
+    # tokens the subject reports are its own figures: a rejection stays official (issue 22)
+    assert record["status"] == "agent_failure" and record["official"] is True
+    assert record["error"]["message"].endswith("; over max_tokens by its own report")
     assert record["usage"] == {"input_tokens": 900, "output_tokens": 200, "cost_usd": 0.5}
 
 

@@ -195,7 +195,9 @@ def test_token_budget_covers_all_steps_together(cohort: Cohort) -> None:
     cohort.write(subjects=[command("spender", solve)], budgets={"max_tokens": 100})
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["thrifty[spender-r0]"]
-    assert record["status"] == "budget_exhausted" and record["official"] is False
+    # the tokens are the subject's own report: the steps it did not get to are its failure (issue 22)
+    assert record["status"] == "agent_failure" and record["official"] is True
+    assert record["error"]["message"].endswith("over max_tokens by its own report")
     assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (100, 20)
     ran = [(s["run"], s.get("verdict")) for s in record["steps"]]
     assert ran == [(True, "passed"), (True, "passed"), (False, None)]

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
-from ...core import hostpattern
+from ...core import hostpattern, subject_json
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
@@ -354,7 +354,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = subject_json.loads(line)
             except ValueError:
                 continue
             if isinstance(value, dict):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
+from ...core import subject_json
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
 from .base import Invocation, Parsed, Preset, as_mapping
@@ -27,7 +27,7 @@ def _env(inv: Invocation) -> dict[str, str]:
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     raw = read(TRAJ_FILE)
     try:
-        data = json.loads(raw) if raw else {}
+        data = subject_json.loads(raw) if raw else {}
     except ValueError:
         data = {}
     traj = Trajectory(agent="mini-swe-agent")
@@ -67,7 +67,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
 
 def _args(value: Any) -> Any:
     try:
-        return json.loads(value) if isinstance(value, str) else value
+        return subject_json.loads(value) if isinstance(value, str) else value
     except ValueError:
         return value
 
