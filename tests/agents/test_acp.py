@@ -68,9 +68,12 @@ def test_a_budget_cancels_the_turn_mid_run(cohort: Cohort, budget: str, value: f
     _cohort(cohort, "budget", budgets={budget: value})  # the agent reports 1000 tokens and $5, then waits
     cohort.run().assert_outcomes(failed=1)
     record = cohort.results()["t[acp-agent-r0]"]
-    # the figures are the agent's own report: stopped, it did not finish, and stays official (issue 22)
-    assert record["status"] == "agent_incomplete" and record["official"] is True
-    assert record["error"]["message"].endswith(f"; over {budget} by its own report")
+    if budget == "cohort_max_cost_usd":  # the experimenter's whole-run cap: the run ran out, not this cell
+        assert record["status"] == "budget_exhausted"
+        assert record["error"]["message"] == f"budget exhausted: {budget}"
+    else:  # the figures are the agent's own report: stopped, it did not finish, and stays official (issue 22)
+        assert record["status"] == "agent_incomplete" and record["official"] is True
+        assert record["error"]["message"].endswith(f"; over {budget} by its own report")
     assert record["budget"]["exceeded"] == budget
     assert record["usage"]["cost_usd"] == 5.0  # the agent's own usage_update.cost, kept after the cancel
     assert record["agent"]["cost"] == {"source": "agent", "guess": False}

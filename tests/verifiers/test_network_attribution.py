@@ -16,10 +16,11 @@ DOWNLOADS = (
 )
 
 
-def test_a_granted_network_whose_host_does_not_resolve_is_no_verdict_on_the_subject(cohort: Cohort) -> None:
+def test_a_granted_network_whose_host_does_not_resolve_is_named_in_the_record(cohort: Cohort) -> None:
     """With ``verifier_network: true`` the verifier had a network, but its download host does not
-    resolve: the 0 it writes was the oracle's agent_failure and the task "broken: oracle fails".
-    It is no verdict, with the evidence; a task that declares no verifier network keeps its 0."""
+    resolve. The evidence is read granted network or not and recorded with the reward the script
+    wrote; the attempt stays official (a verifier in a shared environment runs code the subject
+    left, which can print the same words: issue 22, DESIGN.md section 3), and its error says why."""
     cohort.task("downloads", test=DOWNLOADS)
     offline = cohort.task("offline", test=DOWNLOADS)
     toml = offline / "task.toml"
@@ -29,11 +30,10 @@ def test_a_granted_network_whose_host_does_not_resolve_is_no_verdict_on_the_subj
     results = cohort.results()
     record = results["downloads[oracle-r0]"]
     assert record["network"]["verifier"]["granted"] != "none", record["network"]
-    assert record["status"] == "verifier_failure" and record["official"] is False, record["status"]
-    message = record["error"]["message"]
+    assert record["status"] == "agent_failure" and record["official"] is True, record["status"]
+    message = record["verifier"]["error"]
     assert message.startswith("the verifier's network failed it (declared public, granted): "), message
     assert "Could not resolve host: astral.sh.invalid" in record["verifier"]["network_failure"]
     assert record["verifier"]["reward_written"] == 0.0
     assert results["offline[oracle-r0]"]["status"] == "agent_failure", "the task said its verifier needs no network"
-    summary = (cohort.out / "summary.md").read_text()
-    assert "downloads" not in summary.split("broken: oracle fails", 1)[-1].split("\n", 1)[0], summary
+    assert "network_failure" not in results["offline[oracle-r0]"]["verifier"], "no network was declared"
