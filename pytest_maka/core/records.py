@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
+from .taint import TaintRecord
 from .taxonomy import FINAL, OFFICIAL, Status
 
 SCHEMA = "pytest-maka/result/1"
@@ -41,6 +42,7 @@ def attempt_record(
     timings: Mapping[str, float] | None = None,
     error: Mapping[str, str] | None = None,
     steps: list[dict[str, Any]] | None = None,
+    taint: TaintRecord | None = None,
 ) -> Record:
     """One attempt, in the shape every reader of the ledger expects."""
     return {
@@ -74,6 +76,7 @@ def attempt_record(
         "subject_digest": cell.subject.digest,
         "task_metadata": dict(cell.task.metadata),
         **({"steps": steps} if steps is not None else {}),
+        **({"taint": taint.as_record()} if taint is not None else {}),
     }
 
 
@@ -105,3 +108,10 @@ def group_by_cell(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappin
     for r in records:
         groups.setdefault(r["cell_key"], []).append(r)
     return groups
+
+
+def is_tainted(record: Mapping[str, Any]) -> bool:
+    """The record's pass depended on code the subject changed outside the workdir (``taint``,
+    core/taint.py); refused ones are failures and not counted here."""
+    taint = record.get("taint")
+    return bool(record.get("passed")) and isinstance(taint, Mapping) and bool(taint.get("tainted"))

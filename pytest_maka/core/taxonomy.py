@@ -99,6 +99,9 @@ class AttemptFacts:
     #: The subject left its environment so that it cannot be verified fairly (tampering with
     #: protected paths, or a harness step failed on what it left): its result, a failure.
     subject_fault: str | None = None
+    #: The verifier passed, but on code the subject changed outside the workdir, and the
+    #: policy refuses such passes (``policy.refuse_tainted``): the subject's failure.
+    tainted_refused: str | None = None
 
 
 def classify(facts: AttemptFacts) -> Status:
@@ -126,7 +129,7 @@ def classify(facts: AttemptFacts) -> Status:
     if verifier.network_failure and not verifier.passed:
         return Status.VERIFIER_FAILURE  # its reward 0 says "my download failed", not "the subject failed"
     if verifier.passed:
-        return Status.AGENT_SUCCESS
+        return Status.AGENT_FAILURE if facts.tainted_refused else Status.AGENT_SUCCESS
     if facts.budget_exceeded:
         return Status.BUDGET_EXHAUSTED
     if not facts.subject.finished:

@@ -309,6 +309,7 @@ class CellRunner:
             timings=work.timings,
             error=_with_retry(work.error_for(status, facts), work.retryable),
             steps=work.steps,
+            taint=work.taint,
         )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import progress
 from ..core.cell import Cell
+from ..core.taint import TaintRecord
 from ..core.task import AGENT_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..egress.log import LOG_NAME, EgressLog
@@ -85,6 +86,8 @@ class AttemptWork:
     retryable: bool = True
     #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
     steps: list[dict[str, Any]] | None = None
+    #: What the subject changed outside the workdir and what the verifier used of it (run/taint.py).
+    taint: TaintRecord | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -99,6 +102,7 @@ class AttemptWork:
             budget_exceeded=self.budget_exceeded,
             aborted=self.aborted,
             subject_fault=self.subject_fault,
+            tainted_refused=self.taint.reason() if self.taint is not None and self.taint.refused else None,
         )
 
     @contextmanager
@@ -140,6 +144,8 @@ class AttemptWork:
     def _rejection(self, score: float | None) -> str:
         if self.subject_fault:
             return f"not verified: {self.subject_fault}"
+        if self.taint is not None and self.taint.refused:
+            return f"refused (policy.refuse_tainted): {self.taint.reason()}"
         reason = self.verdict.details.get("reason") if self.verdict else None
         if reason:
             return f"the verifier rejected the result: {reason}"

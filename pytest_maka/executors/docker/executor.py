@@ -172,6 +172,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                     info = {**info, "mounts": [f"{d} (image layer, {Path(src).name})" for d, src in layers.items()]}
                 slot.record(cid)
                 failed = True
+                sandbox: DockerSandbox | None = None
                 egress = self._egress(engine, request, project.addresses() if project and project.services else {})
                 try:
                     config = self._image_config(engine, image_id)
@@ -204,6 +205,8 @@ class DockerExecutor(SeparateVerifier, Containers):
                     failed = False
                 finally:
                     with sigint_deferred():
+                        if sandbox is not None:
+                            sandbox.close_watch()
                         if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                             slot.clear()
                         else:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 
-from ...core.errors import InfraError, SubjectFault
+from ...core.errors import InfraError
+from ...core.taint import Touched
+from ...core.task import LOGS_DIR, TESTS_DIR
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
@@ -19,18 +22,24 @@ from ..copyout import CopyReport
 from .archive import Batch
 from .egress import DockerEgress
 from .engines import Engine
-from .execs import Capture
+from .execs import EXEC_TOKEN, Capture
 from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import Restorer
 from .spawn import DockerProcess, read_via_archive
+from .watch import MECHANISM as WATCH_MECHANISM
+from .watch import AccessWatch, outside_changes
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+#: Seconds a finished command's output may still drain while a process it detached holds it open.
+DRAIN_SEC = 0.5
 
 
 class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
+
+    watch_mechanism = WATCH_MECHANISM
 
     def __init__(
         self,
@@ -66,10 +75,9 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         self.egress: DockerEgress | None = None
         self._proxied = False  # joined to the egress proxy's network right now
         self.restarts = 0
-        #: Protected paths put back to make a container the subject broke start again.
-        self._repaired: list[str] = []
-        #: Seconds the last exec spent stopping what its command left (for the benchmark).
+        #: Seconds the last exec spent stopping its command's tree (for the benchmark).
         self.last_stop_s = 0.0
+        self._watch_helper: AccessWatch | None = None
 
     # --- exec -------------------------------------------------------------------------
     def exec(
@@ -145,7 +153,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         started: float,
     ) -> ExecResult:
         argv = ["sh", "-c", command]
-        environment = [f"{k}={v}" for k, v in env.items()]
+        token = secrets.token_hex(12)
+        environment = [f"{k}={v}" for k, v in env.items() if k != EXEC_TOKEN] + [f"{EXEC_TOKEN}={token}"]
         eid, capture = self._start_exec(argv, environment, cwd, stdout_path, stderr_path, cap)
         deadline = None if timeout_sec is None else started + timeout_sec
         timed_out, exit_code = False, None
@@ -155,9 +164,10 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             capture.close()
             raise
         stop_started = time.monotonic()
-        self.stop_all(grace=self._grace if timed_out else 0.0)
+        if timed_out:  # the command's own tree ends with it; what it detached stays
+            self.stop_tree(token, grace=self._grace)
         self.last_stop_s = time.monotonic() - stop_started
-        if not capture.wait(10):
+        if not capture.wait(DRAIN_SEC if not timed_out else 10):
             capture.close()
         reader_failed = capture.surface_error()
         return ExecResult(
@@ -248,22 +258,17 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         write_via_put(self, sandbox_path, data)
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
-        """Undo the subject's changes to protected paths through the engine (docs/security.md)."""
+        """Put the system back as the image has it and end every process the subject left
+        (SWE-bench: its harness verifies a fresh container), through the engine (docs/security.md)."""
         with self.engine.guard("restoring protected paths"):
             self._flush()
             with self._restorer() as restorer:
                 restorer.copy_back()
-                if restorer.touched or self.restarts:
-                    # the keeper may be a program the subject planted: only a restart after the
-                    # copy-back makes every process in the container one the image started
-                    self._restart()
+                # every process the subject left ends; the ENTRYPOINT it may have edited is back first
+                self._restart(checked=True)
                 restorer.delete()
             self._fresh = set()
-        report = restorer.report()
-        if self._repaired:  # put back earlier, when the broken container had to be restarted
-            report["restored"] = sorted({*self._repaired, *report["restored"]})[:50]
-            report["restored_count"] += len(self._repaired)
-        return {**report, "restarted": bool(restorer.touched or self.restarts)}
+        return {**restorer.report(), "restarted": True}
 
     def _restorer(self) -> Restorer:
         return Restorer(
@@ -275,14 +280,57 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             mounts=self._mounts,
         )
 
-    def _repair(self) -> None:
-        """The container no longer starts: put its protected paths back (engine-side) and retry."""
-        with self.engine.guard("restoring protected paths", refusals=False), self._restorer() as restorer:
-            restorer.copy_back()
-        self._repaired += restorer.units + restorer.added
-        self.start()
-        if len(self._keepers) < 2:
-            raise SubjectFault("the container no longer starts, even with its system directories restored")
+    # --- what the subject changed outside the workdir, and what the verifier used of it ----
+    def outside_changes(self) -> list[tuple[str, int]]:
+        """(path, kind) the subject changed outside the workdir, /logs and /tests (kind 0
+        modified, 1 added, 2 deleted). ValueError: the engine cannot list them."""
+        self._flush()
+        return outside_changes(self.engine, self.id, [self.workdir, LOGS_DIR, TESTS_DIR], self._mounts)
+
+    def ensure_running(self) -> None:
+        """Start the container again if the subject ended its main process (SubjectFault when the
+        restart could run what it changed)."""
+        with self.engine.guard("inspecting the container"):
+            running = bool(self.api.inspect_container(self.id)["State"]["Running"])
+        if not running:
+            self._restart()
+
+    def restart_risk(self) -> list[str]:
+        """What a restart could run that the subject changed (anything outside the workdir)."""
+        try:
+            return [p for p, _kind in self.outside_changes()]
+        except ValueError as exc:
+            return [f"(the engine cannot list the changes: {exc})"]
+
+    def watch_access(self, paths: Sequence[str]) -> list[Touched]:
+        """Arm the access watch on ``paths`` (files the subject changed); returns those armed.
+        RuntimeError or InfraError: it cannot run here."""
+        self.close_watch()
+        self._watch_helper = AccessWatch(self.engine, self.id, self._watch_images())
+        return self._watch_helper.arm(list(paths))
+
+    def accessed(self) -> list[Touched]:
+        """The armed files read or executed since ``watch_access``; the watch ends."""
+        if self._watch_helper is None:
+            raise RuntimeError("the access watch was not armed")
+        try:
+            return self._watch_helper.read()
+        finally:
+            self.close_watch()
+
+    def close_watch(self) -> None:
+        if self._watch_helper is not None:
+            self._watch_helper.close()
+            self._watch_helper = None
+
+    def _watch_images(self) -> list[str]:
+        """The egress proxy's image where the engine has it (it has python3), then the task's."""
+        from .egress import PROXY_TAG
+
+        images = [self._info["image"]]
+        with self.engine.guard("inspecting the egress proxy image"), suppress(docker.errors.ImageNotFound):
+            images.insert(0, str(self.api.inspect_image(PROXY_TAG)["Id"]))
+        return images
 
     def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
         """A host copy of the workdir as it is now (capped like ``get``)."""
