@@ -64,7 +64,8 @@ def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
         except (RuntimeError, InfraError) as exc:
             notes.append(f"the access watch failed: {exc}")
             accessed = None
-    passed = work.verifier_outcome.passed if work.verifier_outcome is not None else None
+    outcome = work.verifier_outcome
+    passed = outcome.passed if outcome is not None else None
     work.taint = judge(
         mechanism=armed.mechanism,
         changed=armed.changed,
@@ -73,3 +74,7 @@ def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
         refuse=work.settings.policy.refuse_tainted,
         notes=notes,
     )
+    if outcome is not None and outcome.ran and passed is None and work.taint.paths:
+        # no verdict, after the verifier ran code the subject changed: the subject's result
+        shown = ", ".join(work.taint.paths[:5])
+        work.subject_fault = f"the verifier gave no verdict after running files the subject changed: {shown}"

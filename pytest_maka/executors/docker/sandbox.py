@@ -168,7 +168,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             self.stop_tree(token, grace=self._grace)
         self.last_stop_s = time.monotonic() - stop_started
         if not capture.wait(DRAIN_SEC if not timed_out else 10):
-            capture.close()
+            capture.close()  # a process it detached holds the output open: what came so far is kept
+            capture.wait(10)
         reader_failed = capture.surface_error()
         return ExecResult(
             exit_code=None if timed_out else exit_code,

@@ -14,11 +14,12 @@ from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
 from .spawn import SpawnTests
+from .taint import TaintTests
 from .tamper import TamperTests
 
 
 class ExecutorConformance(
-    LifecycleTests, IsolationTests, FileTests, SpawnTests, EgressTests, TamperTests, ConformanceBase
+    LifecycleTests, IsolationTests, FileTests, SpawnTests, EgressTests, TaintTests, TamperTests, ConformanceBase
 ):
     """Lifecycle, isolation and tamper tests every executor must pass."""
 
@@ -33,6 +34,7 @@ __all__ = [
     "EgressTests",
     "ExecutorConformance",
     "Run",
+    "TaintTests",
     "make_cell",
     "make_task",
 ]
