@@ -74,12 +74,19 @@ class TestDockerConformance(ExecutorConformance):
         assert not leaked, f"host variables reached the command: {sorted(leaked)}"
 
 
+# The protected-path restore serves only formats whose own harness verifies a fresh system
+# (SWE-bench): the tests of it below lease tasks of that format. A live environment (Harbor,
+# Terminal-Bench) keeps every change; the conformance suite's taint tests cover it.
+
+
 def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
     make_executor: Callable[..., DockerExecutor], tmp_path: Path
 ) -> None:
     executor = make_executor(protected_check="content")
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, SAME_SIZE_REWRITE
+    )
     assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: protected files compared with the image's by content")
@@ -102,7 +109,9 @@ def test_default_check_catches_a_rewrite_keeping_size_and_mtime(
     """The default (``changes``) reads the container's writable layer: the rewrite is undone."""
     executor = make_executor()
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, SAME_SIZE_REWRITE
+    )
     assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: the engine's list of changes and the container's writable layer")
@@ -116,7 +125,7 @@ def test_default_check_restores_a_rewrite_and_the_honest_part_passes(
     executor = make_executor()
     executor.check()
     command = SAME_SIZE_REWRITE + "; echo done > done.txt"
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, command)
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, command)
     assert record["status"] == "agent_success", record["error"]
     assert any("/python3." in change for change in record["verifier"]["tamper"]["changed"])
 
@@ -130,13 +139,16 @@ def test_an_honest_attempt_lists_no_change_and_a_changed_mode_is_named(
     mode the subject changed is named."""
     executor = make_executor()
     executor.check()
-    task = make_task(tmp_path / "task")
+    task = make_task(tmp_path / "task", format="swe-bench")
     honest = TamperTests().attempt(executor, task, tmp_path, "echo done > done.txt")
     assert honest["status"] == "agent_success", honest["error"]
     assert honest["verifier"]["tamper"]["changed"] == [], honest["verifier"]["tamper"]
     chmod = TamperTests().attempt(executor, task, tmp_path, "chmod 700 /usr/sbin; echo done > done.txt")
     assert "modified /usr/sbin" in chmod["verifier"]["tamper"]["changed"], chmod["verifier"]["tamper"]
     assert chmod["status"] == "agent_success", chmod["error"]
+    live = TamperTests().attempt(executor, make_task(tmp_path / "live"), tmp_path, "echo done > done.txt")
+    assert live["verifier"]["tamper"]["mechanism"].startswith("live"), live["verifier"]["tamper"]
+    assert live["taint"]["changed"] == [] and not live["taint"]["tainted"], live["taint"]
 
 
 #: 3,000 nested directories under a protected root (too deep for the engine's change list).
@@ -156,7 +168,9 @@ def test_deep_tree_in_a_protected_root_is_removed_and_the_record_says_why(
     instead, the tree is removed before verification, and the record says what happened."""
     executor = make_executor()
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, NESTED_PROTECTED)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, NESTED_PROTECTED
+    )
     assert record["status"] == "agent_success", record["error"]
     tamper = record["verifier"]["tamper"]
     assert "added /usr/local/lib/nest" in tamper["changed"], tamper

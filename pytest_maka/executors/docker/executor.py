@@ -190,6 +190,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                         mounts=tuple(mounts),
                     )
                     sandbox.egress = egress
+                    sandbox.harness_paths = tuple(request.uploads)
                     if spare is None:
                         sandbox.start()
                         check_started(sandbox)

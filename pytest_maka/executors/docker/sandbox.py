@@ -78,6 +78,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         #: Seconds the last exec spent stopping its command's tree (for the benchmark).
         self.last_stop_s = 0.0
         self._watch_helper: AccessWatch | None = None
+        #: What the harness itself placed outside the workdir (uploads such as /solution).
+        self.harness_paths: tuple[str, ...] = ()
 
     # --- exec -------------------------------------------------------------------------
     def exec(
@@ -128,8 +130,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         with self.engine.guard(f"disconnecting the container from the network {target}", refusals=False):
             self.api.disconnect_container_from_network(self.id, target, force=True)
 
-    def _restart(self) -> None:
-        super()._restart()
+    def _restart(self, *, checked: bool = False) -> None:
+        super()._restart(checked=checked)
         if self._proxied and self.egress is not None:  # a new namespace: a new logger and route
             self.egress.joined(self.id, self.restarts)
 
@@ -286,7 +288,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         """(path, kind) the subject changed outside the workdir, /logs and /tests (kind 0
         modified, 1 added, 2 deleted). ValueError: the engine cannot list them."""
         self._flush()
-        return outside_changes(self.engine, self.id, [self.workdir, LOGS_DIR, TESTS_DIR], self._mounts)
+        own = [self.workdir, LOGS_DIR, TESTS_DIR, *self.harness_paths]
+        return outside_changes(self.engine, self.id, own, self._mounts)
 
     def ensure_running(self) -> None:
         """Start the container again if the subject ended its main process (SubjectFault when the
