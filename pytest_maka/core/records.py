@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
-from .taint import TaintRecord
+from .taint import ReadOnlySystem, TaintRecord
 from .taxonomy import FINAL, OFFICIAL, Status
 
 SCHEMA = "pytest-maka/result/1"
@@ -43,6 +43,7 @@ def attempt_record(
     error: Mapping[str, str] | None = None,
     steps: list[dict[str, Any]] | None = None,
     taint: TaintRecord | None = None,
+    read_only_system: ReadOnlySystem | None = None,
 ) -> Record:
     """One attempt, in the shape every reader of the ledger expects."""
     return {
@@ -77,6 +78,7 @@ def attempt_record(
         "task_metadata": dict(cell.task.metadata),
         **({"steps": steps} if steps is not None else {}),
         **({"taint": taint.as_record()} if taint is not None else {}),
+        **({"read_only_system": read_only_system.as_record()} if read_only_system is not None else {}),
     }
 
 

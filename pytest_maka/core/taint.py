@@ -159,3 +159,39 @@ def judge(
         refused=tainted and refuse,
         notes=tuple(notes),
     )
+
+
+#: What a sandbox whose system is the host's, read-only, says when the subject writes there.
+READ_ONLY_TEXT = "Read-only file system"
+READ_ONLY_NOTE = "this task needs a writable system; use the docker executor"
+READ_ONLY_SCHEMA = "pytest-maka/read-only-system/1"
+
+
+@dataclass(frozen=True)
+class ReadOnlySystem:
+    """The record's ``read_only_system`` field: a failed attempt on an executor that shows the
+    host's system read-only, where the subject tried to write outside the workdir. The task
+    may need a writable system (a container); the failure may not be the subject's alone."""
+
+    #: The first output line that showed a write refused (capped).
+    evidence: str
+    #: Where it was seen (an artifact of the attempt).
+    seen_in: str
+    note: str = READ_ONLY_NOTE
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "schema": READ_ONLY_SCHEMA,
+            "needs_writable_system": True,
+            "evidence": self.evidence,
+            "seen_in": self.seen_in,
+            "note": self.note,
+        }
+
+
+def read_only_evidence(text: str) -> str | None:
+    """The first line of ``text`` that shows a write refused by a read-only system."""
+    for line in text.splitlines():
+        if READ_ONLY_TEXT in line:
+            return line.strip()[:300]
+    return None

@@ -337,6 +337,11 @@ class LocalSandbox:
         self._require_open()
         self.files.remove(sandbox_path)
 
+    @property
+    def read_only_system(self) -> bool:
+        """The host's system shows read-only here (bwrap): a task that must change it cannot pass."""
+        return self.options.sandbox != "none"
+
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Copy in again every upload the subject changed; nothing else can have survived it.
 

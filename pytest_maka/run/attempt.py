@@ -21,7 +21,7 @@ from .phase import wait_healthy
 from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead
 from .restore import base_env, guarded, image_env_of, restore_for_verification
 from .separate import run_collect_hooks, verify_separately
-from .taint import arm, settle
+from .taint import arm, note_read_only_system, settle
 from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan, subject_mounts
 
 __all__ = ["INSTRUCTION_FILE", "AttemptWork", "attempt_plan", "run_attempt_steps", "subject_mounts"]
@@ -108,6 +108,7 @@ def run_attempt_steps(
             return
         with work.timed("taint"):
             settle(work, sandbox, armed)
+        note_read_only_system(work, sandbox)
     finally:
         with work.timed("teardown"):
             _close(stack, work)

@@ -310,6 +310,7 @@ class CellRunner:
             error=_with_retry(work.error_for(status, facts), work.retryable),
             steps=work.steps,
             taint=work.taint,
+            read_only_system=work.read_only_system,
         )
 
 

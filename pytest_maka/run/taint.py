@@ -10,9 +10,10 @@ attempt's taint record, refused under ``policy.refuse_tainted``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..core.errors import InfraError
-from ..core.taint import Touched, judge
+from ..core.taint import ReadOnlySystem, Touched, judge, read_only_evidence
 from ..executors.base import ChangeWatch, Sandbox
 from .restore import printable
 from .work import AttemptWork
@@ -78,3 +79,43 @@ def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
         # no verdict, after the verifier ran code the subject changed: the subject's result
         shown = ", ".join(work.taint.paths[:5])
         work.subject_fault = f"the verifier gave no verdict after running files the subject changed: {shown}"
+
+
+#: Outputs of an attempt looked at for writes a read-only system refused (bytes read from each's end).
+OUTPUTS = ("agent.stdout.txt", "agent.stderr.txt", "verifier.stdout.txt", "verifier.stderr.txt")
+TAIL_BYTES = 1 << 20
+
+
+def note_read_only_system(work: AttemptWork, sandbox: Sandbox) -> None:
+    """On an executor that shows the host's system read-only (``read_only_system``), a failed
+    attempt whose outputs show writes refused there gets the record's ``read_only_system``
+    note: the task may need a writable system (docs/docker-executor.md, which tasks suit which
+    executor). The class stays what the verifier said."""
+    if not getattr(sandbox, "read_only_system", False):
+        return
+    if work.verifier_outcome is not None and work.verifier_outcome.passed:
+        return
+    d = work.attempt_dir
+    for name in (*OUTPUTS, *sorted(p.name for p in _text_files(d / "agent"))[:20]):
+        path = d / name if name in OUTPUTS else d / "agent" / name
+        found = read_only_evidence(_tail(path))
+        if found:
+            work.read_only_system = ReadOnlySystem(evidence=found, seen_in=path.relative_to(d).as_posix())
+            return
+
+
+def _text_files(directory: Path) -> list[Path]:
+    try:
+        return [p for p in directory.iterdir() if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import progress
 from ..core.cell import Cell
-from ..core.taint import TaintRecord
+from ..core.taint import ReadOnlySystem, TaintRecord
 from ..core.task import AGENT_LOGS_DIR, Task
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..egress.log import LOG_NAME, EgressLog
@@ -88,6 +88,8 @@ class AttemptWork:
     steps: list[dict[str, Any]] | None = None
     #: What the subject changed outside the workdir and what the verifier used of it (run/taint.py).
     taint: TaintRecord | None = None
+    #: A failed attempt whose subject met the host's read-only system (run/taint.py).
+    read_only_system: ReadOnlySystem | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -128,6 +130,8 @@ class AttemptWork:
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),
             Status.AGENT_FAILURE: self._rejection(score),
         }[status]
+        if self.read_only_system is not None:  # the subject met the host's read-only system
+            message = f"{message or status.value} ({self.read_only_system.note})"
         return {"type": status.value, "message": message or status.value}
 
     def _why_not_started(self) -> str:
