@@ -28,6 +28,7 @@ from ..core.stats import (
 from .formatting import p_text, pct, pp
 from .html import environment
 from .markdown import md
+from .taint import tainted_by_subject
 
 #: Tasks listed per subject (largest changes first).
 MAX_TASK_ROWS = 200
@@ -57,6 +58,9 @@ class SubjectChange:
     b: SubjectSummary
     paired: PairedComparison
     tasks: tuple[TaskChange, ...]
+    #: Passes in each run that depended on code the subject changed outside the workdir.
+    tainted_a: int = 0
+    tainted_b: int = 0
 
     @property
     def moved(self) -> list[TaskChange]:
@@ -118,7 +122,8 @@ def compare_runs(
             )
             for t in sorted(st_a.keys() | st_b.keys())
         )
-        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks))
+        taint = (tainted_by_subject(by_a[name]).get(name, 0), tainted_by_subject(by_b[name]).get(name, 0))
+        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks, *taint))
     return RunComparison(
         label_a=labels[0],
         label_b=labels[1],
@@ -142,6 +147,16 @@ def adjusted_text(p: PairedComparison) -> str:
 def weak_lines(result: RunComparison) -> list[str]:
     """The power line of every subject compared on fewer than ``WEAK_TASKS`` shared tasks."""
     return [f"{s.subject}: {s.paired.power.text}" for s in result.subjects if s.paired.weak and s.paired.power]
+
+
+def tainted_lines(result: RunComparison) -> list[str]:
+    """One line per subject with tainted passes in either run (counted in the rates above)."""
+    return [
+        f"{s.subject}: tainted passes {result.label_a} {s.tainted_a}, {result.label_b} {s.tainted_b}"
+        " (the verifier ran code the subject changed outside the workdir)"
+        for s in result.subjects
+        if s.tainted_a or s.tainted_b
+    ]
 
 
 def compare_lines(result: RunComparison) -> list[str]:
@@ -179,6 +194,7 @@ def compare_lines(result: RunComparison) -> list[str]:
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             lines.append(f"only in {label}: {', '.join(names)}")
+    lines += tainted_lines(result)
     weak = weak_lines(result)
     if weak:
         lines += ["weak comparisons (fewer shared tasks than a difference needs):", *(f"  {w}" for w in weak)]
@@ -204,6 +220,7 @@ def render_compare_markdown(result: RunComparison) -> str:
             f"{p_text(p.p_value)} | {adjusted_text(p)} | {p.wins_a} / {p.wins_b} / {p.ties} | {md(_test(p))} |"
         )
     out.append("")
+    out += [f"**Tainted:** {md(t)}" for t in tainted_lines(result)] + ([""] if tainted_lines(result) else [])
     weak = weak_lines(result)
     if weak:
         out += ["**Weak:** fewer shared tasks than a difference of the observed size needs.", ""]
@@ -239,5 +256,6 @@ def render_compare_html(result: RunComparison) -> str:
             test=_test,
             adjusted=adjusted_text,
             weak=weak_lines(result),
+            tainted=tainted_lines(result),
         )
     )

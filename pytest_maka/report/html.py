@@ -24,6 +24,7 @@ from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .egress import RefusedRow
 from .formatting import DASH, money, p_text, pct, pp
+from .taint import paths_text, tainted_rows
 from .terminal import few_tasks_line, format_cost, format_duration, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
@@ -162,6 +163,8 @@ def render_html(
             few_tasks=few_tasks_line(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             refused=refused or [],
+            tainted=tainted_rows(records),
+            taint_paths=paths_text,
             charts={
                 "rate": charts.pass_rate_chart(subjects),
                 "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),
