@@ -176,3 +176,38 @@ def test_deep_tree_in_a_protected_root_is_removed_and_the_record_says_why(
     assert "added /usr/local/lib/nest" in tamper["changed"], tamper
     assert "/usr/local/lib/nest" in tamper["restored"], tamper
     assert any("cannot list the container's changes (file name too long)" in n for n in tamper["notes"]), tamper
+
+
+#: The subject edits the image's ENTRYPOINT script so that it would write a passing reward,
+#: then ends the container's keeper (the container stops), and solves nothing.
+EDIT_ENTRYPOINT = (
+    "printf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; touch /app/done.txt\\n"
+    'exec "$@"\\n\' > /maka-entry.sh; '
+    "for d in /proc/[0-9]*; do if [ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep infinity ' ]; then"
+    " kill -9 ${d#/proc/}; fi; done; true"
+)
+
+
+def test_a_restart_never_runs_a_subject_edited_entrypoint(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path, docker_api
+) -> None:  # type: ignore[no-untyped-def]
+    """The container stops with an edited ENTRYPOINT: it is not started again (that would run
+    the edit), and the attempt is the subject's failure naming the script."""
+    executor = make_executor()
+    executor.check()
+    task = make_task(tmp_path / "task")
+    env = task.environment_dir
+    assert env is not None
+    (env / "maka-entry.sh").write_text('#!/bin/sh\nexec "$@"\n')
+    (env / "maka-entry.sh").chmod(0o755)
+    (env / "Dockerfile").write_text(
+        'FROM python:3.11-slim\nCOPY maka-entry.sh /maka-entry.sh\nENTRYPOINT ["/maka-entry.sh"]\nWORKDIR /app\n'
+        "COPY workspace/ /app/\n"
+    )
+    record = TamperTests().attempt(executor, task, tmp_path, EDIT_ENTRYPOINT)
+    assert record["status"] == "agent_failure" and record["official"], record["error"]
+    assert "not started again" in record["error"]["message"], record["error"]
+    assert "/maka-entry.sh" in record["verifier"]["tamper"]["paths"], record["verifier"]["tamper"]
+    assert record["score"] is None, "no verifier ran"
+    image = record["isolation"]["image"]
+    assert docker_api.inspect_image(image)["Config"]["Entrypoint"] == ["/maka-entry.sh"], image
