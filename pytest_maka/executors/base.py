@@ -217,6 +217,11 @@ class ChangeWatch(Protocol):
         """The watched paths read or executed since ``watch_access`` (the watch ends)."""
         ...
 
+    def verdict_rewritten(self) -> bool:
+        """After a verification: a process still running (one the subject left) keeps
+        rewriting the reward files."""
+        ...
+
 
 @runtime_checkable
 class ExecAhead(Protocol):

@@ -92,6 +92,10 @@ class ContainerProcesses:
             top = self.api.top(self.id, ps_args="-o pid,stat,args")
         return {pid: args for pid, stat, args, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
 
+    def _processes(self) -> set[str]:
+        """Host pids of the container's live (non-zombie) processes."""
+        return set(self._table())
+
     def _restart(self, *, checked: bool = False) -> None:
         """Kill the whole container (every process in it) and start it again.
 

@@ -13,7 +13,7 @@ import docker.errors
 
 from ...core.errors import InfraError
 from ...core.taint import Touched
-from ...core.task import LOGS_DIR, TESTS_DIR
+from ...core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
@@ -27,6 +27,7 @@ from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import Restorer
+from .protect_paths import stat_path
 from .spawn import DockerProcess, read_via_archive
 from .watch import MECHANISM as WATCH_MECHANISM
 from .watch import AccessWatch, outside_changes
@@ -34,6 +35,9 @@ from .watch import AccessWatch, outside_changes
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 #: Seconds a finished command's output may still drain while a process it detached holds it open.
 DRAIN_SEC = 0.5
+#: Seconds the reward files are watched after the verifier ended, when processes still run.
+VERDICT_SETTLE_SEC = 0.3
+REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
 
 
 class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
@@ -298,6 +302,20 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             running = bool(self.api.inspect_container(self.id)["State"]["Running"])
         if not running:
             self._restart()
+
+    def verdict_rewritten(self) -> bool:
+        """After a verification: whether a process still running rewrites the reward files
+        (their engine-side stat changes within VERDICT_SETTLE_SEC). Nothing is watched when
+        no process but the image's own runs."""
+        with self.engine.guard("checking the reward files"):
+            try:
+                if not (self._processes() - self._keepers):
+                    return False
+            except docker.errors.APIError:  # stopped: nothing runs any more
+                return False
+            first = [stat_path(self.api, self.id, p) for p in REWARD_FILES]
+            time.sleep(VERDICT_SETTLE_SEC)
+            return [stat_path(self.api, self.id, p) for p in REWARD_FILES] != first
 
     def restart_risk(self) -> list[str]:
         """What a restart could run that the subject changed (anything outside the workdir)."""
