@@ -141,12 +141,14 @@ def judge(
     passed: bool | None,
     refuse: bool,
     notes: Iterable[str] = (),
+    listed: bool = True,
 ) -> TaintRecord:
-    """The taint record of one verification. ``accessed`` None: the check could not run."""
+    """The taint record of one verification. ``accessed`` None: the check could not run;
+    ``listed`` False: not even the changes could be listed (the subject left paths too deep)."""
     changed_list = tuple(changed)
     hits = tuple(accessed) if accessed is not None else ()
     code = tuple(t.path for t in hits if code_like(t.path, t.mode))
-    unknown = accessed is None and bool(changed_list)
+    unknown = accessed is None and (bool(changed_list) or not listed)
     tainted = bool(passed) and (bool(code) or unknown)
     return TaintRecord(
         mechanism=mechanism,

@@ -28,6 +28,8 @@ class Armed:
     watched: bool = False
     #: The watch could not run (or the changes could not be listed): why.
     problem: str | None = None
+    #: The changes could be listed.
+    listed: bool = True
 
 
 def arm(sandbox: Sandbox) -> Armed | None:
@@ -39,7 +41,7 @@ def arm(sandbox: Sandbox) -> Armed | None:
     try:
         changes = sandbox.outside_changes()
     except ValueError as exc:
-        return Armed(mechanism, problem=f"the engine cannot list the container's changes: {exc}")
+        return Armed(mechanism, problem=f"the engine cannot list the container's changes: {exc}", listed=False)
     changed = [printable(p) for p, _kind in changes]
     files = [p for p, kind in changes if kind != 2]
     if not files:
@@ -77,6 +79,7 @@ def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
         passed=passed,
         refuse=work.settings.policy.refuse_tainted,
         notes=notes,
+        listed=armed.listed,
     )
     if outcome is not None and outcome.ran and passed is None and work.taint.paths:
         # no verdict, after the verifier ran code the subject changed: the subject's result

@@ -104,3 +104,8 @@ def test_tainted_passes_are_shown_apart_in_the_views_and_compare(tmp_path: Path)
     lines = compare_lines(result)
     assert any("agent: tainted passes A 0, B 1" in line for line in lines), lines
     assert "**Tainted:**" in render_compare_markdown(result)
+
+
+def test_changes_that_could_not_be_listed_make_a_pass_tainted() -> None:
+    t = judge(mechanism="m", changed=[], accessed=None, passed=True, refuse=True, listed=False)
+    assert t.tainted and t.refused and not t.checked

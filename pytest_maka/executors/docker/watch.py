@@ -92,7 +92,10 @@ def walk_layer(upper: str, own: list[str], mounts: tuple[str, ...]) -> list[tupl
             path = f"{rel}/{entry.name}"
             if any(under(path, s) for s in skip) or path in ENGINE_OWNED:
                 continue
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # gone meanwhile, or a name the kernel cannot reach
+                continue
             if stat.S_ISDIR(st.st_mode):
                 stack.append((path, entry.path))
             elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
