@@ -157,6 +157,7 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         cwd: str | None,
         cap: int,
         started: float,
+        again: bool = False,
     ) -> ExecResult:
         argv = ["sh", "-c", command]
         token = secrets.token_hex(12)
@@ -169,10 +170,19 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         except BaseException:
             capture.close()
             raise
+        if exit_code == 126 and not again and not self._running():
+            # the container stopped as the command started (an earlier command ended its
+            # keeper): start it again (unless that would run what the subject changed) and rerun
+            capture.close()
+            capture.wait(10)
+            self._restart()
+            return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, cap, started, again=True)
         stop_started = time.monotonic()
         if timed_out:  # the command's own tree ends with it; what it detached stays
             self.stop_tree(token, grace=self._grace)
         self.last_stop_s = time.monotonic() - stop_started
+        if timed_out or (exit_code or 0) >= 128:  # killed: it may have taken the container's keeper along
+            self._settle_state()
         if not capture.wait(DRAIN_SEC if not timed_out else 10):
             capture.close()  # a process it detached holds the output open: what came so far is kept
             capture.wait(10)
@@ -184,6 +194,25 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             stdout_truncated=capture.truncated[0] or reader_failed,
             stderr_truncated=capture.truncated[1] or reader_failed,
         )
+
+    def _running(self) -> bool:
+        with self.engine.guard("inspecting the container"):
+            return bool(self.api.inspect_container(self.id)["State"]["Running"])
+
+    def _settle_state(self) -> None:
+        """Wait (briefly) until a container whose keeper a command killed shows as stopped, so
+        that the next command restarts it instead of racing its end."""
+        for _ in range(10):
+            with self.engine.guard("inspecting the container"):
+                if not self.api.inspect_container(self.id)["State"]["Running"]:
+                    return
+            try:
+                alive = self._processes()
+            except docker.errors.APIError:  # stopped meanwhile
+                return
+            if self._keepers <= alive:
+                return  # every keeper still runs: the container stays
+            time.sleep(0.05)
 
     def _start_exec(
         self, argv: list[str], environment: list[str], cwd: str | None, stdout_path: Path, stderr_path: Path, cap: int
@@ -201,12 +230,13 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
                         stderr=True,
                         user=self._user or "",
                     )["Id"]
+                    sock = self.api.exec_start(eid, socket=True)
                     break
                 except docker.errors.APIError as exc:
-                    if attempt == 2 or exc.status_code != 409:
+                    stopped = exc.status_code == 409 or "is not running" in str(exc.explanation or "")
+                    if attempt == 2 or not stopped:
                         raise
                     self._restart()  # the previous command killed the keeper: start over
-            sock = self.api.exec_start(eid, socket=True)
             self.api._disable_socket_timeout(sock)
             capture = Capture(sock, stdout_path, stderr_path, cap)
             capture.start()

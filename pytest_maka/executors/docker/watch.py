@@ -126,7 +126,8 @@ def outside_changes(engine: Engine, container: str, own: list[str], mounts: tupl
         if cause is None and not isinstance(exc, requests.exceptions.ReadTimeout):
             raise
         raise ValueError(cause or f"no answer within {LIST_TIMEOUT_SEC:.0f} s") from None
-    engine_dirs = {os.path.dirname(p) for p in ENGINE_OWNED}  # their mount points' directories
+    # the directories holding the engine's own mount points show as modified: not the subject's
+    engine_dirs = {a for p in ENGINE_OWNED for a in _ancestors(p)}
     out = [
         (str(c["Path"]), int(c["Kind"]))
         for c in listed
@@ -135,7 +136,15 @@ def outside_changes(engine: Engine, container: str, own: list[str], mounts: tupl
         and not any(under(c["Path"], o) for o in own)
         and not any(under(c["Path"], m) or under(m, c["Path"]) for m in mounts)
     ]
-    return leaves(out)
+    return [(p, k) for p, k in leaves(out) if not (k == KIND_MODIFIED and p in engine_dirs)]
+
+
+def _ancestors(path: str) -> list[str]:
+    out = []
+    while path not in ("/", ""):
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
 
 
 class AccessWatch:
