@@ -217,6 +217,10 @@ class ChangeWatch(Protocol):
         """The watched paths read or executed since ``watch_access`` (the watch ends)."""
         ...
 
+    def leftover_processes(self) -> tuple[int, int | None]:
+        """(processes the subject left running, the environment's process limit or None)."""
+        ...
+
     def verdict_rewritten(self) -> bool:
         """After a verification: a process still running (one the subject left) keeps
         rewriting the reward files."""

@@ -30,6 +30,8 @@ class Armed:
     problem: str | None = None
     #: The changes could be listed.
     listed: bool = True
+    #: Processes the subject left running when the verifier started, and the process limit.
+    leftovers: tuple[int, int | None] = (0, None)
 
 
 def arm(sandbox: Sandbox) -> Armed | None:
@@ -38,19 +40,25 @@ def arm(sandbox: Sandbox) -> Armed | None:
     if not isinstance(sandbox, ChangeWatch):
         return None
     mechanism = sandbox.watch_mechanism
+    leftovers = sandbox.leftover_processes()
     try:
         changes = sandbox.outside_changes()
     except ValueError as exc:
-        return Armed(mechanism, problem=f"the engine cannot list the container's changes: {exc}", listed=False)
+        return Armed(
+            mechanism,
+            problem=f"the engine cannot list the container's changes: {exc}",
+            listed=False,
+            leftovers=leftovers,
+        )
     changed = [printable(p) for p, _kind in changes]
     files = [p for p, kind in changes if kind != 2]
     if not files:
-        return Armed(mechanism, changed=changed)
+        return Armed(mechanism, changed=changed, leftovers=leftovers)
     try:
         sandbox.watch_access(files)
     except (RuntimeError, InfraError) as exc:
-        return Armed(mechanism, changed=changed, problem=f"the access watch cannot run: {exc}")
-    return Armed(mechanism, changed=changed, watched=True)
+        return Armed(mechanism, changed=changed, problem=f"the access watch cannot run: {exc}", leftovers=leftovers)
+    return Armed(mechanism, changed=changed, watched=True, leftovers=leftovers)
 
 
 def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
@@ -72,6 +80,13 @@ def settle(work: AttemptWork, sandbox: Sandbox, armed: Armed | None) -> None:
     if passed is not False and isinstance(sandbox, ChangeWatch) and sandbox.verdict_rewritten():
         # the environment stays live: a process the subject left writes the verdict channel
         work.subject_fault = "a process the subject left kept rewriting the reward files after the verifier ended"
+    left, limit = armed.leftovers
+    if outcome is not None and outcome.ran and passed is None and limit is not None and left >= limit * 0.9:
+        # no verdict, and what the subject left running filled the process limit the verifier had
+        work.subject_fault = (
+            f"the {left} processes the subject left running filled the environment's process limit ({limit}):"
+            " the verifier could not run"
+        )
     work.taint = judge(
         mechanism=armed.mechanism,
         changed=armed.changed,

@@ -333,6 +333,16 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         if not running:
             self._restart()
 
+    def leftover_processes(self) -> tuple[int, int | None]:
+        """(processes running besides the image's own, the container's process limit or None)."""
+        with self.engine.guard("counting the container's processes"):
+            try:
+                left = len(self._processes() - self._keepers)
+            except docker.errors.APIError:  # stopped
+                return 0, None
+            limit = (self.api.inspect_container(self.id).get("HostConfig") or {}).get("PidsLimit")
+        return left, int(limit) if limit and int(limit) > 0 else None
+
     def verdict_rewritten(self) -> bool:
         """After a verification: whether a process still running rewrites the reward files
         (their engine-side stat changes within VERDICT_SETTLE_SEC). Nothing is watched when
