@@ -40,6 +40,19 @@ VERDICT_SETTLE_SEC = 0.3
 REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
 
 
+def _runtime_refused(*outputs: Path) -> bool:
+    """The runtime refused to start the command in a container that was stopping (its message
+    is the command's whole output)."""
+    for path in outputs:
+        try:
+            with open(path, "rb") as f:
+                if b"cannot exec in a stopped state" in f.read(4096):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
 
@@ -170,7 +183,7 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         except BaseException:
             capture.close()
             raise
-        if exit_code == 126 and not again and not self._running():
+        if exit_code == 126 and not again and _runtime_refused(stdout_path, stderr_path) and not self._running():
             # the container stopped as the command started (an earlier command ended its
             # keeper): start it again (unless that would run what the subject changed) and rerun
             capture.close()
