@@ -4,7 +4,8 @@
     python bench/docker_overhead.py --pytest        # also through pytest -n 1 / -n 4 (2 s tasks)
 
 Executor level: each cell goes through the lifecycle's executor calls for a trivial task
-(lease, put instruction, subject ``true``, restore, verifier, copy-out, release) and every
+(lease, put instruction, subject ``true``, the lifecycle's restore step, the taint rule's
+access watch, verifier, copy-out, release) and every
 phase is timed; the table shows medians. Then cells whose subject sleeps 2 s run at
 concurrency 1 and 4 and the throughputs are compared. ``--pytest`` runs a generated cohort
 of 2 s tasks with ``executor: {kind: docker}`` under ``pytest -n 1`` and ``-n 4``.
@@ -29,12 +30,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import inspect  # noqa: E402
+
 from pytest_maka.core.task import Task, digest_tree  # noqa: E402
 from pytest_maka.executors.base import LeaseRequest  # noqa: E402
 from pytest_maka.executors.docker import DockerExecutor, DockerOptions  # noqa: E402
+from pytest_maka.run.restore import restore_for_verification  # noqa: E402
 from pytest_maka.testing.conformance import make_cell  # noqa: E402
 
-PHASES = ("start", "copy-in", "subject", "stop", "verify", "copy-out", "remove")
+try:  # the access watch of the taint rule (absent from trees before it)
+    from pytest_maka.run.taint import arm
+except ImportError:
+    arm = None
+
+PHASES = ("start", "copy-in", "subject", "stop", "restore", "verify", "taint", "copy-out", "remove")
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -85,11 +94,13 @@ def one_cell(executor: DockerExecutor, task: Task, work: Path, n: int, subject: 
         sandbox.workspace_snapshot(d / "workspace-after")
         sandbox.baseline_workspace()
         lap("copy-out")
-        sandbox.remove("/logs/verifier")
-        sandbox.put(d / "empty", "/logs/verifier")
-        sandbox.remove("/tests")
-        sandbox.put(task.tests_dir, "/tests")
-        lap("copy-in")
+        # the lifecycle's own restore step (tests in fresh; before fidelity-first it also put
+        # the protected paths back), then the taint rule's watch where the tree has it
+        params = inspect.signature(restore_for_verification).parameters
+        extra = {"task_format": task.format} if "task_format" in params else {}
+        restore_for_verification(sandbox, task.tests_dir, d / "scratch", **extra)
+        armed = arm(sandbox) if arm is not None else None
+        lap("restore")
         res = sandbox.exec(
             "sh /tests/test.sh", env=ENV, timeout_sec=60, stdout_path=d / "v.out", stderr_path=d / "v.err"
         )
@@ -97,6 +108,9 @@ def one_cell(executor: DockerExecutor, task: Task, work: Path, n: int, subject: 
         lap("verify")
         t["stop"] += sandbox.last_stop_s
         t["verify"] -= sandbox.last_stop_s
+        if armed is not None and armed.watched:
+            sandbox.accessed()
+        lap("taint")
         assert sandbox.get("/logs/verifier", d / "verifier")
         sandbox.get("/logs/artifacts", d / "artifacts")
         lap("copy-out")

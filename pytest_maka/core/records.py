@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
+from .taint import ReadOnlySystem, TaintRecord
 from .taxonomy import FINAL, OFFICIAL, Status
 
 SCHEMA_PREFIX = "pytest-maka/result/"
@@ -46,6 +47,8 @@ def attempt_record(
     error: Mapping[str, str] | None = None,
     steps: list[dict[str, Any]] | None = None,
     run: int = 1,
+    taint: TaintRecord | None = None,
+    read_only_system: ReadOnlySystem | None = None,
 ) -> Record:
     """One attempt, in the shape every reader of the ledger expects."""
     return {
@@ -80,6 +83,8 @@ def attempt_record(
         "subject_digest": cell.subject.digest,
         "task_metadata": dict(cell.task.metadata),
         **({"steps": steps} if steps is not None else {}),
+        **({"taint": taint.as_record()} if taint is not None else {}),
+        **({"read_only_system": read_only_system.as_record()} if read_only_system is not None else {}),
     }
 
 
@@ -217,3 +222,10 @@ def _network_v1(network: object) -> object:
     else:
         phases = {k: {"mode": v} for k, v in network.items() if isinstance(v, str)}
     return {**network, "phases": phases}
+
+
+def is_tainted(record: Mapping[str, Any]) -> bool:
+    """The record's pass depended on code the subject changed outside the workdir (``taint``,
+    core/taint.py); refused ones are failures and not counted here."""
+    taint = record.get("taint")
+    return bool(record.get("passed")) and isinstance(taint, Mapping) and bool(taint.get("tainted"))

@@ -179,6 +179,9 @@ class Policy(StrictModel):
     #: environment declares, and hosts it may reach through the egress proxy.
     setup_network: bool = False
     setup_egress: list[HostEntry] = Field(default_factory=list)
+    #: A pass that depended on code the subject changed outside the workdir (a tainted pass,
+    #: core/taint.py) counts as an agent_failure instead ("tainted"); off: recorded and shown apart.
+    refuse_tainted: bool = False
 
 
 class CohortSpec(StrictModel):

@@ -109,6 +109,9 @@ class AttemptFacts:
     #: The subject left its environment so that it cannot be verified fairly (tampering with
     #: protected paths, or a harness step failed on what it left): its result, a failure.
     subject_fault: str | None = None
+    #: The verifier passed, but on code the subject changed outside the workdir, and the
+    #: policy refuses such passes (``policy.refuse_tainted``): the subject's failure.
+    tainted_refused: str | None = None
 
 
 def classify(facts: AttemptFacts) -> Status:
@@ -137,7 +140,7 @@ def classify(facts: AttemptFacts) -> Status:
     if verifier.passed is None and not verifier.timed_out and not verifier.network_failure:
         return Status.VERIFIER_FAILURE
     if verifier.passed and not verifier.timed_out:
-        return Status.AGENT_SUCCESS
+        return Status.AGENT_FAILURE if facts.tainted_refused else Status.AGENT_SUCCESS
     if measured_budget:
         return Status.BUDGET_EXHAUSTED
     if not facts.subject.finished:

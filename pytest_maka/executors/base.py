@@ -14,8 +14,11 @@ Contract every executor keeps (checked by tests/conformance for each one):
 - ``put`` overwrites what is at the destination; ``get`` never follows a symlink, never
   leaves a live link in its copy and keeps the byte and entry caps (``executors.copyout``).
 - Optionally (``ProtectedRestore``): ``restore_protected()`` undoes, after the subject stopped,
-  what it changed where the verifier would run it (system directories, interpreter paths,
-  uploads), or refuses with ``SubjectFault``. docs/security.md describes each executor's way.
+  what it changed where the verifier would run it (uploads; on Docker, for SWE-bench only,
+  the system as the image has it), or refuses with ``SubjectFault``.
+- Optionally (``ChangeWatch``): a sandbox whose environment the verifier sees live (fidelity
+  first, DESIGN.md §3) lists what the subject changed outside the workdir and which of those
+  files the verification read or executed (the taint rule). docs/security.md has each executor's way.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from ..core.cell import Cell
+from ..core.taint import Touched
 from ..core.task import Task
 from .copyout import CopyReport
 
@@ -215,6 +219,45 @@ class VerdictChannel(Protocol):
     def close_verdict(self) -> None: ...
 
     def verdict_channel(self) -> str: ...
+
+
+class ChangeWatch(Protocol):
+    """Optional sandbox capability: what the subject changed outside the workdir, and which of
+    those files a verification then read or executed (``core.taint``).
+
+    Nothing of it may run a program of the sandbox's: the subject could have replaced it.
+    """
+
+    #: How changes and accesses are found, for the record.
+    watch_mechanism: str
+
+    def outside_changes(self) -> list[tuple[str, int]]:
+        """(path, kind: 0 modified, 1 added, 2 deleted) outside the workdir, /logs and /tests.
+        ValueError: they cannot be listed (what the subject left is too deep for the engine)."""
+        ...
+
+    def ensure_running(self) -> None:
+        """The environment runs (started again if it stopped, unless that would run what the
+        subject changed: SubjectFault)."""
+        ...
+
+    def watch_access(self, paths: Sequence[str]) -> list[Touched]:
+        """From now on, note reads and executions of ``paths``; returns those watched.
+        RuntimeError: the watch cannot run here."""
+        ...
+
+    def accessed(self) -> list[Touched]:
+        """The watched paths read or executed since ``watch_access`` (the watch ends)."""
+        ...
+
+    def leftover_processes(self) -> tuple[int, int | None]:
+        """(processes the subject left running, the environment's process limit or None)."""
+        ...
+
+    def verdict_rewritten(self) -> bool:
+        """After a verification: a process still running (one the subject left) keeps
+        rewriting the reward files."""
+        ...
 
 
 @runtime_checkable

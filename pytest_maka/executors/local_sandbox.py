@@ -386,6 +386,11 @@ class LocalSandbox:
             return "shared: sandbox none shares the host, where its host directories can be found"
         return "private: bound only into the verification's commands (bwrap)"
 
+    @property
+    def read_only_system(self) -> bool:
+        """The host's system shows read-only here (bwrap): a task that must change it cannot pass."""
+        return self.options.sandbox != "none"
+
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Copy in again every upload the subject changed; nothing else can have survived it.
 

@@ -29,6 +29,7 @@ from ..core.stats import (
 from .formatting import p_text, pct, pp
 from .html import environment
 from .markdown import md
+from .taint import tainted_by_subject
 
 #: Tasks listed per subject (largest changes first).
 MAX_TASK_ROWS = 200
@@ -60,6 +61,9 @@ class SubjectChange:
     tasks: tuple[TaskChange, ...]
     #: The same change on every row, any non-pass = 0 (budget exhausted included).
     strict: PairedComparison | None = None
+    #: Passes in each run that depended on code the subject changed outside the workdir.
+    tainted_a: int = 0
+    tainted_b: int = 0
 
     @property
     def moved(self) -> list[TaskChange]:
@@ -126,7 +130,8 @@ def compare_runs(
             )
             for t in sorted(st_a.keys() | st_b.keys())
         )
-        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks, strict))
+        taint = (tainted_by_subject(by_a[name]).get(name, 0), tainted_by_subject(by_b[name]).get(name, 0))
+        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks, strict, *taint))
     return RunComparison(
         label_a=labels[0],
         label_b=labels[1],
@@ -172,6 +177,16 @@ def strict_text(s: SubjectChange) -> str:
 RANKING_NOTE = "ranked on official rows (p (Holm) decides); strict = every row, any non-pass (budget, infra, ...) = 0"
 
 
+def tainted_lines(result: RunComparison) -> list[str]:
+    """One line per subject with tainted passes in either run (counted in the rates above)."""
+    return [
+        f"{s.subject}: tainted passes {result.label_a} {s.tainted_a}, {result.label_b} {s.tainted_b}"
+        " (the verifier ran code the subject changed outside the workdir)"
+        for s in result.subjects
+        if s.tainted_a or s.tainted_b
+    ]
+
+
 def compare_lines(result: RunComparison) -> list[str]:
     """A fixed-width table for the terminal."""
     header = (
@@ -210,6 +225,7 @@ def compare_lines(result: RunComparison) -> list[str]:
         if names:
             lines.append(f"only in {label}: {', '.join(names)}")
     lines.append(RANKING_NOTE)
+    lines += tainted_lines(result)
     weak = weak_lines(result)
     if weak:
         lines += ["weak comparisons:", *(f"  {w}" for w in weak)]
@@ -239,6 +255,7 @@ def render_compare_markdown(result: RunComparison) -> str:
             f"{md(_test(p))} |"
         )
     out += ["", f"**Ranking:** {md(RANKING_NOTE)}.", ""]
+    out += [f"**Tainted:** {md(t)}" for t in tainted_lines(result)] + ([""] if tainted_lines(result) else [])
     weak = weak_lines(result)
     if weak:
         out += ["**Weak:** few shared or differing tasks, or unequal repetitions in the two runs.", ""]
@@ -280,5 +297,6 @@ def render_compare_html(result: RunComparison) -> str:
             power=power_lines(result),
             strict=strict_text,
             ranking=RANKING_NOTE,
+            tainted=tainted_lines(result),
         )
     )

@@ -25,6 +25,7 @@ from .details import error_text, page_data, script_json
 from .egress import RefusedRow
 from .formatting import DASH, money, p_text, pct, pp
 from .markdown import MAX_TASK_NAMES, pass_k_weak
+from .taint import paths_text, tainted_rows
 from .terminal import few_tasks_line, format_cost, format_duration, ranking_line, rate_weak_lines, weak_line
 
 __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_path"]
@@ -169,6 +170,8 @@ def render_html(
             pass_k_weak=pass_k_weak(summary),
             health_flagged=sum(len(h.flags) for h in summary.health.values()),
             refused=refused or [],
+            tainted=tainted_rows(records),
+            taint_paths=paths_text,
             charts={
                 "rate": charts.pass_rate_chart(subjects),
                 "taxonomy": charts.taxonomy_chart(subjects, CLASS_COLOURS),

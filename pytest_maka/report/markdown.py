@@ -12,6 +12,7 @@ from .egress import RefusedRow
 from .egress import markdown_lines as egress_lines
 from .formatting import DASH, estimate, money, p_text, pp
 from .steps import markdown_lines as step_lines
+from .taint import taint_lines
 from .terminal import few_tasks_line, format_cost, format_duration, ranking_line, rate_weak_lines, weak_line
 
 #: At most this many flagged tasks are listed in full.
@@ -266,6 +267,7 @@ def render_markdown(
             out.append(f"\n… and {more} more flagged tasks (see report.html).")
         out.append("")
 
+    out += taint_lines(records or [], md)
     out += step_lines(records or [], md)
     if present:
         out += ["<details><summary>Classes</summary>", ""]

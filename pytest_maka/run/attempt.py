@@ -21,6 +21,7 @@ from .phase import wait_healthy
 from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead
 from .restore import base_env, guarded, image_env_of, restore_for_verification
 from .separate import run_collect_hooks, verify_separately
+from .taint import arm, note_read_only_system, settle
 from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan, subject_mounts
 
 __all__ = ["INSTRUCTION_FILE", "AttemptWork", "attempt_plan", "run_attempt_steps", "subject_mounts"]
@@ -97,12 +98,17 @@ def run_attempt_steps(
             with work.timed("restore"):
                 tests = work.verifier.tests_payload(task, request.scratch_dir)
                 work.verifier_info["tamper"] = guarded(
-                    "restore", lambda: restore_for_verification(sandbox, tests, request.scratch_dir)
+                    "restore",
+                    lambda: restore_for_verification(sandbox, tests, request.scratch_dir, task_format=task.format),
                 )
-        except SubjectFault as fault:
+                armed = arm(sandbox)
+            verify(work, sandbox, work.verifier, request.scratch_dir, deadline)
+        except SubjectFault as fault:  # e.g. it stopped its container and changed what a restart runs
             refuse(work, fault)
             return
-        verify(work, sandbox, work.verifier, request.scratch_dir, deadline)
+        with work.timed("taint"):
+            settle(work, sandbox, armed)
+        note_read_only_system(work, sandbox)
     finally:
         with work.timed("teardown"):
             _close(stack, work)

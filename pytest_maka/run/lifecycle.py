@@ -326,6 +326,8 @@ class CellRunner:
             error=_with_retry(work.error_for(status, facts), work.retryable),
             steps=work.steps,
             run=self.target_run(work.cell),
+            taint=work.taint,
+            read_only_system=work.read_only_system,
         )
 
 

@@ -1,8 +1,10 @@
 """The restore step: after the subject stopped, make its environment fit to be verified.
 
-Order (DESIGN.md §3): protected paths back as the image had them (or refuse: tampering),
-then ``/logs/verifier`` emptied, ``/tests`` copied in fresh and a fresh ``HOME`` for the
-verifier. The verifier runs with a fixed environment that no file of the subject's can
+Fidelity first (DESIGN.md §3): a live environment (Harbor / Terminal-Bench) is verified as
+the subject left it, with the processes it left running and every change it made; only
+SWE-bench, whose harness verifies a fresh container with the patch applied, gets its system
+back as the image has it. Then ``/logs/verifier`` emptied, ``/tests`` copied in fresh and a
+fresh ``HOME`` for the verifier. The verifier runs with a fixed environment that no file of the subject's can
 extend: see ``verifier_env``. docs/security.md states the guarantees and their limits.
 """
 
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..core.errors import SubjectFault
 from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Task
-from ..executors.base import ImageEnvironment, ProtectedRestore, Sandbox, VerdictChannel
+from ..executors.base import ChangeWatch, ImageEnvironment, ProtectedRestore, Sandbox, VerdictChannel
 from ..executors.hostfs import remove_path
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,12 +83,24 @@ def verifier_env(
     return {**own, "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
 
 
-def restore_for_verification(sandbox: Sandbox, tests: Path | None, scratch: Path) -> dict[str, Any]:
-    """Undo the subject's changes where the verifier looks; returns the record's ``tamper`` entry.
+#: Formats whose own harness verifies a fresh environment with the subject's patch applied.
+FRESH_SYSTEM_FORMATS = frozenset({"swe-bench"})
+LIVE_MECHANISM = "live: the environment is verified as the subject left it (processes and changes kept)"
 
-    Raises SubjectFault when protected paths were changed and cannot be put back.
+
+def restore_for_verification(
+    sandbox: Sandbox, tests: Path | None, scratch: Path, *, task_format: str = "harbor"
+) -> dict[str, Any]:
+    """Make the environment fit to be verified; returns the record's ``tamper`` entry.
+
+    Raises SubjectFault when what the subject left rules out a fair verification (the
+    container it stopped cannot be started without running what it changed; a fresh-system
+    format's protected paths cannot be put back).
     """
-    if isinstance(sandbox, ProtectedRestore):
+    if isinstance(sandbox, ChangeWatch) and task_format not in FRESH_SYSTEM_FORMATS:
+        sandbox.ensure_running()
+        report: dict[str, Any] = {"mechanism": LIVE_MECHANISM}
+    elif isinstance(sandbox, ProtectedRestore):
         report = sandbox.restore_protected(scratch)
     else:
         report = {"mechanism": "none: this executor offers no restore of protected paths"}

@@ -30,6 +30,7 @@ from . import phases
 from .health import wait_healthy
 from .restore import base_env, guarded, restore_for_verification
 from .separate import verify_in_separate_environment
+from .taint import arm, settle
 from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan
 
 Deadline = tuple[float, str] | None
@@ -150,11 +151,15 @@ def _run_step(
     try:
         with work.timed("restore"):
             tests = work.verifier.tests_payload(task, scratch)
-            work.verifier_info["tamper"] = guarded("restore", lambda: restore_for_verification(sandbox, tests, scratch))
+            work.verifier_info["tamper"] = guarded(
+                "restore", lambda: restore_for_verification(sandbox, tests, scratch, task_format=task.format)
+            )
+            armed = arm(sandbox)
+        phases.verify(work, sandbox, work.verifier, scratch, deadline)
     except SubjectFault as fault:
         phases.refuse(work, fault)
         return
-    phases.verify(work, sandbox, work.verifier, scratch, deadline)
+    settle(work, sandbox, armed)
 
 
 def _verify_separately(
@@ -242,7 +247,8 @@ def _outcome(step: Step, work: AttemptWork) -> StepOutcome:
     """The step's class and verdict; a step refused for what the subject left scores 0."""
     status = classify(work.facts())
     verdict = work.verdict
-    if work.subject_fault and status in OFFICIAL:
+    refused = work.taint is not None and work.taint.refused
+    if (work.subject_fault or refused) and status in OFFICIAL:
         return StepOutcome(step.name, status, passed=False, score=0.0, rewards={})
     if verdict is None or verdict.passed is None:
         return StepOutcome(step.name, status)
@@ -273,6 +279,8 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
     work.verifier_info = _cell_verifier(work, done, verdict, stopped)
     work.budget_info = {**work.budget_info, **_budgets(work), "steps": [w.budget_info for w, _ in done]}
     work.claim = done[-1][0].claim
+    taints = [w.taint for w, _ in done if w.taint is not None]
+    work.taint = next((t for t in taints if t.tainted), taints[-1] if taints else None)
     work.usage = _summed_usage([w.usage for w, _ in done])
     for step_work, _ in done:
         for phase, seconds in step_work.timings.items():

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import progress
 from ..core.cell import Cell
+from ..core.taint import ReadOnlySystem, TaintRecord
 from ..core.task import AGENT_LOGS_DIR, Task
 from ..core.taxonomy import REPORTED_BUDGETS, AttemptFacts, Status, SubjectOutcome, VerifierOutcome
 from ..egress.log import LOG_NAME, EgressLog
@@ -87,6 +88,10 @@ class AttemptWork:
     steps: list[dict[str, Any]] | None = None
     #: What the whole run spent so far (USD; run/spend.py), when it has a cost cap.
     cohort_spent: Callable[[], float] | None = None
+    #: What the subject changed outside the workdir and what the verifier used of it (run/taint.py).
+    taint: TaintRecord | None = None
+    #: A failed attempt whose subject met the host's read-only system (run/taint.py).
+    read_only_system: ReadOnlySystem | None = None
 
     def facts_update(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -101,6 +106,7 @@ class AttemptWork:
             budget_exceeded=self.budget_exceeded,
             aborted=self.aborted,
             subject_fault=self.subject_fault,
+            tainted_refused=self.taint.reason() if self.taint is not None and self.taint.refused else None,
         )
 
     @contextmanager
@@ -128,6 +134,8 @@ class AttemptWork:
         }[status]
         if status in (Status.AGENT_INCOMPLETE, Status.AGENT_FAILURE) and facts.budget_exceeded in REPORTED_BUDGETS:
             message = f"{message or status.value}; over {facts.budget_exceeded} by its own report"
+        if self.read_only_system is not None:  # the subject met the host's read-only system
+            message = f"{message or status.value} ({self.read_only_system.note})"
         return {"type": status.value, "message": message or status.value}
 
     def _why_not_started(self) -> str:
@@ -144,6 +152,8 @@ class AttemptWork:
     def _rejection(self, score: float | None) -> str:
         if self.subject_fault:
             return f"not verified: {self.subject_fault}"
+        if self.taint is not None and self.taint.refused:
+            return f"refused (policy.refuse_tainted): {self.taint.reason()}"
         reason = self.verdict.details.get("reason") if self.verdict else None
         if reason:
             return f"the verifier rejected the result: {reason}"

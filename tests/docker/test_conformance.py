@@ -21,8 +21,11 @@ class TestDockerConformance(ExecutorConformance):
     supports_host_network = False
     #: Replaced by the test below rather than skipped.
     test_network_on_reaches_host_loopback = None  # type: ignore[assignment]
-    #: The subject can write the container's /usr, /etc...: restoring them keeps the verdict.
+    #: The subject can write the container's /usr, /etc...: kept for the verifier (fidelity
+    #: first), what it ran of them recorded as taint.
     system_dirs_writable = True
+    #: The container stays live: what a command detached keeps running, as in Harbor.
+    keeps_detached = True
     #: The engine cannot list the changes of a container holding 3,000 nested directories
     #: ("file name too long"); its writable layer is read instead and the attempt verified.
     verifies_deep_trees = True
@@ -85,12 +88,19 @@ class TestDockerConformance(ExecutorConformance):
         assert not leaked, f"host variables reached the command: {sorted(leaked)}"
 
 
+# The protected-path restore serves only formats whose own harness verifies a fresh system
+# (SWE-bench): the tests of it below lease tasks of that format. A live environment (Harbor,
+# Terminal-Bench) keeps every change; the conformance suite's taint tests cover it.
+
+
 def test_content_check_catches_a_rewrite_keeping_size_and_mtime(
     make_executor: Callable[..., DockerExecutor], tmp_path: Path
 ) -> None:
     executor = make_executor(protected_check="content")
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, SAME_SIZE_REWRITE
+    )
     assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: protected files compared with the image's by content")
@@ -113,7 +123,9 @@ def test_default_check_catches_a_rewrite_keeping_size_and_mtime(
     """The default (``changes``) reads the container's writable layer: the rewrite is undone."""
     executor = make_executor()
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, SAME_SIZE_REWRITE)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, SAME_SIZE_REWRITE
+    )
     assert record["status"] == "agent_failure" and record["score"] == 0.0, record["error"]
     tamper = record["verifier"]["tamper"]
     assert tamper["mechanism"].startswith("docker: the engine's list of changes and the container's writable layer")
@@ -127,7 +139,7 @@ def test_default_check_restores_a_rewrite_and_the_honest_part_passes(
     executor = make_executor()
     executor.check()
     command = SAME_SIZE_REWRITE + "; echo done > done.txt"
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, command)
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, command)
     assert record["status"] == "agent_success", record["error"]
     assert any("/python3." in change for change in record["verifier"]["tamper"]["changed"])
 
@@ -141,13 +153,16 @@ def test_an_honest_attempt_lists_no_change_and_a_changed_mode_is_named(
     mode the subject changed is named."""
     executor = make_executor()
     executor.check()
-    task = make_task(tmp_path / "task")
+    task = make_task(tmp_path / "task", format="swe-bench")
     honest = TamperTests().attempt(executor, task, tmp_path, "echo done > done.txt")
     assert honest["status"] == "agent_success", honest["error"]
     assert honest["verifier"]["tamper"]["changed"] == [], honest["verifier"]["tamper"]
     chmod = TamperTests().attempt(executor, task, tmp_path, "chmod 700 /usr/sbin; echo done > done.txt")
     assert "modified /usr/sbin" in chmod["verifier"]["tamper"]["changed"], chmod["verifier"]["tamper"]
     assert chmod["status"] == "agent_success", chmod["error"]
+    live = TamperTests().attempt(executor, make_task(tmp_path / "live"), tmp_path, "echo done > done.txt")
+    assert live["verifier"]["tamper"]["mechanism"].startswith("live"), live["verifier"]["tamper"]
+    assert live["taint"]["changed"] == [] and not live["taint"]["tainted"], live["taint"]
 
 
 #: 3,000 nested directories under a protected root (too deep for the engine's change list).
@@ -167,9 +182,46 @@ def test_deep_tree_in_a_protected_root_is_removed_and_the_record_says_why(
     instead, the tree is removed before verification, and the record says what happened."""
     executor = make_executor()
     executor.check()
-    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, NESTED_PROTECTED)
+    record = TamperTests().attempt(
+        executor, make_task(tmp_path / "task", format="swe-bench"), tmp_path, NESTED_PROTECTED
+    )
     assert record["status"] == "agent_success", record["error"]
     tamper = record["verifier"]["tamper"]
     assert "added /usr/local/lib/nest" in tamper["changed"], tamper
     assert "/usr/local/lib/nest" in tamper["restored"], tamper
     assert any("cannot list the container's changes (file name too long)" in n for n in tamper["notes"]), tamper
+
+
+#: The subject edits the image's ENTRYPOINT script so that it would write a passing reward,
+#: then ends the container's keeper (the container stops), and solves nothing.
+EDIT_ENTRYPOINT = (
+    "printf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; touch /app/done.txt\\n"
+    'exec "$@"\\n\' > /maka-entry.sh; '
+    "for d in /proc/[0-9]*; do if [ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep infinity ' ]; then"
+    " kill -9 ${d#/proc/}; fi; done; true"
+)
+
+
+def test_a_restart_never_runs_a_subject_edited_entrypoint(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path, docker_api
+) -> None:  # type: ignore[no-untyped-def]
+    """The container stops with an edited ENTRYPOINT: it is not started again (that would run
+    the edit), and the attempt is the subject's failure naming the script."""
+    executor = make_executor()
+    executor.check()
+    task = make_task(tmp_path / "task")
+    env = task.environment_dir
+    assert env is not None
+    (env / "maka-entry.sh").write_text('#!/bin/sh\nexec "$@"\n')
+    (env / "maka-entry.sh").chmod(0o755)
+    (env / "Dockerfile").write_text(
+        'FROM python:3.11-slim\nCOPY maka-entry.sh /maka-entry.sh\nENTRYPOINT ["/maka-entry.sh"]\nWORKDIR /app\n'
+        "COPY workspace/ /app/\n"
+    )
+    record = TamperTests().attempt(executor, task, tmp_path, EDIT_ENTRYPOINT)
+    assert record["status"] == "agent_failure" and record["official"], record["error"]
+    assert "not started again" in record["error"]["message"], record["error"]
+    assert "/maka-entry.sh" in record["verifier"]["tamper"]["paths"], record["verifier"]["tamper"]
+    assert record["score"] is None, "no verifier ran"
+    image = record["isolation"]["image"]
+    assert docker_api.inspect_image(image)["Config"]["Entrypoint"] == ["/maka-entry.sh"], image

@@ -136,5 +136,9 @@ def test_memory_and_process_hogs_end_in_classified_results(cohort, docker_api, t
     records = cohort.results()
     assert records["t[oracle-r0]"]["status"] == "agent_success", "other cells are unaffected"
     assert records["t[hog-r0]"]["status"] == "agent_incomplete"
-    assert records["t[forker-r0]"]["status"] == "agent_incomplete"
+    forker = records["t[forker-r0]"]  # what it left running stays (a live environment) and fills the
+    # process limit the verifier has: the subject's result, in the denominator, with the reason
+    assert forker["status"] in ("agent_incomplete", "agent_failure") and forker["official"], forker["error"]
+    if forker["status"] == "agent_failure":
+        assert "process limit" in forker["error"]["message"], forker["error"]
     assert records["t[hog-r0]"]["isolation"]["limits"]["memory_mb"] == 64

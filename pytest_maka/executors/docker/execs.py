@@ -1,11 +1,10 @@
 """Running commands in a container: capped output capture and the in-container scripts.
 
-Docker cannot kill an exec by id, so stopping works on the container's pid namespace:
-every process except pid 1 (docker-init) and the keeper it started (``sleep infinity``,
-the oldest child of pid 1) is frozen with SIGSTOP and then killed with SIGKILL, until
-none is left. Pid 1 cannot be signalled from inside its namespace, so no command can
-take the container down; if the keeper itself is killed the container stops and is
-started again, which also kills everything in it.
+Docker cannot kill an exec by id. Every exec starts its own session in the container
+(its first process has no parent there), so a command's process tree is that session:
+``FIND_EXEC`` finds it by a token in the command's environment, and ``SIGNAL_SESSION``
+(``spawn``) stops its members. What the command detached into a session of its own
+(``setsid``, a daemon) is not its tree and stays, as in the benchmark's own harness.
 """
 
 from __future__ import annotations
@@ -17,47 +16,20 @@ from typing import Any, BinaryIO
 
 from docker.utils.socket import STDERR, frames_iter
 
-#: ``sh -c SCRIPT sh SIGNAL [PID...]``: signal every process but pid 1, the PIDs given (the
-#: processes the image started; without any: the oldest child of pid 1) and itself.
-#: With KILL it stops (SIGSTOP) everything first so nothing can fork away, then kills,
-#: and repeats until a pass finds nothing but zombies. Exit 0 when nothing is left.
-SIGNAL_ALL = r"""
-sig=$1; shift; me=$$; keep=" $* "
-if [ $# = 0 ]; then
-  best=
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}; [ "$p" = 1 ] && continue; [ "$p" = "$me" ] && continue
-    read -r line < "$d/stat" 2>/dev/null || continue
-    set -- ${line##*) }
-    [ "$2" = 1 ] || continue
-    eval "st=\${20}"
-    if [ -z "$best" ] || [ "$st" -lt "$best" ]; then best=$st; keep=" $p "; fi
-  done
-fi
-if [ "$sig" != KILL ]; then
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
-    kill -"$sig" "$p" 2>/dev/null
-  done
-  exit 0
-fi
-i=0
-while [ $i -lt 100 ]; do
-  i=$((i+1)); live=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
-    kill -STOP "$p" 2>/dev/null
-  done
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}; case $p in 1|"$me") continue;; esac; case $keep in *" $p "*) continue;; esac
-    read -r line < "$d/stat" 2>/dev/null || continue
-    set -- ${line##*) }
-    [ "$1" = Z ] && continue
-    kill -KILL "$p" 2>/dev/null && live=1
-  done
-  [ $live = 0 ] && exit 0
+#: The variable every exec gets (its value: a token of that exec), by which its session is found.
+EXEC_TOKEN = "MAKA_EXEC"
+#: ``sh -c SCRIPT sh TOKEN``: prints the session id of the exec whose environment has
+#: ``MAKA_EXEC=TOKEN`` (its first process: no parent in the container), or nothing.
+FIND_EXEC = r"""
+tok="MAKA_EXEC=$1"; me=$$
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}; case $p in 1|"$me") continue;; esac
+  read -r line < "$d/stat" 2>/dev/null || continue
+  set -- ${line##*) }
+  [ "$2" = 0 ] || continue
+  grep -qsF -- "$tok" "$d/environ" && echo "$4" && exit 0
 done
-exit 1
+exit 0
 """
 
 

@@ -187,6 +187,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                 info = self.declared_limits(info, task, key)
                 slot.record(cid)
                 failed = True
+                sandbox: DockerSandbox | None = None
                 egress = self._egress(engine, request, project.addresses() if project and project.services else {})
                 try:
                     config = self._image_config(engine, image_id)
@@ -204,6 +205,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                         mounts=tuple(mounts),
                     )
                     sandbox.egress = egress
+                    sandbox.harness_paths = tuple(request.uploads)
                     if spare is None:
                         sandbox.start()
                         check_started(sandbox)
@@ -219,6 +221,8 @@ class DockerExecutor(SeparateVerifier, Containers):
                     failed = False
                 finally:
                     with sigint_deferred():
+                        if sandbox is not None:
+                            sandbox.close_watch()
                         if self._dispose(engine, cid, keep=failed and self.options.keep_on_failure):
                             slot.clear()
                         else:

@@ -3,9 +3,12 @@ by the rules of ``copyout``, and removal that neither follows a link nor trusts 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import docker.errors
 
 from ...core.errors import SubjectFault
 from ..copyout import CopyReport
@@ -13,6 +16,9 @@ from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .engines import Engine
 from .protect_paths import GO_MODE_DIR, PROTECTED_ROOTS, find_rm, stat_path
+
+#: Times a put is sent again when a process in the container races the engine's clearing.
+RACE_RETRIES = 5
 
 
 def check_path(path: str) -> str:
@@ -61,10 +67,28 @@ class ContainerFiles:
         """Send the waiting puts (all, or only if one of them touches ``touching``)."""
         if touching is not None and not self._batch.overlaps(touching):
             return
+        paths = sorted(self._batch.paths)
         tar = self._batch.take()
-        if tar is not None:
-            with tar, self.engine.guard("sending the queued files into the container", refusals=False):
-                self.api.put_archive(self.id, "/", tar)
+        if tar is None:
+            return
+        with tar, self.engine.guard("sending the queued files into the container", refusals=False):
+            for attempt in range(RACE_RETRIES + 1):
+                try:
+                    self.api.put_archive(self.id, "/", tar)
+                    return
+                except docker.errors.APIError as exc:
+                    # the engine could not clear a path because a process in the container keeps
+                    # writing into it (a live environment keeps what the subject left running)
+                    if "directory not empty" not in str(exc.explanation or exc):
+                        raise
+                    if attempt == RACE_RETRIES:
+                        raise SubjectFault(
+                            "a process the subject left keeps writing where the harness must replace"
+                            f" {', '.join(paths[:3])}",
+                            paths,
+                        ) from None
+                    time.sleep(0.05 * (attempt + 1))
+                    tar.seek(0)
 
     def put(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a host file or directory to ``sandbox_path``, replacing whatever is there.

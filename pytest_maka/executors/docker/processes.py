@@ -1,4 +1,9 @@
-"""Start, watch and stop the processes of a leased container (the base of DockerSandbox)."""
+"""Start, watch and stop the processes of a leased container (the base of DockerSandbox).
+
+A command's own process tree ends with it (on its timeout); what it detached stays, as in
+the benchmark's own harness. The container is restarted only when it stopped, and never
+where the restart could run a program the subject changed.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,9 @@ from typing import Any
 
 import docker.errors
 
-from ...core.errors import InfraError
+from ...core.errors import InfraError, SubjectFault
 from .engines import Engine
-from .execs import SIGNAL_ALL
+from .execs import FIND_EXEC
 
 #: The keep-alive command given to the image's ENTRYPOINT (Harbor's), and how it shows in ``ps``.
 KEEP_ALIVE = ["sh", "-c", "sleep infinity"]
@@ -20,17 +25,13 @@ KEEP_ALIVE_ARGS = "sleep infinity"
 #: runs the keep-alive (it runs a service of its own) must leave its processes unchanged.
 START_WAIT_SEC = 30.0
 SETTLE_SEC = 1.0
-#: Lists the container's pids (its own excepted).
-LIST_PIDS = 'for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] || echo "${d#/proc/}"; done'
 
 
 @dataclass(frozen=True)
 class Keepers:
-    """The processes the container started by itself: host pids (for ``top``) and the
-    container's own pids (for the in-container signalling script)."""
+    """The processes the container started by itself (host pids, as ``top`` lists them)."""
 
     host: frozenset[str] = frozenset()
-    inner: tuple[str, ...] = ()
 
 
 class ContainerProcesses:
@@ -39,8 +40,10 @@ class ContainerProcesses:
     engine: Engine
     id: str
     _keepers: set[str]
-    _inner: tuple[str, ...]
+    _user: str | None
     restarts: int
+    #: A subject's command ran here since the container started (a restart may run what it left).
+    _dirty: bool
 
     @property
     def api(self) -> Any:
@@ -52,7 +55,7 @@ class ContainerProcesses:
         image's ENTRYPOINT and what it runs, the keep-alive): those are never stopped."""
         with self.engine.guard("starting the container"):
             self.api.start(self.id)
-            self._keepers, self._inner = set(), ()
+            self._keepers = set()
             deadline = time.monotonic() + START_WAIT_SEC
             seen: dict[str, str] | None = None
             stable_since = time.monotonic()
@@ -72,15 +75,14 @@ class ContainerProcesses:
                     break
                 time.sleep(0.01)
             self._keepers = set(table)
-            self._inner = self._inner_pids()
 
     @property
     def keepers(self) -> Keepers:
-        return Keepers(frozenset(self._keepers), self._inner)
+        return Keepers(frozenset(self._keepers))
 
     def adopt(self, keepers: Keepers, *, name: str) -> None:
         """Take over a container started ahead of time (a spare) and name it after its cell."""
-        self._keepers, self._inner = set(keepers.host), keepers.inner
+        self._keepers = set(keepers.host)
         with self.engine.guard("naming the container"):
             self.api.rename(self.id, name)
 
@@ -90,28 +92,26 @@ class ContainerProcesses:
             top = self.api.top(self.id, ps_args="-o pid,stat,args")
         return {pid: args for pid, stat, args, *_ in top.get("Processes") or [] if not stat.startswith("Z")}
 
-    def _inner_pids(self) -> tuple[str, ...]:
-        """The keepers' pids as the container sees them (the signalling script spares them)."""
-        try:  # not through _run: a container that stopped is the caller's to handle
-            with self.engine.guard("listing the container's own pids", refusals=False):
-                eid = self.api.exec_create(self.id, ["sh", "-c", LIST_PIDS], stdout=True, stderr=False)["Id"]
-                out = self.api.exec_start(eid)
-                code = self.api.exec_inspect(eid).get("ExitCode")
-        except docker.errors.APIError:
-            return ()
-        if code != 0:
-            return ()
-        return tuple(p for p in out.decode(errors="replace").split() if p.isdigit() and p != "1")
-
     def _processes(self) -> set[str]:
         """Host pids of the container's live (non-zombie) processes."""
         return set(self._table())
 
-    def _restart(self) -> None:
+    def _restart(self, *, checked: bool = False) -> None:
         """Kill the whole container (every process in it) and start it again.
 
-        A container whose keeper no longer runs (the subject broke ``sleep``) is repaired first.
+        A restart runs the image's ENTRYPOINT and keeper: after a subject's command, only when
+        the subject changed nothing outside the workdir and ``/logs`` (``checked``: the caller
+        put the system back itself), else SubjectFault; it never runs a program the subject
+        edited. A container that does not start again is the subject's doing after it ran.
         """
+        if self._dirty and not checked:
+            planted = self.restart_risk()
+            if planted:
+                raise SubjectFault(
+                    "the container's main process ended and the container is not started again: a restart"
+                    " would run its ENTRYPOINT, and the subject changed files outside the workdir",
+                    planted,
+                )
         self.restarts += 1
         with self.engine.guard("restarting the container", refusals=False):
             with contextlib.suppress(docker.errors.APIError):  # already stopped
@@ -125,43 +125,46 @@ class ContainerProcesses:
             # as below; a dead engine fails the repair's start as well and stays infra
             self._keepers = set()
         if len(self._keepers) < 2:
-            with self.engine.guard("repairing the container", refusals=False):
-                with contextlib.suppress(docker.errors.APIError):
-                    self.api.kill(self.id)
-                self.api.wait(self.id, timeout=30)
-                self._repair()
+            if self._dirty:
+                raise SubjectFault("the container no longer starts after the subject's changes")
+            raise InfraError("the container stopped and does not start again")
 
-    def _repair(self) -> None:
-        """Make a container that no longer starts start again (subclasses know its image)."""
-        raise InfraError("the container stopped and does not start again")
+    def restart_risk(self) -> list[str]:
+        """What the subject changed that a restart could run (subclasses list it; none here)."""
+        return []
 
-    def stop_all(self, grace: float = 0.0) -> None:
-        """Stop every process a command started; returns only when none is left."""
-        with self.engine.guard("stopping processes"):
+    def stop_tree(self, token: str, grace: float = 0.0) -> None:
+        """Stop one exec's process tree (its session, found by ``token``); what it detached stays.
+
+        Run as the command's own user: the stopper can signal nothing the command could not.
+        """
+        from .spawn import SIGNAL_SESSION
+
+        with self.engine.guard("stopping a command's processes"):
             try:
-                if not (self._processes() - self._keepers):
-                    return
+                code, out = self._run(["sh", "-c", FIND_EXEC, "sh", token], user=self._user)
+                sid = out.decode(errors="replace").strip()
+                if code != 0 or not sid.isdigit():
+                    return  # its first process is gone: what is left was detached from it
                 if grace > 0:
-                    self._run(["sh", "-c", SIGNAL_ALL, "sh", "TERM", *self._inner])
+                    self._run(["sh", "-c", SIGNAL_SESSION, "sh", sid, "TERM"], user=self._user)
                     end = time.monotonic() + grace
-                    while time.monotonic() < end and self._processes() - self._keepers:
+                    while time.monotonic() < end:
+                        code, _ = self._run(["sh", "-c", SIGNAL_SESSION, "sh", sid, "0"], user=self._user)
+                        if code == 0:
+                            return
                         time.sleep(0.05)
-                self._run(["sh", "-c", SIGNAL_ALL, "sh", "KILL", *self._inner])
-                if not (self._processes() - self._keepers):
-                    return
+                self._run(["sh", "-c", SIGNAL_SESSION, "sh", sid, "KILL"], user=self._user)
             except docker.errors.APIError as exc:
-                # 409: the container stopped (its keeper was killed); otherwise the container's
-                # sh may be broken: the engine's kill and a restart stop everything all the same
-                if exc.status_code not in (409, 500):
+                if exc.status_code != 409:  # 409: the container stopped, and everything in it
                     raise
-            self._restart()
 
-    def _run(self, argv: list[str]) -> tuple[int | None, bytes]:
+    def _run(self, argv: list[str], *, user: str | None = None) -> tuple[int | None, bytes]:
         """A short internal command (no caps, no timeout); restarts a stopped container once."""
         with self.engine.guard(f"running {argv[0]} in the container", refusals=False):
             for attempt in (1, 2):
                 try:
-                    eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True)["Id"]
+                    eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True, user=user or "")["Id"]
                     break
                 except docker.errors.APIError as exc:
                     if attempt == 2 or exc.status_code != 409:

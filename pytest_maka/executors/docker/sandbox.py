@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 
-from ...core.errors import InfraError, SubjectFault
-from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
+from ...core.errors import InfraError
+from ...core.taint import Touched
+from ...core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
 from ...egress.log import EgressLog
 from ...egress.plan import PhasePlan
 from ..base import ExecResult
@@ -20,18 +22,41 @@ from ..copyout import CopyReport
 from .archive import Batch
 from .egress import DockerEgress
 from .engines import Engine, EngineDown
-from .execs import Capture
+from .execs import EXEC_TOKEN, Capture
 from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import Restorer
+from .protect_paths import stat_path
 from .spawn import DockerProcess, read_via_archive
+from .watch import MECHANISM as WATCH_MECHANISM
+from .watch import AccessWatch, outside_changes
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+#: Seconds a finished command's output may still drain while a process it detached holds it open.
+DRAIN_SEC = 0.5
+#: Seconds the reward files are watched after the verifier ended, when processes still run.
+VERDICT_SETTLE_SEC = 0.3
+REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
+
+
+def _runtime_refused(*outputs: Path) -> bool:
+    """The runtime refused to start the command in a container that was stopping (its message
+    is the command's whole output)."""
+    for path in outputs:
+        try:
+            with open(path, "rb") as f:
+                if b"cannot exec in a stopped state" in f.read(4096):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
+
+    watch_mechanism = WATCH_MECHANISM
 
     def __init__(
         self,
@@ -67,12 +92,13 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         self.egress: DockerEgress | None = None
         self._proxied = False  # joined to the egress proxy's network right now
         self.restarts = 0
-        #: Protected paths put back to make a container the subject broke start again.
-        self._repaired: list[str] = []
         #: Processes the subject left that ran when the last verification's tests went in (None: unknown).
         self._witnesses: int | None = None
-        #: Seconds the last exec spent stopping what its command left (for the benchmark).
+        #: Seconds the last exec spent stopping its command's tree (for the benchmark).
         self.last_stop_s = 0.0
+        self._watch_helper: AccessWatch | None = None
+        #: What the harness itself placed outside the workdir (uploads such as /solution).
+        self.harness_paths: tuple[str, ...] = ()
 
     # --- exec -------------------------------------------------------------------------
     def exec(
@@ -123,8 +149,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         with self.engine.guard(f"disconnecting the container from the network {target}", refusals=False):
             self.api.disconnect_container_from_network(self.id, target, force=True)
 
-    def _restart(self) -> None:
-        super()._restart()
+    def _restart(self, *, checked: bool = False) -> None:
+        super()._restart(checked=checked)
         if self._proxied and self.egress is not None:  # a new namespace: a new logger and route
             self.egress.joined(self.id, self.restarts)
 
@@ -146,9 +172,11 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         cwd: str | None,
         cap: int,
         started: float,
+        again: bool = False,
     ) -> ExecResult:
         argv = ["sh", "-c", command]
-        environment = [f"{k}={v}" for k, v in env.items()]
+        token = secrets.token_hex(12)
+        environment = [f"{k}={v}" for k, v in env.items() if k != EXEC_TOKEN] + [f"{EXEC_TOKEN}={token}"]
         eid, capture = self._start_exec(argv, environment, cwd, stdout_path, stderr_path, cap)
         deadline = None if timeout_sec is None else started + timeout_sec
         timed_out, exit_code = False, None
@@ -157,11 +185,22 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         except BaseException:
             capture.close()
             raise
-        stop_started = time.monotonic()
-        self.stop_all(grace=self._grace if timed_out else 0.0)
-        self.last_stop_s = time.monotonic() - stop_started
-        if not capture.wait(10):
+        if exit_code == 126 and not again and _runtime_refused(stdout_path, stderr_path) and not self._running():
+            # the container stopped as the command started (an earlier command ended its
+            # keeper): start it again (unless that would run what the subject changed) and rerun
             capture.close()
+            capture.wait(10)
+            self._restart()
+            return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, cap, started, again=True)
+        stop_started = time.monotonic()
+        if timed_out:  # the command's own tree ends with it; what it detached stays
+            self.stop_tree(token, grace=self._grace)
+        self.last_stop_s = time.monotonic() - stop_started
+        if timed_out or (exit_code or 0) >= 128:  # killed: it may have taken the container's keeper along
+            self._settle_state()
+        if not capture.wait(DRAIN_SEC if not timed_out else 10):
+            capture.close()  # a process it detached holds the output open: what came so far is kept
+            capture.wait(10)
         reader_failed = capture.surface_error()
         return ExecResult(
             exit_code=None if timed_out else exit_code,
@@ -170,6 +209,25 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             stdout_truncated=capture.truncated[0] or reader_failed,
             stderr_truncated=capture.truncated[1] or reader_failed,
         )
+
+    def _running(self) -> bool:
+        with self.engine.guard("inspecting the container"):
+            return bool(self.api.inspect_container(self.id)["State"]["Running"])
+
+    def _settle_state(self) -> None:
+        """Wait (briefly) until a container whose keeper a command killed shows as stopped, so
+        that the next command restarts it instead of racing its end."""
+        for _ in range(10):
+            with self.engine.guard("inspecting the container"):
+                if not self.api.inspect_container(self.id)["State"]["Running"]:
+                    return
+            try:
+                alive = self._processes()
+            except docker.errors.APIError:  # stopped meanwhile
+                return
+            if self._keepers <= alive:
+                return  # every keeper still runs: the container stays
+            time.sleep(0.05)
 
     def _start_exec(
         self, argv: list[str], environment: list[str], cwd: str | None, stdout_path: Path, stderr_path: Path, cap: int
@@ -187,12 +245,13 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
                         stderr=True,
                         user=self._user or "",
                     )["Id"]
+                    sock = self.api.exec_start(eid, socket=True)
                     break
                 except docker.errors.APIError as exc:
-                    if attempt == 2 or exc.status_code != 409:
+                    stopped = exc.status_code == 409 or "is not running" in str(exc.explanation or "")
+                    if attempt == 2 or not stopped:
                         raise
                     self._restart()  # the previous command killed the keeper: start over
-            sock = self.api.exec_start(eid, socket=True)
             self.api._disable_socket_timeout(sock)
             capture = Capture(sock, stdout_path, stderr_path, cap)
             capture.start()
@@ -283,22 +342,17 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         return f"shared: the container's /tests and /logs/verifier; {ran}"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
-        """Undo the subject's changes to protected paths through the engine (docs/security.md)."""
+        """Put the system back as the image has it and end every process the subject left
+        (SWE-bench: its harness verifies a fresh container), through the engine (docs/security.md)."""
         with self.engine.guard("restoring protected paths"):
             self._flush()
             with self._restorer() as restorer:
                 restorer.copy_back()
-                if restorer.touched or self.restarts:
-                    # the keeper may be a program the subject planted: only a restart after the
-                    # copy-back makes every process in the container one the image started
-                    self._restart()
+                # every process the subject left ends; the ENTRYPOINT it may have edited is back first
+                self._restart(checked=True)
                 restorer.delete()
             self._fresh = set()
-        report = restorer.report()
-        if self._repaired:  # put back earlier, when the broken container had to be restarted
-            report["restored"] = sorted({*self._repaired, *report["restored"]})[:50]
-            report["restored_count"] += len(self._repaired)
-        return {**report, "restarted": bool(restorer.touched or self.restarts)}
+        return {**restorer.report(), "restarted": True}
 
     def _restorer(self) -> Restorer:
         return Restorer(
@@ -310,14 +364,82 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             mounts=self._mounts,
         )
 
-    def _repair(self) -> None:
-        """The container no longer starts: put its protected paths back (engine-side) and retry."""
-        with self.engine.guard("restoring protected paths", refusals=False), self._restorer() as restorer:
-            restorer.copy_back()
-        self._repaired += restorer.units + restorer.added
-        self.start()
-        if len(self._keepers) < 2:
-            raise SubjectFault("the container no longer starts, even with its system directories restored")
+    # --- what the subject changed outside the workdir, and what the verifier used of it ----
+    def outside_changes(self) -> list[tuple[str, int]]:
+        """(path, kind) the subject changed outside the workdir, /logs and /tests (kind 0
+        modified, 1 added, 2 deleted). ValueError: the engine cannot list them."""
+        self._flush()
+        own = [self.workdir, LOGS_DIR, TESTS_DIR, *self.harness_paths]
+        return outside_changes(self.engine, self.id, own, self._mounts)
+
+    def ensure_running(self) -> None:
+        """Start the container again if the subject ended its main process (SubjectFault when the
+        restart could run what it changed)."""
+        with self.engine.guard("inspecting the container"):
+            running = bool(self.api.inspect_container(self.id)["State"]["Running"])
+        if not running:
+            self._restart()
+
+    def leftover_processes(self) -> tuple[int, int | None]:
+        """(processes running besides the image's own, the container's process limit or None)."""
+        with self.engine.guard("counting the container's processes"):
+            try:
+                left = len(self._processes() - self._keepers)
+            except docker.errors.APIError:  # stopped
+                return 0, None
+            limit = (self.api.inspect_container(self.id).get("HostConfig") or {}).get("PidsLimit")
+        return left, int(limit) if limit and int(limit) > 0 else None
+
+    def verdict_rewritten(self) -> bool:
+        """After a verification: whether a process still running rewrites the reward files
+        (their engine-side stat changes within VERDICT_SETTLE_SEC). Nothing is watched when
+        no process but the image's own runs."""
+        with self.engine.guard("checking the reward files"):
+            try:
+                if not (self._processes() - self._keepers):
+                    return False
+            except docker.errors.APIError:  # stopped: nothing runs any more
+                return False
+            first = [stat_path(self.api, self.id, p) for p in REWARD_FILES]
+            time.sleep(VERDICT_SETTLE_SEC)
+            return [stat_path(self.api, self.id, p) for p in REWARD_FILES] != first
+
+    def restart_risk(self) -> list[str]:
+        """What a restart could run that the subject changed (anything outside the workdir)."""
+        try:
+            return [p for p, _kind in self.outside_changes()]
+        except ValueError as exc:
+            return [f"(the engine cannot list the changes: {exc})"]
+
+    def watch_access(self, paths: Sequence[str]) -> list[Touched]:
+        """Arm the access watch on ``paths`` (files the subject changed); returns those armed.
+        RuntimeError or InfraError: it cannot run here."""
+        self.close_watch()
+        self._watch_helper = AccessWatch(self.engine, self.id, self._watch_images())
+        return self._watch_helper.arm(list(paths))
+
+    def accessed(self) -> list[Touched]:
+        """The armed files read or executed since ``watch_access``; the watch ends."""
+        if self._watch_helper is None:
+            raise RuntimeError("the access watch was not armed")
+        try:
+            return self._watch_helper.read()
+        finally:
+            self.close_watch()
+
+    def close_watch(self) -> None:
+        if self._watch_helper is not None:
+            self._watch_helper.close()
+            self._watch_helper = None
+
+    def _watch_images(self) -> list[str]:
+        """The egress proxy's image where the engine has it (it has python3), then the task's."""
+        from .egress import PROXY_TAG
+
+        images = [self._info["image"]]
+        with self.engine.guard("inspecting the egress proxy image"), suppress(docker.errors.ImageNotFound):
+            images.insert(0, str(self.api.inspect_image(PROXY_TAG)["Id"]))
+        return images
 
     def workspace_snapshot(self, dest: Path, *, report: CopyReport | None = None) -> Path:
         """A host copy of the workdir as it is now (capped like ``get``)."""

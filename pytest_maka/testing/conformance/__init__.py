@@ -14,6 +14,7 @@ from .files import FileTests
 from .isolation import IsolationTests
 from .lifecycle import LifecycleTests
 from .spawn import SpawnTests
+from .taint import TaintTests
 from .tamper import TamperTests
 from .verdict import VerdictChannelTests
 
@@ -25,6 +26,7 @@ class ExecutorConformance(
     SpawnTests,
     EgressTests,
     VerdictChannelTests,
+    TaintTests,
     TamperTests,
     ConformanceBase,
 ):
@@ -41,6 +43,7 @@ __all__ = [
     "EgressTests",
     "ExecutorConformance",
     "Run",
+    "TaintTests",
     "VerdictChannelTests",
     "make_cell",
     "make_task",

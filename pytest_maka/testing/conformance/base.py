@@ -81,6 +81,11 @@ class ConformanceBase:
     #: The executor stops a setsid'd daemon and background jobs (False: those tests are skipped,
     #: since the probes they start would outlive the test).
     kills_whole_tree: ClassVar[bool] = True
+    #: The environment stays live between commands (a container): what a command detached
+    #: (``setsid``, a background job orphaned when it exits) keeps running, as in Harbor, and
+    #: only the command's own tree ends on its timeout. False: every command's processes end
+    #: with it (the local sandbox: a new namespace per command).
+    keeps_detached: ClassVar[bool] = False
     #: Generous bound for stopping a timed-out command, on top of timeout and grace.
     stop_slack_sec: ClassVar[float] = 20.0
     #: PATH given to every command.
@@ -173,6 +178,15 @@ class ConformanceBase:
         victim = victim_dir / "file.txt"
         victim.write_text("host content\n")
         return victim_dir, victim
+
+    def assert_keeps_changing(self, sandbox: Sandbox, path: str, tmp_path: Path) -> None:
+        first = self.read(sandbox, path, tmp_path)
+        assert first is not None, f"the probe never wrote {path}"
+        for _ in range(100):  # a loaded engine may take a while to schedule it
+            time.sleep(0.2)
+            if self.read(sandbox, path, tmp_path) != first:
+                return
+        raise AssertionError(f"nothing rewrites {path} any more: the process was stopped")
 
     def assert_stops_changing(self, sandbox: Sandbox, path: str, tmp_path: Path) -> None:
         first = self.read(sandbox, path, tmp_path)

@@ -1,9 +1,13 @@
-"""Conformance, through the whole attempt lifecycle: nothing a subject does makes it pass but
-the verifier, and nothing it leaves pushes it out of the official denominator.
+"""Conformance, through the whole attempt lifecycle: nothing a subject does makes it pass
+cleanly but the verifier, and nothing it leaves pushes it out of the official denominator.
 
 Each test runs one real attempt (subject, stop, freeze, restore, verify, classify) of a
 ``command`` subject on the executor under test, with a verifier that passes only when the
 subject created ``done.txt`` in the workdir. The tamperers never create it.
+
+Where the environment stays live for the verifier (``keeps_detached``: a container, as in
+Harbor) a subject can change programs the verifier runs; such a pass is not prevented but
+**tainted** (recorded with the paths) and refused under ``policy.refuse_tainted``.
 """
 
 from __future__ import annotations
@@ -152,6 +156,7 @@ class TamperTests(ConformanceBase):
         *,
         verifier: str = VERIFIER,
         tests: Mapping[str, str] | None = None,
+        refuse_tainted: bool = False,
     ) -> dict[str, Any]:
         """One whole attempt of a ``command`` subject (``verifier``: the test.sh, ``tests``: more
         files of the tests directory); returns its record."""
@@ -173,7 +178,7 @@ class TamperTests(ConformanceBase):
             cohort="conformance",
             out_dir=out,
             budgets=Budgets(agent_timeout_sec=120, verifier_timeout_sec=120),
-            policy=Policy(allow_unsandboxed=True),
+            policy=Policy(allow_unsandboxed=True, refuse_tainted=refuse_tainted),
             retries=Retries(infra=0),
         )
         runner = CellRunner(settings, executor, {spec.name: Command(spec)}, {"reward": RewardVerifier()}, Ledger(out))
@@ -191,6 +196,20 @@ class TamperTests(ConformanceBase):
         assert record["status"] in ("agent_failure", "agent_incomplete"), record["error"]
         assert record["passed"] is False and record["official"] is True
 
+    def assert_not_a_clean_pass(self, record: dict[str, Any]) -> None:
+        """Rejected, or a pass recorded as tainted with the paths it depended on."""
+        if record["status"] == "agent_success":
+            taint = record.get("taint") or {}
+            assert taint.get("tainted") and taint.get("paths"), ("an untainted pass", taint, record["verifier"])
+        else:
+            self.assert_rejected(record)
+
+    def assert_refused_as_tainted(self, record: dict[str, Any]) -> None:
+        """Under ``policy.refuse_tainted``: no pass, in the denominator, and said why if tainted."""
+        self.assert_rejected(record)
+        if (record.get("taint") or {}).get("refused"):
+            assert record["status"] == "agent_failure" and "tainted" in record["error"]["message"], record["error"]
+
     # -- no false pass -------------------------------------------------------------------
 
     @pytest.mark.parametrize("name", sorted(TAMPERERS))
@@ -201,10 +220,17 @@ class TamperTests(ConformanceBase):
 
     @pytest.mark.parametrize("name", sorted(SYSTEM_TAMPERERS))
     def test_system_tampering_never_passes(self, executor: Executor, task: Task, tmp_path: Path, name: str) -> None:
+        """Never a clean pass; where the verifier runs what the subject left (a live
+        environment) a pass is tainted, and refused under ``policy.refuse_tainted``."""
         self.require_own_root()
         record = self.attempt(executor, task, tmp_path, SYSTEM_TAMPERERS[name])
-        self.assert_rejected(record)
-        assert record["score"] == 0.0
+        if not self.keeps_detached:
+            self.assert_rejected(record)
+            assert record["score"] == 0.0
+            return
+        self.assert_not_a_clean_pass(record)
+        refused = self.attempt(executor, task, tmp_path, SYSTEM_TAMPERERS[name], refuse_tainted=True)
+        self.assert_refused_as_tainted(refused)
 
     def test_daemon_rewriting_the_reward_never_passes(self, executor: Executor, task: Task, tmp_path: Path) -> None:
         if not self.kills_whole_tree:
@@ -214,12 +240,18 @@ class TamperTests(ConformanceBase):
         assert record["score"] == 0.0
 
     def test_path_hijack_is_undone_and_recorded(self, executor: Executor, task: Task, tmp_path: Path) -> None:
+        """Undone where the executor restores (or never lets it happen); in a live environment the
+        verifier runs the planted tools: recorded as taint with their paths (not undone)."""
         self.require_own_root()
         record = self.attempt(executor, task, tmp_path, PLANT_TOOLS + "echo done > done.txt\n")
         tamper = record["verifier"]["tamper"]
         assert tamper["mechanism"], "the record says how protected paths were handled"
-        assert record["status"] == "agent_success", "the real tools came back: the honest part passes"
-        if self.system_dirs_writable:
+        assert record["status"] == "agent_success", record["error"]
+        if self.keeps_detached:
+            taint = record["taint"]
+            assert taint["tainted"] and any(p.startswith("/usr/") for p in taint["paths"]), taint
+            assert any(p.endswith(("/sh", "/python3", "/bash", "/dash")) for p in taint["paths"]), taint
+        elif self.system_dirs_writable:
             assert any("/usr/local/bin/python3" in c for c in tamper["changed"]), tamper
             assert "/usr/local/bin/python3" in tamper["restored"] or any(
                 p in ("/usr/local/bin", "/usr/local") for p in tamper["restored"]
@@ -236,7 +268,10 @@ class TamperTests(ConformanceBase):
         out = tmp_path / f"out-{next(self._attempts) - 1}"
         diff = (out / record["artifacts"]["diff"]).read_text(encoding="utf-8")
         assert "b/done.txt" in diff and "bad\\" in diff, "undecodable names are written escaped"
-        if self.system_dirs_writable:  # an entry the engine cannot name: its directory comes back whole
+        if self.keeps_detached:  # kept, and listed (escaped) among the changes outside the workdir
+            changed = record["taint"]["changed"]
+            assert any(c.startswith("/usr/local/bin/") and "\\x" in c for c in changed), changed
+        elif self.system_dirs_writable:  # an entry the engine cannot name: its directory comes back whole
             assert "/usr/local/bin" in record["verifier"]["tamper"]["restored"], record["verifier"]["tamper"]
 
     def test_locked_workdir_and_logs_stay_official(self, executor: Executor, task: Task, tmp_path: Path) -> None:
@@ -258,6 +293,10 @@ class TamperTests(ConformanceBase):
         self.require_own_root()
         holder = "(python3 -c 'import time; time.sleep(300)' &); "  # stopping it needs the tools too
         record = self.attempt(executor, task, tmp_path, "echo done > done.txt; " + holder + BREAK_TOOLS)
+        if self.keeps_detached:  # the verifier runs the broken tools, as the benchmark's harness would
+            assert record["official"] is True, record["error"]
+            assert record["status"] in ("agent_failure", "agent_success"), record["error"]
+            return
         assert record["status"] == "agent_success", record["error"]
         if self.system_dirs_writable:
             assert "/usr/bin/rm" in record["verifier"]["tamper"]["restored"], record["verifier"]["tamper"]

@@ -1,0 +1,4 @@
+#!/bin/sh
+set -eu
+mkdir -p /etc/maka-app
+printf 'greeting = hello\n' > /etc/maka-app/app.conf
