@@ -221,6 +221,7 @@ class VerdictChannel(Protocol):
     def verdict_channel(self) -> str: ...
 
 
+@runtime_checkable
 class ChangeWatch(Protocol):
     """Optional sandbox capability: what the subject changed outside the workdir, and which of
     those files a verification then read or executed (``core.taint``).

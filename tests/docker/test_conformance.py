@@ -35,6 +35,15 @@ class TestDockerConformance(ExecutorConformance):
     #: process the subject left runs (docs/security.md, "The verdict channel").
     private_verdict_channel = False
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason="issue 22: a process the verifier's code detaches and that holds the exec's output "
+        "outlives the verifier's script on Docker (the exec ends when its output closes): its late "
+        "reward lands before the reward is read, until the verdict channel is private there",
+    )
+    def test_a_process_the_verifier_leaves_writes_no_reward(self, executor, task, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        super().test_a_process_the_verifier_leaves_writes_no_reward(executor, task, tmp_path)
+
     def test_network_on_joins_a_network_and_off_has_only_loopback(self, sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
         off = self.run(sandbox, "ls /sys/class/net", tmp_path, network=False)
         on = self.run(sandbox, "ls /sys/class/net", tmp_path, network=True)

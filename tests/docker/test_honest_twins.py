@@ -3,7 +3,8 @@
 The four tasks in ``honest_tasks/`` are shaped like Terminal-Bench 2 tasks whose solutions
 leave the environment changed: a service left running and checked over HTTP on localhost, a
 config file under ``/etc``, a command in ``/usr/local/bin``, a package pip-installed into the
-system site-packages. Harbor grades each oracle 1 and each nop 0; so must this harness. Where
+system site-packages. Harbor grades each oracle 1 and each nop 0; so must this harness. The
+service is still ended before the verifier runs on Docker (an expected failure, below). Where
 the verifier ran code the subject placed outside the workdir, the pass is recorded as tainted
 (with the paths), and refused only under ``policy.refuse_tainted``.
 """
@@ -20,7 +21,10 @@ from ..conftest import Cohort
 pytestmark = pytest.mark.docker
 
 TASKS = Path(__file__).parent / "honest_tasks"
-NAMES = ("command-in-usr-local-bin", "config-in-etc", "package-in-system-site-packages", "service-left-running")
+NAMES = ("command-in-usr-local-bin", "config-in-etc", "package-in-system-site-packages")
+#: Ended before the verifier runs on Docker until its verdict channel is private there: a process
+#: the subject left could otherwise rewrite the tests or the reward (docs/security.md).
+SERVICE = "service-left-running"
 
 
 @pytest.fixture
@@ -31,7 +35,7 @@ def twins(cohort: Cohort, docker_api, tmp_path_factory: pytest.TempPathFactory) 
     return cohort
 
 
-def run(c: Cohort, **policy: bool) -> dict[str, dict]:  # type: ignore[type-arg]
+def run(c: Cohort, names: tuple[str, ...] = NAMES, **policy: bool) -> dict[str, dict]:  # type: ignore[type-arg]
     c.write(
         executor={"kind": "docker", "kill_grace_sec": 0.5, "state_dir": str(c.state)},  # type: ignore[attr-defined]
         retries={"infra": 1},
@@ -39,7 +43,7 @@ def run(c: Cohort, **policy: bool) -> dict[str, dict]:  # type: ignore[type-arg]
     )
     result = c.run_subprocess("-n", "2", timeout=900)
     records = c.results()
-    assert len(records) == 2 * len(NAMES), result.stdout.str()[-3000:]
+    assert len(records) == 2 * len(names), result.stdout.str()[-3000:]
     return records
 
 
@@ -53,7 +57,6 @@ def test_honest_twins_pass_with_oracle_and_fail_with_nop_on_docker(twins: Cohort
     taint = {cid.split("[")[0]: r["taint"] for cid, r in records.items() if "oracle" in cid}
     # data the verifier read is listed, not taint; code it ran is taint, with the path
     assert not taint["config-in-etc"]["tainted"] and "/etc/maka-app/app.conf" in taint["config-in-etc"]["accessed"]
-    assert not taint["service-left-running"]["tainted"], taint["service-left-running"]
     assert taint["command-in-usr-local-bin"]["paths"] == ["/usr/local/bin/maka-greet"]
     assert taint["command-in-usr-local-bin"]["tainted"]
     package = taint["package-in-system-site-packages"]
@@ -70,8 +73,22 @@ def test_refuse_tainted_refuses_only_the_passes_that_ran_subject_code(twins: Coh
     records = run(twins, refuse_tainted=True)
     oracle = {cid.split("[")[0]: r for cid, r in records.items() if "oracle" in cid}
     assert oracle["config-in-etc"]["status"] == "agent_success"
-    assert oracle["service-left-running"]["status"] == "agent_success"
     for name in ("command-in-usr-local-bin", "package-in-system-site-packages"):
         r = oracle[name]
         assert (r["status"], r["official"], r["taint"]["refused"]) == ("agent_failure", True, True), r["error"]
         assert "tainted" in r["error"]["message"], r["error"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22: on Docker the processes the subject left are ended before the verifier runs "
+    "until the verification has a verdict channel of its own there (docs/security.md)",
+)
+def test_a_service_the_subject_left_running_answers_the_verifier(cohort: Cohort, docker_api, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    shutil.copytree(TASKS / SERVICE, cohort.tasks / SERVICE)
+    cohort.state = tmp_path / "state"  # type: ignore[attr-defined]
+    records = run(cohort, (SERVICE,))
+    assert records[f"{SERVICE}[nop-r0]"]["status"] == "agent_failure"
+    oracle = records[f"{SERVICE}[oracle-r0]"]
+    assert oracle["status"] == "agent_success", oracle["error"]
+    assert not oracle["taint"]["tainted"], oracle["taint"]

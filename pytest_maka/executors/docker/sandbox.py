@@ -94,6 +94,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         self.restarts = 0
         #: Processes the subject left that ran when the last verification's tests went in (None: unknown).
         self._witnesses: int | None = None
+        #: Processes the subject left that were ended before the tests went in (None: could not be, remote engine).
+        self._stopped: int | None = None
         #: Seconds the last exec spent stopping its command's tree (for the benchmark).
         self.last_stop_s = 0.0
         self._watch_helper: AccessWatch | None = None
@@ -313,6 +315,8 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     def open_verdict(self, tests: Path | None, scratch: Path) -> None:
         """The container's own /tests (fresh) and /logs/verifier (empty): not private; notes how
         many processes the subject left run now, when the tests go in (for ``verdict_channel``)."""
+        with self.engine.guard("stopping the processes the subject left"):
+            self._stopped = self.stop_leftovers()
         empty = scratch / "empty-verifier-dir"
         empty.mkdir(exist_ok=True)
         self.put(empty, VERIFIER_LOGS_DIR)
@@ -339,7 +343,12 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
             ran = "no process of the subject's ran when the tests went in"
         else:
             ran = f"{seen} process{'es' if seen > 1 else ''} the subject left ran when the tests went in"
-        return f"shared: the container's /tests and /logs/verifier; {ran}"
+        stopped = (
+            "processes the subject left could not be ended from here (engine on another host)"
+            if self._stopped is None
+            else f"{self._stopped} process(es) the subject left ended before the tests went in"
+        )
+        return f"shared: the container's /tests and /logs/verifier; {stopped}; {ran}"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Put the system back as the image has it and end every process the subject left
