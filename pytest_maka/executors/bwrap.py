@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .hostfs import scan_tree
 from .process import wait_for, wait_readable
 
 #: Host system directories bound read-only into the sandbox (symlinked when the host's are links).
@@ -112,26 +113,12 @@ def not_world_readable(root: str) -> list[str]:
     bit, directories without "other" read and search (their content is not walked). Links are
     left alone: what they point to is checked where it lies, if it is bound at all."""
     found: list[str] = []
-    stack = [root]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue
-            if stat.S_ISLNK(mode):
-                continue
-            if stat.S_ISDIR(mode):
-                if mode & 0o005 != 0o005:
-                    found.append(entry.path)
-                else:
-                    stack.append(entry.path)
-            elif not mode & 0o004:
-                found.append(entry.path)
+    for path, st in scan_tree(root, lambda _, st: st.st_mode & 0o005 == 0o005):
+        if stat.S_ISDIR(st.st_mode):
+            if st.st_mode & 0o005 != 0o005:
+                found.append(path)
+        elif not stat.S_ISLNK(st.st_mode) and not st.st_mode & 0o004:
+            found.append(path)
     return sorted(found)
 
 

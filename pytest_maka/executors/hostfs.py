@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .copyout import CopyReport, copy_upto
@@ -202,3 +203,22 @@ def tree_print(root: Path, limit: int = 200_000) -> dict[str, tuple[int, ...] | 
         except OSError as e:
             prints[rel + "/"] = f"unreadable: {e.strerror}"
     return prints
+
+
+def scan_tree(root: str, enter: Callable[[str, os.stat_result], bool]) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every entry below ``root``, links never followed, entries that vanish or
+    cannot be read skipped; a directory is walked when ``enter(path, st)`` says so."""
+    stack = [root]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield entry.path, st
+            if stat.S_ISDIR(st.st_mode) and enter(entry.path, st):
+                stack.append(entry.path)

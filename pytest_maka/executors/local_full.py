@@ -13,10 +13,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import stat
 from pathlib import Path
 
 from ..core.errors import SubjectFault
+from .hostfs import scan_tree
 
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: Below this many free bytes a disk counts as full (a reward file needs a block or two).
@@ -77,21 +77,10 @@ class SpaceWatch:
 def _usage(root: Path, enough_bytes: float, enough_inodes: float) -> tuple[int, int]:
     """Bytes allocated and entries below ``root`` (links not followed); stops once either is enough."""
     used = count = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            count += 1
-            used += st.st_blocks * 512
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(entry.path)
-            if used >= enough_bytes or count >= enough_inodes:
-                return used, count
+    for _, st in scan_tree(str(root), lambda _, __: True):
+        count += 1
+        used += st.st_blocks * 512
+        if used >= enough_bytes or count >= enough_inodes:
+            return used, count
+    return used, count
     return used, count
