@@ -47,7 +47,9 @@ def test_max_tokens_stops_claude_code_in_docker_within_one_request(
         result = cohort.run()
         turns = _turns(model.requests())
     record = cohort.results()["t[a-r0]"]
-    assert record["status"] == "budget_exhausted", (record["status"], record["error"], result.outlines[-20:])
+    # the figures are the agent's own output: stopped, it did not finish, and stays official (issue 22)
+    assert record["status"] == "agent_incomplete", (record["status"], record["error"], result.outlines[-20:])
+    assert record["official"] is True and record["error"]["message"].endswith("over max_tokens by its own report")
     assert record["budget"]["exceeded"] == "max_tokens"
     assert record["agent"]["timed_out"] is False
     assert crossing <= turns <= crossing + 1, (turns, crossing)

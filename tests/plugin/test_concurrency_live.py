@@ -110,5 +110,5 @@ def test_attempt_and_phase_hooks_in_order(cohort: Cohort) -> None:
     events = [json.loads(line) for line in (cohort.root / "events.jsonl").read_text().splitlines()]
     phases = [e[2] for e in events if e[0] == "phase"]
     assert events[0] == ["started", "t[oracle-r0]", 1]
-    assert phases == ["setup", "agent", "freeze", "restore", "verify", "collect", "teardown"]
+    assert phases == ["setup", "agent", "freeze", "restore", "verify", "collect", "taint", "teardown"]
     assert events[-1] == ["finished", "t[oracle-r0]", "agent_success"]
