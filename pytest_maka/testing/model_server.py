@@ -75,6 +75,8 @@ class Script:
     cache_read_tokens: int = 0
     #: Loop: once every action has a result, start the actions over, forever (a runaway agent).
     repeat: bool = False
+    #: Seconds before each reply, as a real provider takes to answer (0: at once).
+    reply_delay_sec: float = 0.0
 
 
 @dataclass
@@ -98,6 +100,8 @@ class ScriptedModel:
         self._lock = threading.Lock()
 
     def reply(self, wire: Wire, body: dict[str, Any]) -> Reply:
+        if self.script.reply_delay_sec > 0:
+            time.sleep(self.script.reply_delay_sec)
         with self._lock:
             number = next(self._replies)
         return replace(self._reply(wire, body), reply_id=f"scripted{number}")

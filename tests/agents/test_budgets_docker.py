@@ -15,7 +15,9 @@ from .conftest import docker_model_server, installed
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
 
 PER_REPLY = 530
-LOOP = Script(actions=[Action.shell("true")], input_tokens=500, output_tokens=30, repeat=True)
+#: A provider answers in about a second: an instant stand-in lets the agent send its next request
+#: while the engine is still stopping it (under load, two more than the budget allowed were seen).
+LOOP = Script(actions=[Action.shell("true")], input_tokens=500, output_tokens=30, repeat=True, reply_delay_sec=1.0)
 
 
 def _turns(requests: list[dict[str, Any]]) -> int:

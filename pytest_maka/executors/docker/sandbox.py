@@ -37,6 +37,9 @@ DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 DRAIN_SEC = 0.5
 #: Seconds the reward files are watched after the verifier ended, when processes still run.
 VERDICT_SETTLE_SEC = 0.3
+#: Restarts when the runtime refuses a command because the container was stopping (the engine
+#: may still report it running for a moment after the refusal).
+RESTARTS_ON_REFUSAL = 3
 REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
 
 
@@ -174,7 +177,7 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         cwd: str | None,
         cap: int,
         started: float,
-        again: bool = False,
+        refused: int = 0,
     ) -> ExecResult:
         argv = ["sh", "-c", command]
         token = secrets.token_hex(12)
@@ -187,13 +190,16 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         except BaseException:
             capture.close()
             raise
-        if exit_code == 126 and not again and _runtime_refused(stdout_path, stderr_path) and not self._running():
+        retry = exit_code == 126 and refused < RESTARTS_ON_REFUSAL
+        if retry:
+            capture.wait(2)  # the runtime's refusal is the command's whole output: let it land first
+        if retry and _runtime_refused(stdout_path, stderr_path) and self._stops_soon():
             # the container stopped as the command started (an earlier command ended its
             # keeper): start it again (unless that would run what the subject changed) and rerun
             capture.close()
             capture.wait(10)
             self._restart()
-            return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, cap, started, again=True)
+            return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, cap, started, refused + 1)
         stop_started = time.monotonic()
         if timed_out:  # the command's own tree ends with it; what it detached stays
             self.stop_tree(token, grace=self._grace)
@@ -215,6 +221,16 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     def _running(self) -> bool:
         with self.engine.guard("inspecting the container"):
             return bool(self.api.inspect_container(self.id)["State"]["Running"])
+
+    def _stops_soon(self, within: float = 5.0) -> bool:
+        """Whether the container shows as stopped within ``within`` seconds: the runtime refuses
+        an exec as soon as the container's keeper is gone, before the engine reports it stopped."""
+        deadline = time.monotonic() + within
+        while self._running():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _settle_state(self) -> None:
         """Wait (briefly) until a container whose keeper a command killed shows as stopped, so
