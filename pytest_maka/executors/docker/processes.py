@@ -202,4 +202,11 @@ class ContainerProcesses:
                         raise
                     self._restart()
             out = self.api.exec_start(eid)
-            return self.api.exec_inspect(eid).get("ExitCode"), out
+            # the output can end before the engine has the exit status (ExitCode None, Running
+            # true): under load, reading it at once made a stop find "no session" and kill nothing
+            deadline = time.monotonic() + 5.0
+            while True:
+                state = self.api.exec_inspect(eid)
+                if not state.get("Running") or time.monotonic() > deadline:
+                    return state.get("ExitCode"), out
+                time.sleep(0.02)
