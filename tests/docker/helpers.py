@@ -74,6 +74,21 @@ def containers_of(api: Any, task_id: str) -> list[dict[str, Any]]:
 
 FIRST_URL = "unix:///var/run/docker.sock"
 
+#: ``python -c CRASH_IN_CHILD ROOT STATE TASK_ID [ENGINE_URL IMAGE]``: lease a container for TASK_ID,
+#: print its id, and die as a crashed worker does (no finally runs); exit status 9.
+CRASH_IN_CHILD = """
+import os, sys
+from pathlib import Path
+from pytest_maka.executors.docker import DockerExecutor, DockerOptions
+from tests.docker.helpers import plain_task, request
+root, state, task_id, elsewhere = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
+where = {"engines": elsewhere[:1], "default_image": elsewhere[1]} if elsewhere else {}
+ex = DockerExecutor(DockerOptions(state_dir=state, slots_per_engine=1, **where))
+with ex.lease(request(plain_task(root / "t", task_id=task_id), root)) as sb:
+    print(sb.id, flush=True)
+    os._exit(9)
+"""
+
 
 def lease_and_sleep(executor: Any, tmp_path: Path, seconds: float) -> str:
     """One attempt: lease, run ``sleep``, return the engine URL it ran on (or the error)."""

@@ -164,18 +164,19 @@ class ContainerProcesses:
         """What the subject changed that a restart could run (subclasses list it; none here)."""
         return []
 
-    def stop_tree(self, token: str, grace: float = 0.0) -> None:
+    def stop_tree(self, token: str, grace: float = 0.0, *, eid: str | None = None) -> None:
         """Stop one exec's process tree (its session, found by ``token``); what it detached stays.
 
+        ``eid``: the exec, for a timeout that came before its first process showed (an engine
+        under load starts it late): it is looked for again while the engine reports it running.
         Run as the command's own user: the stopper can signal nothing the command could not.
         """
         from .spawn import SIGNAL_SESSION
 
         with self.engine.guard("stopping a command's processes"):
             try:
-                code, out = self._run(["sh", "-c", FIND_EXEC, "sh", token], user=self._user)
-                sid = out.decode(errors="replace").strip()
-                if code != 0 or not sid.isdigit():
+                sid = self._session_of(token, eid)
+                if sid is None:
                     return  # its first process is gone: what is left was detached from it
                 if grace > 0:
                     self._run(["sh", "-c", SIGNAL_SESSION, "sh", sid, "TERM"], user=self._user)
@@ -189,6 +190,18 @@ class ContainerProcesses:
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # 409: the container stopped, and everything in it
                     raise
+
+    def _session_of(self, token: str, eid: str | None, wait: float = START_WAIT_SEC) -> str | None:
+        """The session id of the exec carrying ``token``, or None once it is over."""
+        deadline = time.monotonic() + wait
+        while True:
+            code, out = self._run(["sh", "-c", FIND_EXEC, "sh", token], user=self._user)
+            sid = out.decode(errors="replace").strip()
+            if code == 0 and sid.isdigit():
+                return sid
+            if eid is None or time.monotonic() > deadline or not self.api.exec_inspect(eid).get("Running"):
+                return None
+            time.sleep(0.05)
 
     def _run(self, argv: list[str], *, user: str | None = None) -> tuple[int | None, bytes]:
         """A short internal command (no caps, no timeout); restarts a stopped container once."""

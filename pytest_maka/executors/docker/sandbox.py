@@ -43,19 +43,6 @@ RESTARTS_ON_REFUSAL = 3
 REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
 
 
-def _runtime_refused(*outputs: Path) -> bool:
-    """The runtime refused to start the command in a container that was stopping (its message
-    is the command's whole output)."""
-    for path in outputs:
-        try:
-            with open(path, "rb") as f:
-                if b"cannot exec in a stopped state" in f.read(4096):
-                    return True
-        except OSError:
-            continue
-    return False
-
-
 class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
 
@@ -190,19 +177,18 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         except BaseException:
             capture.close()
             raise
-        retry = exit_code == 126 and refused < RESTARTS_ON_REFUSAL
-        if retry:
-            capture.wait(2)  # the runtime's refusal is the command's whole output: let it land first
-        if retry and _runtime_refused(stdout_path, stderr_path) and self._stops_soon():
-            # the container stopped as the command started (an earlier command ended its
-            # keeper): start it again (unless that would run what the subject changed) and rerun
+        if exit_code == 126 and refused < RESTARTS_ON_REFUSAL and self._keeper_gone():
+            # the runtime refused the command (exit 126, its message as output: "cannot exec in
+            # a stopped state", "ttrpc: closed", ...) because an earlier command ended the
+            # container's keeper: judged by the container's state, never by that message. Start
+            # it again (unless that would run what the subject changed) and rerun.
             capture.close()
             capture.wait(10)
             self._restart()
             return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, cap, started, refused + 1)
         stop_started = time.monotonic()
         if timed_out:  # the command's own tree ends with it; what it detached stays
-            self.stop_tree(token, grace=self._grace)
+            self.stop_tree(token, grace=self._grace, eid=eid)
         self.last_stop_s = time.monotonic() - stop_started
         if timed_out or (exit_code or 0) >= 128:  # killed: it may have taken the container's keeper along
             self._settle_state()
@@ -222,9 +208,17 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
         with self.engine.guard("inspecting the container"):
             return bool(self.api.inspect_container(self.id)["State"]["Running"])
 
-    def _stops_soon(self, within: float = 5.0) -> bool:
-        """Whether the container shows as stopped within ``within`` seconds: the runtime refuses
-        an exec as soon as the container's keeper is gone, before the engine reports it stopped."""
+    def _keeper_gone(self, within: float = 5.0) -> bool:
+        """Whether the container's keeper is gone (the container stops, or stopped): then it
+        shows as stopped within ``within`` seconds. A container whose keepers all run is healthy
+        and the 126 was the command's own."""
+        try:
+            if self._keepers and self._keepers <= self._processes():
+                return False
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            return True
         deadline = time.monotonic() + within
         while self._running():
             if time.monotonic() > deadline:
