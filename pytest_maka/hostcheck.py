@@ -108,5 +108,14 @@ def cohort_needs(cohort: Cohort, executor: object, subjects: Mapping[str, object
 
 
 def check(cohort: Cohort, executor: object, subjects: Mapping[str, object], runs: Runs) -> str | None:
-    """None when everything the cohort needs is here, else the one line that says what to install."""
-    return missing_line(missing(cohort_needs(cohort, executor, subjects, runs))) or None
+    """None when everything the cohort needs is here, else the one line that says what to install
+    (or, for an agent not installed yet, that its pinned version does not exist)."""
+    lacking = missing_line(missing(cohort_needs(cohort, executor, subjects, runs)))
+    if lacking:
+        return lacking
+    for name in dict.fromkeys(cell.subject.name for cell in cohort.cells if runs(cell)):
+        ask = getattr(subjects[name], "version_problem", None)
+        problem = ask() if callable(ask) else None
+        if problem:
+            return problem
+    return None
