@@ -35,6 +35,7 @@ def _tree(root: Path) -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(30))
     _write(root, "pytest_maka/run/c.py", f"from pytest_maka.core.a import small\n\n\ndef huge():\n{body}")
     _write(root, "pytest_maka/store/__init__.py", "")
+    _write(root, "pytest_maka/store/big.py", "x = 1\n" * 401)
     _write(
         root,
         "pytest_maka/store/d.py",
@@ -62,6 +63,7 @@ def test_finds_the_cycle_the_largest_function_and_the_arrow_up(tmp_path: Path) -
     out = done.stdout
     largest = out.split("largest functions")[1].splitlines()[1].split()
     assert largest == ["31", "run.c:4", "huge"]
+    assert "files over 400 lines: 1\n    401  pytest_maka/store/big.py\n" in out
     assert "import cycles, all imports: 1 between files, 1 between packages" in out
     assert "  files (3): core.a run.b run.c" in out
     assert "  packages (2): core run" in out
