@@ -17,7 +17,9 @@ Definitions:
   higher, in the order of LAYERS below (DESIGN.md §2: glue → run → adapters/executors/store → core);
 - a fact write by literal key is `x.agent_info["key"] = ...` (or one of FACT_DICTS, also through
   `.setdefault("key", ...)` / `.update(key=...)`) or one keyword of a `facts_update(...)` call; a record
-  read by literal key is `record["key"]` or `record.get("key")` on a name in RECORD_NAMES.
+  read by literal key is `record["key"]` or `record.get("key")` on a name in RECORD_NAMES; the
+  files a fact key reaches are those that name it as a string, a keyword or an attribute
+  (a proxy for the files a new fact of the same kind touches).
 """
 
 from __future__ import annotations
@@ -46,6 +48,43 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 FACT_DICTS = frozenset({"agent_info", "verifier_info", "isolation", "budget_info", "usage", "timings"})
 RECORD_NAMES = frozenset({"record", "rec", "r", "row"})
+# The fact keys b33469a (before issue 23) wrote by literal key: measured again after a change, with
+# whatever keys are then written by literal key, so that the "files naming a fact key" figure
+# compares like with like once the facts are typed fields (a key named by no file is left out).
+FACT_KEYS = frozenset(
+    [
+        "aborted",
+        "artifacts",
+        "budget_exceeded",
+        "cache_read_tokens",
+        "claim_agrees_with_verdict",
+        "collect_hooks",
+        "copied_out",
+        "copy_truncated",
+        "cost",
+        "cost_usd",
+        "environment",
+        "freeze_notes",
+        "infra_error",
+        "input_tokens",
+        "limits_hit",
+        "models",
+        "network",
+        "not_started",
+        "output_tokens",
+        "policy_denied",
+        "setup",
+        "started",
+        "subject_fault",
+        "subject_outcome",
+        "tamper",
+        "teardown_error",
+        "telemetry",
+        "usage_partial",
+        "usage_problems",
+        "workspace_changes",
+    ]
+)
 TOP = 10
 BIG_FILE = 400
 
@@ -70,6 +109,7 @@ class Code:
     edges: list[Edge] = field(default_factory=list)
     fact_writes: list[tuple[str, int, str]] = field(default_factory=list)  # module, line, key
     record_reads: list[tuple[str, int, str]] = field(default_factory=list)
+    names: dict[str, set[str]] = field(default_factory=dict)  # module -> string constants, keywords, attributes
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -212,8 +252,21 @@ def read(repo: Path) -> Code:
     for module, path in code.files.items():
         text = path.read_text(encoding="utf-8")
         code.lines[module] = len(text.splitlines())
-        Reader(code, module).visit(ast.parse(text, filename=str(path)))
+        tree = ast.parse(text, filename=str(path))
+        Reader(code, module).visit(tree)
+        code.names[module] = set(_names_in(tree))
     return code
+
+
+def _names_in(tree: ast.AST):
+    """Every string constant, keyword argument and attribute name of a file."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield node.arg
+        elif isinstance(node, ast.Attribute):
+            yield node.attr
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -346,6 +399,27 @@ def _report_facts(code: Code, say) -> None:
         for module, count in files.most_common():
             say(f"  {count:4}  {short(module)}")
         say()
+    _report_fact_reach(code, say)
+
+
+def _report_fact_reach(code: Code, say) -> None:
+    """How many files name each fact key written by literal key: what adding a fact like it touches."""
+    keys = FACT_KEYS | {key for _, _, key in code.fact_writes if key != "**"}
+    counted = ((sum(key in names for names in code.names.values()), key) for key in keys)
+    reach = sorted(((count, key) for count, key in counted if count), reverse=True)
+    if not reach:
+        return
+    counts = sorted(count for count, _ in reach)
+    median = (
+        counts[len(counts) // 2] if len(counts) % 2 else (counts[len(counts) // 2 - 1] + counts[len(counts) // 2]) / 2
+    )
+    say(
+        f"files naming a fact key (as a string, keyword or attribute), over {len(reach)} keys (FACT_KEYS and those "
+        f"written by literal key): median {median:g}, max {counts[-1]} (a common word such as 'network' counts every "
+        "file using it)"
+    )
+    say("  " + ", ".join(f"{key} {count}" for count, key in reach))
+    say()
 
 
 def main(argv: list[str] | None = None) -> int:

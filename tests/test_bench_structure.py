@@ -73,6 +73,8 @@ def test_finds_the_cycle_the_largest_function_and_the_arrow_up(tmp_path: Path) -
     assert "     1  core -> run" in out
     assert "fact writes by literal key" in out and ": 3 places, 3 keys, 1 files" in out
     assert "record reads by literal key (r, rec, record, row): 2 places, 2 keys, 1 files" in out
+    assert "over 3 keys (FACT_KEYS and those written by literal key): median 1, max 1" in out
+    assert "  version 1, timed_out 1, exit 1\n" in out
 
 
 def test_a_directory_without_the_package_is_one_clear_line(tmp_path: Path) -> None:
