@@ -51,40 +51,15 @@ RECORD_NAMES = frozenset({"record", "rec", "r", "row"})
 # The fact keys b33469a (before issue 23) wrote by literal key: measured again after a change, with
 # whatever keys are then written by literal key, so that the "files naming a fact key" figure
 # compares like with like once the facts are typed fields (a key named by no file is left out).
-FACT_KEYS = frozenset(
-    [
-        "aborted",
-        "artifacts",
-        "budget_exceeded",
-        "cache_read_tokens",
-        "claim_agrees_with_verdict",
-        "collect_hooks",
-        "copied_out",
-        "copy_truncated",
-        "cost",
-        "cost_usd",
-        "environment",
-        "freeze_notes",
-        "infra_error",
-        "input_tokens",
-        "limits_hit",
-        "models",
-        "network",
-        "not_started",
-        "output_tokens",
-        "policy_denied",
-        "setup",
-        "started",
-        "subject_fault",
-        "subject_outcome",
-        "tamper",
-        "teardown_error",
-        "telemetry",
-        "usage_partial",
-        "usage_problems",
-        "workspace_changes",
-    ]
-)
+# fmt: off
+FACT_KEYS = frozenset((
+    "aborted", "artifacts", "budget_exceeded", "cache_read_tokens", "claim_agrees_with_verdict", "collect_hooks",
+    "copied_out", "copy_truncated", "cost", "cost_usd", "environment", "freeze_notes", "infra_error",
+    "input_tokens", "limits_hit", "models", "network", "not_started", "output_tokens", "policy_denied", "setup",
+    "started", "subject_fault", "subject_outcome", "tamper", "teardown_error", "telemetry", "usage_partial",
+    "usage_problems", "workspace_changes",
+))
+# fmt: on
 TOP = 10
 BIG_FILE = 400
 
