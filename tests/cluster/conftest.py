@@ -109,7 +109,7 @@ def pytest_configure(config):
     side["controller"] = config.getoption("maka_cluster") != "off"
 
 def pytest_maka_phase(cell, phase):
-    if not side["controller"] and phase == "agent":
+    if not side.get("controller") and phase == "agent":  # no pytest_configure on a worker
         with open({agents!r}, "a") as fh:
             fh.write(f"{{os.getpid()}}\\n")
 """
