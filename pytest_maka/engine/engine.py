@@ -62,7 +62,7 @@ class EngineOptions:
     reports_root: Path = Path("reports")
 
 
-def _with_concurrency(options: Any, concurrency: Callable[[], int]) -> Any:
+def with_concurrency(options: Any, concurrency: Callable[[], int]) -> Any:
     """The executor's options with ``concurrency`` filled in when the kind has it and the spec left it out."""
     if "concurrency" not in type(options).model_fields or getattr(options, "concurrency", None) is not None:
         return options
@@ -101,7 +101,7 @@ class Engine:
             if problems:
                 raise StrictRefusal(problems)
         entry = cohort.loaded.executor
-        executor = registries.executor_kinds[entry.kind](_with_concurrency(entry.options, options.concurrency))
+        executor = registries.executor_kinds[entry.kind](with_concurrency(entry.options, options.concurrency))
         verifiers = {name: klass() for name, klass in registries.verifier_kinds.items()}
         return cls(cohort, subjects, verifiers, executor, registries, options)
 
