@@ -7,7 +7,8 @@ is anchored at (the controller's invocation directory when this machine has it):
 own, its ``test*`` subdirectories', and those of its parents up to the directory of the ini
 file (``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``) when there is one.
 Only their ``pytest_maka_*`` hooks (and ``pytest_addhooks``) run here: pytest's own hooks
-(``pytest_configure`` and the like) do not, since no pytest session runs on a worker.
+(``pytest_configure`` and the like) do not, since no pytest session runs on a worker; the
+``pytest_maka_configure`` hook is called once the cohort is loaded, with ``config=None``.
 """
 
 from __future__ import annotations
@@ -111,10 +112,12 @@ def plugins(anchor: Path) -> WorkerPlugins:
 def build(spec_path: Path, anchor: Path, out_dir: Path, observer: Any = None) -> Engine:
     """The worker's engine for ``spec_path`` (host checked, executor prepared), writing below
     ``out_dir``; ``observer`` wraps the hooks' progress observer (the controller's relay)."""
-    registries = Registries.from_hook(plugins(anchor).hook)
+    hook = plugins(anchor).hook
+    registries = Registries.from_hook(hook)
     if observer is not None:
         registries = dataclasses.replace(registries, observer=observer(registries.observer))
     engine = Engine.build(spec_path, registries, EngineOptions(out_dir=out_dir, started=time.time()))
     engine.check_host()
+    hook.pytest_maka_configure.call_historic(kwargs={"config": None, "cohort": engine.cohort})
     engine.runner  # noqa: B018  # the executor is prepared now, not in the first attempt
     return engine

@@ -4,9 +4,9 @@ The worker loads the cohort from the spec path it is given when this machine has
 and its task sources there (a shared filesystem, the same checkout), else from its copy of
 the bundle the controller shipped (``ship``), once per spec and worker process, into a
 pytest-free ``Engine`` (``boot``: no pytest configuration on a worker) whose plugins are
-the ones installed on the worker and the project's conftest.py hooks. It runs the attempt into a private output directory, packs the
-attempt's directory into a tarball and returns it with the record; the controller writes
-both. Nothing here writes the cohort's ledger.
+the ones installed on the worker and the project's conftest.py hooks. It runs the attempt
+into a private output directory, packs the attempt's directory into a tarball and returns
+it with the record; the controller writes both. Nothing here writes the cohort's ledger.
 
 A Dask worker that dies makes the scheduler run its tasks again elsewhere. An attempt must
 not silently run twice, so the first execution of a task claims it (scheduler metadata

@@ -105,11 +105,11 @@ import os
 
 side = {{}}
 
-def pytest_configure(config):
-    side["controller"] = config.getoption("maka_cluster") != "off"
+def pytest_maka_configure(config, cohort):
+    side["controller"] = config is not None  # a Dask worker runs no pytest: config is None there
 
 def pytest_maka_phase(cell, phase):
-    if not side.get("controller") and phase == "agent":  # no pytest_configure on a worker
+    if not side["controller"] and phase == "agent":
         with open({agents!r}, "a") as fh:
             fh.write(f"{{os.getpid()}}\\n")
 """
