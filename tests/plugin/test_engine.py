@@ -12,6 +12,7 @@ import pytest
 
 from pytest_maka.cluster import boot
 from pytest_maka.engine import Engine, EngineOptions, Registries, StrictRefusal
+from pytest_maka.session import MAKA_KEY
 
 from ..conftest import needs_bwrap, write_spec, write_task
 
@@ -145,3 +146,18 @@ def test_strict_refusal_lists_every_problem(tmp_path: Path) -> None:
         assert lenient.out_dir == (tmp_path / "r" / "t").resolve(), "reports_root / the cohort's name"
     finally:
         lenient.close()
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [((), "serial"), (("--maka-concurrency", "3"), "pool"), (("-n", "2", "--maka-concurrency", "2"), "xdist")],
+)
+def test_the_strategy_is_chosen_at_configure_time(pytester: pytest.Pytester, args: tuple[str, ...], name: str) -> None:
+    write_task(pytester.path / "tasks", "make-file")
+    spec = write_spec(pytester.path / "cohort.yaml")
+    config = pytester.parseconfigure(f"--maka-spec={spec}", *args)
+    maka = config.stash[MAKA_KEY]
+    assert maka.strategy is not None and maka.strategy.name == name
+    if name == "xdist":
+        assert config.pluginmanager.get_plugin("maka-xdist-scheduler") is not None, "workers kept 2 x N ahead"
