@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 @pytest.hookspec(historic=True)
 def pytest_maka_configure(config: pytest.Config, cohort: Cohort) -> None:
-    """The cohort is loaded and validated; called once per process (late plugins too)."""
+    """The cohort is loaded and validated; called once per process (late plugins too); ``config`` is
+    None on a Dask worker, which runs the engine without pytest."""
 
 
 @pytest.hookspec
