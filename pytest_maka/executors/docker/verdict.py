@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.errors import InfraError
+from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
@@ -37,7 +37,6 @@ CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
 #: Capabilities that give nothing but an alarm timer, a wakelock or audit reading: one the
 #: container lacks marks the verification's processes (``/proc/<pid>/root`` needs a superset).
 MARKS = {35: "CAP_WAKE_ALARM", 36: "CAP_BLOCK_SUSPEND", 37: "CAP_AUDIT_READ"}
-SETUP_FAILED = 125
 
 
 @dataclass(frozen=True)
@@ -205,6 +204,8 @@ class PrivateVerdict:
             os.chown(self.verifier, uid, gid)
         group = Path(container.parent) / f"maka-verdict-{secrets.token_hex(6)}"
         group.mkdir()
+        report = self.root / f"report-{self.commands}.txt"
+        report.write_bytes(b"")
         try:
             binds = {VERIFIER_LOGS_DIR: str(self.verifier)}
             if self.tests is not None:
@@ -222,6 +223,7 @@ class PrivateVerdict:
                 "cwd": cwd,
                 "env": dict(env),
                 "command": command,
+                "report": str(report),
             }
             stdout_path.parent.mkdir(parents=True, exist_ok=True)
             stderr_path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,8 +251,12 @@ class PrivateVerdict:
             for stream in (proc.stdout, proc.stderr):
                 with contextlib.suppress(OSError):
                     stream.close()  # type: ignore[union-attr]
-            if code == SETUP_FAILED and "private verification could not start" in _tail(stderr_path):
-                raise InfraError(f"the private verdict channel could not be set up: {_tail(stderr_path).strip()}")
+            said = report.read_text(errors="replace").splitlines()
+            if said[:1] != ["exec"] and not timed_out:  # what the command prints can never get here
+                why = said[-1] if said else f"the helper ended with {code}: {_tail(stderr_path).strip()[-300:]}"
+                if why.startswith("subject: "):
+                    raise SubjectFault(f"the verdict channel could not be laid out: {why[9:]}")
+                raise InfraError(f"the private verdict channel could not be set up: {why}")
             return Outcome(
                 exit_code=None if timed_out else code,
                 timed_out=timed_out,

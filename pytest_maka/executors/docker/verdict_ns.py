@@ -17,8 +17,10 @@ before it enters the container, so no file of the container is ever loaded into 
    kernel's ptrace access check for ``/proc/<pid>/root`` of the verification), become the
    user, change to the working directory and exec ``sh -c COMMAND`` with the given variables.
 
-The exit status is the command's (128 + signal when killed); 125 and a line on stderr when a
-step of the set-up failed.
+The exit status is the command's (128 + signal when killed; 126/127 when the container's
+``sh`` cannot run, as a runtime says); 125 and a line on stderr when a step of the set-up
+failed, 124 when that step failed because a mount point is not a directory (a link the
+subject planted).
 """
 
 from __future__ import annotations
@@ -29,17 +31,31 @@ import os
 import sys
 
 CLONE_NEWNS = 0x00020000
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE = 1, 0o2000000, 0x8000
 AT_EMPTY_PATH, AT_FDCWD = 0x1000, -100
-MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture since 5.2
 PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 8, 24, 47, 2
 CAP_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid")
 
+SUBJECT_CHANGED = 124
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NotADirectory(Exception):
+    """A component of the channel's mount points is not a directory in the container."""
+
+
+#: The host file the set-up reports to (opened before anything else, closed on exec: nothing the
+#: command runs can write it): ``exec`` just before the command starts, else the failure.
+_report = [2]
+
+
+def _say(line: str) -> None:
+    os.write(_report[0], (line + "\n").encode())
 
 
 class _CapHeader(ctypes.Structure):
@@ -66,35 +82,51 @@ def _mount(source: str | None, target: str, flags: int) -> None:
     _check(_libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {target}")
 
 
-def _open_tree(path: str) -> int:
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
-    return _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(), flags), f"open_tree {path}")
+def _open_tree(path: str, dir_fd: int = AT_FDCWD, flags: int = 0) -> int:
+    flags |= OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+    return _check(_libc.syscall(SYS_OPEN_TREE, dir_fd, path.encode(), flags), f"open_tree {path}")
 
 
-def _move_mount(tree: int, target: str) -> None:
-    args = (SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH)
-    _check(_libc.syscall(*args), f"move_mount {target}")
+def _attach(tree: int, target: int, what: str) -> None:
+    """Attach the detached mount ``tree`` on the directory open as ``target`` (no path is resolved)."""
+    flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+    _check(_libc.syscall(SYS_MOVE_MOUNT, tree, b"", target, b"", flags), f"move_mount {what}")
 
 
-def _real_dir(path: str) -> None:
-    """Every component of ``path`` a directory, none a link (else the mount would land elsewhere)."""
+def _walk(path: str) -> int:
+    """An O_PATH descriptor of ``path``, every component a directory and none a link (else the
+    mount would land where the link points)."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     walked = ""
     for part in path.strip("/").split("/"):
         walked += "/" + part
-        st = os.lstat(walked)
-        if (st.st_mode & 0o170000) != 0o040000:
-            raise OSError(f"{walked} is not a directory")
+        try:
+            nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except (NotADirectoryError, FileNotFoundError) as exc:
+            raise NotADirectory(f"{walked} is not a directory (the subject replaced it): {exc.strerror}") from None
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
 
 
 def _pin(targets: list[str], mounted: set[str]) -> None:
-    """Bind each target (and each of its parents) onto itself in the container's namespace."""
+    """Bind each target and each of its parents onto itself in the container's namespace (walked
+    without following links): its processes can then neither remove nor rename them."""
     for target in targets:
         parts = target.strip("/").split("/")
         for i in range(1, len(parts) + 1):
             path = "/" + "/".join(parts[:i])
-            if path not in mounted:
-                _mount(path, path, MS_BIND)
-                mounted.add(path)
+            if path in mounted:
+                continue
+            fd = _walk(path)
+            try:
+                tree = _open_tree("", fd, AT_EMPTY_PATH)
+                _attach(tree, fd, f"{path} onto itself")
+                os.close(tree)
+            finally:
+                os.close(fd)
+            mounted.add(path)
 
 
 def _caps(bounding: int, keep: int, extra: int, uid: int) -> int:
@@ -155,7 +187,12 @@ def _child(spec: dict, procs: list[int]) -> None:
         _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, int(spec["extra"]), 0, 0), "ambient capability")
     os.chdir(spec["cwd"])
     env = dict(spec["env"])
-    os.execvpe("sh", ["sh", "-c", spec["command"]], env)
+    _say("exec")
+    try:
+        os.execvpe("sh", ["sh", "-c", spec["command"]], env)
+    except OSError as exc:  # the container's shell cannot run (the subject may have broken it): as the runtime says
+        os.write(2, f"maka: cannot run sh in the container: {exc}\n".encode())
+        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
 
 def _mount_points(pid: int) -> set[str]:
@@ -166,6 +203,7 @@ def _mount_points(pid: int) -> set[str]:
 
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    _report[0] = os.open(spec["report"], os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     pid = int(spec["pid"])
     fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in (*NAMESPACES, "mnt")}
     if os.readlink(f"/proc/{pid}/ns/pid") != spec["pid_ns"]:
@@ -176,13 +214,13 @@ def main() -> int:
     for ns in NAMESPACES:
         _setns(fds[ns], ns)
     _setns(fds["mnt"], "mnt")
-    for target in trees:
-        _real_dir(target)
-    _pin(list(trees), pinned)
+    _pin(list(trees), pinned)  # once pinned, no component can be swapped for a link
     _check(_libc.unshare(CLONE_NEWNS), "unshare")
     _mount(None, "/", MS_REC | MS_PRIVATE)
     for target, tree in trees.items():
-        _move_mount(tree, target)
+        fd = _walk(target)
+        _attach(tree, fd, target)
+        os.close(fd)
         os.close(tree)
     sys.stdout.flush()
     child = os.fork()
@@ -190,7 +228,7 @@ def main() -> int:
         try:
             _child(spec, procs)
         except BaseException as exc:  # the set-up failed: say why, never run the command
-            os.write(2, f"maka: the private verification could not start: {exc}\n".encode())
+            _say(f"failed: {exc}")
         os._exit(SETUP_FAILED)
     for fd in procs:
         os.close(fd)
@@ -201,6 +239,9 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except OSError as exc:
-        os.write(2, f"maka: the private verification could not start: {exc}\n".encode())
+    except NotADirectory as exc:
+        _say(f"subject: {exc}")
+        sys.exit(SUBJECT_CHANGED)
+    except (OSError, ValueError, KeyError) as exc:
+        _say(f"failed: {exc}")
         sys.exit(SETUP_FAILED)
