@@ -139,3 +139,37 @@ def test_a_link_planted_for_the_channel_is_the_subjects_failure(sandbox: DockerS
     with pytest.raises(SubjectFault, match="/logs is not a directory"):
         run(sandbox, "echo 1 > /logs/verifier/reward.txt", tmp_path, "verify")
     sandbox.close_verdict()
+
+
+def test_a_verifier_of_another_user_is_out_of_reach_of_that_users_leftovers(
+    sandbox: DockerSandbox, tmp_path: Path
+) -> None:
+    """The verifier runs as ``nobody``, and so does the daemon the subject left: same user, so only
+    the ambient capability the verification carries keeps it from /proc/<pid>/root."""
+    with sandbox.as_user("nobody", "agent"):  # the workdir is root's: the daemon's script goes to /tmp
+        code, out = run(sandbox, "cd /tmp\n" + HOSTILE, tmp_path, "subject")
+    assert code == 0, out
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("echo honest\n")
+    sandbox.open_verdict(tests, tmp_path / "scratch")
+    with sandbox.as_user("nobody", "verifier"):
+        code, out = run(
+            sandbox,
+            "id -u; touch /logs/verifier/private-marker; sleep 1.5; cat /tests/test.sh;"
+            " echo 0 > /logs/verifier/reward.txt",
+            tmp_path,
+            "verify",
+        )
+    assert code == 0 and out.startswith("65534\n") and "honest" in out, out
+    got = tmp_path / "got"
+    assert sandbox.get("/logs/verifier", got)
+    assert (got / "reward.txt").read_text() == "0\n"
+    sandbox.close_verdict()
+    code, out = run(
+        sandbox,
+        "cat /tmp/reached 2>/dev/null; echo alive=$(grep -ls 'maka-[h]ostile' /proc/[0-9]*/cmdline | wc -l)",
+        tmp_path,
+        "after",
+    )
+    assert out.startswith("alive=") and "alive=0" not in out, f"a leftover reached the verification's root: {out}"
