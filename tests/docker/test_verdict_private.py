@@ -173,3 +173,19 @@ def test_a_verifier_of_another_user_is_out_of_reach_of_that_users_leftovers(
         "after",
     )
     assert out.startswith("alive=") and "alive=0" not in out, f"a leftover reached the verification's root: {out}"
+
+
+def test_a_container_with_sys_ptrace_keeps_the_shared_channel_and_says_why(
+    make_executor: Callable[..., DockerExecutor], tmp_path: Path
+) -> None:
+    """Its processes could open any /proc/<pid>/root: the channel stays the container's, the
+    processes the subject left are ended before the tests go in, and the record says why."""
+    executor = make_executor(cap_add=["SYS_PTRACE"])
+    executor.check()
+    record = TamperTests().attempt(executor, make_task(tmp_path / "task"), tmp_path, HOSTILE, verifier=SLOW_MARKED)
+    assert (record["status"], record["score"]) == ("agent_failure", 0.0), record["error"]
+    channel = record["verifier"]["verdict_channel"]
+    assert channel.startswith("shared: the container's /tests and /logs/verifier (the container's processes hold"), (
+        channel
+    )
+    assert "1 process(es) the subject left ended before the tests went in" in channel, channel
