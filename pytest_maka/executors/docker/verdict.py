@@ -78,8 +78,12 @@ def _cgroup_mounts() -> tuple[list[tuple[frozenset[str], str]], str | None]:
     return v1, v2
 
 
-def probe(pid: int | None) -> Container | str:
-    """The container's facts, or why its verifications cannot have a private channel here."""
+def probe(pid: int | None, container_id: str) -> Container | str:
+    """The container's facts, or why its verifications cannot have a private channel here.
+
+    ``pid`` is the engine's word for the container's main process: it is taken only when that
+    process is on this host and in the container's cgroup (a remote engine's pid may name
+    another process here)."""
     if pid is None or pid <= 0:
         return "the container's main process is not known (not running)"
     if os.geteuid() != 0:
@@ -92,6 +96,8 @@ def probe(pid: int | None) -> Container | str:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except (OSError, KeyError, ValueError):
         return "the engine runs on another host (its containers' processes are not visible here)"
+    if not any(container_id in line for line in lines):
+        return "the engine runs on another host (its container's main process is not one of this host's)"
     if bounding >> CAP_SYS_ADMIN & 1 or bounding >> CAP_SYS_PTRACE & 1:
         return "the container's processes hold SYS_ADMIN or SYS_PTRACE (they could reach any mount namespace)"
     own_bounding, _ = _status_caps(os.getpid())

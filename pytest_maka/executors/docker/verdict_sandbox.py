@@ -58,7 +58,7 @@ class VerdictSandbox:
     def _container(self) -> Container | str:
         with self.engine.guard("inspecting the container"):
             state = self.api.inspect_container(self.id)["State"]
-        return probe(int(state.get("Pid") or 0) if state.get("Running") else None)
+        return probe(int(state.get("Pid") or 0) if state.get("Running") else None, self.id)
 
     def open_verdict(self, tests: Path | None, scratch: Path) -> None:
         """Private where the container allows it (``verdict``): empty ``/tests`` and
