@@ -189,3 +189,22 @@ def test_a_container_with_sys_ptrace_keeps_the_shared_channel_and_says_why(
         channel
     )
     assert "1 process(es) the subject left ended before the tests went in" in channel, channel
+
+
+def test_a_verifier_command_that_times_out_ends_with_everything_it_started(
+    sandbox: DockerSandbox, tmp_path: Path
+) -> None:
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    out, err = tmp_path / "slow.out", tmp_path / "slow.err"
+    result = sandbox.exec(
+        "echo started; (setsid sleep 300 >/dev/null 2>&1 &); sleep 300",
+        env={"PATH": PATH},
+        timeout_sec=3,
+        stdout_path=out,
+        stderr_path=err,
+    )
+    assert (result.timed_out, result.exit_code) == (True, None), result
+    assert out.read_text() == "started\n"
+    sandbox.close_verdict()
+    _code, seen = run(sandbox, "grep -ls 'sleep 30[0]' /proc/[0-9]*/cmdline || echo none-left", tmp_path, "after")
+    assert seen.strip() == "none-left", seen

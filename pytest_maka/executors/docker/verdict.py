@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
@@ -130,7 +131,7 @@ def probe(pid: int | None, container_id: str) -> Container | str:
 class _Pipe(threading.Thread):
     """Drains one pipe into a file, keeping at most ``cap`` bytes."""
 
-    def __init__(self, stream: object, path: Path, cap: int) -> None:
+    def __init__(self, stream: IO[bytes] | None, path: Path, cap: int) -> None:
         super().__init__(name="maka-verdict-output", daemon=True)
         self._stream = stream
         self._path = path
@@ -139,9 +140,10 @@ class _Pipe(threading.Thread):
 
     def run(self) -> None:
         written = 0
+        assert self._stream is not None
         with open(self._path, "wb") as out:
             while True:
-                data = os.read(self._stream.fileno(), 65536)  # type: ignore[attr-defined]
+                data = os.read(self._stream.fileno(), 65536)
                 if not data:
                     return
                 room = self._cap - written
@@ -249,13 +251,14 @@ class PrivateVerdict:
                 proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 timed_out = True
+                proc.kill()  # the helper first: a child it forks but did not yet put in the group dies with it
             stop_started = time.monotonic()
             end_group(group, container.v2, grace=grace if timed_out else 0.0)
             code = proc.wait(30)
             for pipe in pipes:
                 pipe.join(10)
             for stream in (proc.stdout, proc.stderr):
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, AttributeError):
                     stream.close()  # type: ignore[union-attr]
             said = report.read_text(errors="replace").splitlines()
             if said[:1] != ["exec"] and not timed_out:  # what the command prints can never get here

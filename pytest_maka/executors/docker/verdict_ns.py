@@ -36,12 +36,11 @@ OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE = 1, 0o2000000, 0x8000
 AT_EMPTY_PATH, AT_FDCWD = 0x1000, -100
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture since 5.2
+PR_SET_PDEATHSIG, SIGKILL = 1, 9
 PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 8, 24, 47, 2
 CAP_VERSION_3 = 0x20080522
-SETUP_FAILED = 125
+SETUP_FAILED, SUBJECT_CHANGED = 125, 124
 NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid")
-
-SUBJECT_CHANGED = 124
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -173,6 +172,11 @@ def _groups(uid: int, gid: int) -> list[int]:
 
 def _child(spec: dict, procs: list[int]) -> None:
     """In the container's pid namespace: cgroups, session, capabilities, user, then exec."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "parent-death signal")
+    # the helper is outside this pid namespace (seen as 0); once it is gone (the harness ended it on
+    # a timeout before the group held this child) the parent is the container's init
+    if os.getppid() != 0:
+        os._exit(SETUP_FAILED)
     for fd in procs:
         os.write(fd, b"0")
         os.close(fd)

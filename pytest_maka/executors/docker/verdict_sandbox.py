@@ -44,7 +44,7 @@ class VerdictSandbox:
     #: The open private channel (None: none open, or the channel is the container's own).
     _verdict: PrivateVerdict | None = None
     #: Why the last verification's channel was not private (None: it was).
-    _shared_why: str | None = None
+    _shared_why: str | None = "no channel was opened"
 
     # provided by the other bases of DockerSandbox
     put: Callable[[Path, str], None]
@@ -118,7 +118,7 @@ class VerdictSandbox:
 
     def verdict_private(self) -> bool:
         """The last verification's channel was private (what runs in the container could not reach it)."""
-        return self._shared_why is None and self._stopped is not None
+        return self._shared_why is None
 
     def verdict_get(self, sandbox_path: str, host_path: Path, report: CopyReport | None) -> bool | None:
         """``get`` of a path in the open private channel (None: the path is not the channel's)."""
