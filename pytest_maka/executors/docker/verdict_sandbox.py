@@ -68,17 +68,19 @@ class VerdictSandbox:
         found = self._container()
         empty = scratch / "empty-verifier-dir"
         empty.mkdir(exist_ok=True)
-        if isinstance(found, Container):
+        if isinstance(found, Container):  # the container's own: only the mount points, empty
             self._shared_why, self._stopped = None, 0
             self._verdict = PrivateVerdict(scratch / f"verdict-{secrets.token_hex(4)}", tests)
-            self.put(empty, VERIFIER_LOGS_DIR)
-            self.put(empty, TESTS_DIR) if tests is not None else self.remove(TESTS_DIR)
+            shown = empty if tests is not None else None
         else:
-            self._shared_why = found
+            self._shared_why, shown = found, tests
             with self.engine.guard("stopping the processes the subject left"):
                 self._stopped = self.stop_leftovers()
-            self.put(empty, VERIFIER_LOGS_DIR)
-            self.put(tests, TESTS_DIR) if tests is not None else self.remove(TESTS_DIR)
+        self.put(empty, VERIFIER_LOGS_DIR)
+        if shown is not None:
+            self.put(shown, TESTS_DIR)
+        else:
+            self.remove(TESTS_DIR)
         self._flush()
         try:
             with self.engine.guard("listing the processes the subject left"):
