@@ -42,8 +42,8 @@ def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> l
 
 
 @pytest.hookspec
-def pytest_maka_subject_kinds() -> dict[str, type]:
-    """Subject classes by kind name (see subjects/base.py for the protocol)."""
+def pytest_maka_subject_kinds() -> dict[str, Any]:
+    """Subject classes (or ``core.kinds.Kind`` rows) by kind name (see subjects/base.py)."""
 
 
 @pytest.hookspec
@@ -52,8 +52,8 @@ def pytest_maka_verifiers() -> dict[str, type]:
 
 
 @pytest.hookspec
-def pytest_maka_executor_kinds() -> dict[str, type]:
-    """Executor classes by kind name (see executors/base.py for the protocol)."""
+def pytest_maka_executor_kinds() -> dict[str, Any]:
+    """Executor classes (or ``core.kinds.Kind`` rows) by kind name (see executors/base.py)."""
 
 
 @pytest.hookspec(firstresult=True)

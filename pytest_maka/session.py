@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from . import hostcheck
+from .contracts import contract_problem
 from .core.cell import Cell
 from .core.cohort import Cohort, build_cohort
 from .core.errors import ExecutorUnavailable, MakaUserError, SpecError, unknown_choice
@@ -139,6 +140,8 @@ class MakaSession:
         workerinput = getattr(config, "workerinput", {})
         started = float(workerinput.get(COHORT_STARTED_KEY) or time.time())
         verifiers = {name: klass() for name, klass in verifier_classes.items()}
+        if problem := contract_problem(subjects, executor, verifiers):
+            raise pytest.UsageError(problem)
         maka = cls(
             config=config,
             cohort=cohort,
@@ -217,7 +220,7 @@ class MakaSession:
         task = cell.task
         if task.unsupported:
             return f"{task.id}: {task.unsupported}"
-        missing = sorted(task.features - getattr(self.executor, "features", frozenset()))
+        missing = self.executor.capabilities.missing(task.features)
         if missing:
             kind = self.cohort.loaded.executor.kind
             return f"{task.id}: {FEATURES[missing[0]]} not supported on the {kind} executor yet"

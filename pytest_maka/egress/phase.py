@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..core.errors import InfraError
+from ..executors.base import EgressSandbox as EgressSandbox  # declared with the sandbox contract
 from .log import EgressLog
 from .plan import PHASES, NetworkPlan, PhasePlan
-
-
-@runtime_checkable
-class EgressSandbox(Protocol):
-    """A sandbox that can enforce an allowlist phase (start its proxy, route ``network=True`` through it)."""
-
-    def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Any:
-        """A context manager: the proxy runs for the block; what it saw goes to ``log``."""
-        ...
 
 
 @contextmanager

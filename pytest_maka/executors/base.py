@@ -8,33 +8,46 @@ Contract every executor keeps (checked by tests/conformance for each one):
 - Output beyond ``max_output_bytes`` per stream is dropped and flagged, never buffered.
 - Only the variables in ``env`` reach the command; the host environment does not.
 - ``network=False`` means the command cannot reach any network, loopback of the host included.
-- A sandbox that can enforce an allowlist phase also implements ``egress.phase.EgressSandbox``
-  (``egress_phase(name, plan, log)``): inside it ``network=True`` reaches only the egress
-  proxy; without it an allowlist phase is an infra failure, never an open network.
 - ``put`` overwrites what is at the destination; ``get`` never follows a symlink, never
   leaves a live link in its copy and keeps the byte and entry caps (``executors.copyout``).
-- Optionally (``ProtectedRestore``): ``restore_protected()`` undoes, after the subject stopped,
-  what it changed where the verifier would run it (uploads; on Docker, for SWE-bench only,
-  the system as the image has it), or refuses with ``SubjectFault``.
-- Optionally (``ChangeWatch``): a sandbox whose environment the verifier sees live (fidelity
-  first, DESIGN.md §3) lists what the subject changed outside the workdir and which of those
-  files the verification read or executed (the taint rule). docs/security.md has each executor's way.
+
+Everything else is optional and declared here with what the kernel does without it:
+
+- On the executor: ``capabilities`` (``ExecutorCapabilities``, all off by default: a task that
+  needs one is skipped with the reason ``core.task_parts.FEATURES`` gives) and ``host_needs``
+  (default: nothing). ``ExecutorBase`` holds these defaults. ``capabilities.separate_verifier``
+  means the executor also implements ``VerifierEnvironments``.
+- On the sandbox: the Protocols of ``SANDBOX_CAPABILITIES`` below, each checked with
+  ``isinstance`` and each with its default. ``EgressSandbox`` is the important one: inside its
+  phase ``network=True`` reaches only the egress proxy; without it an allowlist phase is an
+  infra failure, never an open network. ``ProtectedRestore`` undoes, after the subject stopped,
+  what it changed where the verifier would run it, or refuses with ``SubjectFault``.
+  ``ChangeWatch`` lists, for an environment the verifier sees live (fidelity first, DESIGN.md
+  §3), what the subject changed outside the workdir and which of those files the verification
+  read or executed (the taint rule). docs/security.md has each executor's way; docs/extending.md
+  has the whole contract in one table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from ..core.cell import Cell
+from ..core.hostreqs import Need
 from ..core.taint import Touched
-from ..core.task import Task
+from ..core.task import Task, VerifierEnvironment
 from .copyout import CopyReport
+
+if TYPE_CHECKING:  # only for annotations: egress/ and separate.py import this module
+    from ..egress.log import EgressLog
+    from ..egress.plan import PhasePlan
+    from .separate import ArtifactReport
 
 
 @dataclass(frozen=True)
@@ -307,12 +320,87 @@ class PhaseUsers(Protocol):
     def give(self, paths: list[str], user: str | int | None, phase: str) -> None: ...
 
 
+@runtime_checkable
+class EgressSandbox(Protocol):
+    """Optional sandbox capability: enforce an allowlist phase (start its proxy, route
+    ``network=True`` through it). Without it an allowlist phase is an infra failure."""
+
+    def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> AbstractContextManager[Any]:
+        """A context manager: the proxy runs for the block; what it saw goes to ``log``."""
+        ...
+
+
+@runtime_checkable
+class ReadOnlySystemView(Protocol):
+    """Optional sandbox capability: say whether the host's system shows read-only in the sandbox.
+
+    True: a failed attempt whose outputs show writes refused there gets the record's
+    ``read_only_system`` note (the task may need a writable system). Without it: no note.
+    """
+
+    @property
+    def read_only_system(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SandboxCapability:
+    """One optional sandbox capability and what the kernel does when a sandbox lacks it."""
+
+    protocol: type
+    default: str
+
+
+#: Every optional sandbox capability, with the kernel's behaviour without it. The kernel checks
+#: them with ``isinstance(sandbox, protocol)`` and nowhere probes a sandbox by attribute name.
+SANDBOX_CAPABILITIES: tuple[SandboxCapability, ...] = (
+    SandboxCapability(EgressSandbox, "an allowlist phase is an infra failure (never an open network)"),
+    SandboxCapability(ProtectedRestore, "no restore: a verification sees what the subject changed outside uploads"),
+    SandboxCapability(VerdictChannel, "the kernel puts /tests and empties /logs/verifier itself (a shared channel)"),
+    SandboxCapability(ChangeWatch, "no taint rule: changes outside the workdir are neither listed nor watched"),
+    SandboxCapability(ExecAhead, "the verifier's command is set up when it runs"),
+    SandboxCapability(ImageEnvironment, "no environment variables of the image's own"),
+    SandboxCapability(PhaseUsers, "a task declaring a phase user is skipped (capabilities.users is off)"),
+    SandboxCapability(ReportsFullDisk, "a missing verdict is never put down to a full disk"),
+    SandboxCapability(ReadOnlySystemView, "no read_only_system note"),
+)
+
+
+@dataclass(frozen=True)
+class ExecutorCapabilities:
+    """What an executor runs beyond one plain environment; every flag is off by default.
+
+    One flag per key of ``Task.features`` (``core.task_parts.FEATURES``; the flag
+    ``multi_step`` is the key ``multi-step``): a cell whose task needs a flag that is off is
+    skipped, its reason naming the feature. ``separate_verifier`` also means the executor
+    implements ``VerifierEnvironments``; ``users`` that its sandboxes implement ``PhaseUsers``.
+    """
+
+    multi_step: bool = False
+    separate_verifier: bool = False
+    compose: bool = False
+    users: bool = False
+    healthcheck: bool = False
+    gpus: bool = False
+    image: bool = False
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The ``Task.features`` keys these flags cover."""
+        return frozenset(name.replace("_", "-") for name, on in asdict(self).items() if on)
+
+    def missing(self, needed: Iterable[str]) -> list[str]:
+        """The keys of ``needed`` (a task's features) this executor lacks, sorted."""
+        return sorted(set(needed) - self.features)
+
+
 class Executor(Protocol):
     """Session-wide: created once per process from the spec's ``executor:`` entry."""
 
     kind: ClassVar[str]
     #: Validates the spec's ``executor:`` options (all keys but ``kind``).
     Options: ClassVar[type[BaseModel]]
+    #: What it runs beyond one plain environment (default ``ExecutorCapabilities()``: nothing).
+    capabilities: ExecutorCapabilities
 
     def check(self) -> None:
         """Raise ExecutorUnavailable with a one-line reason if this executor cannot run here."""
@@ -323,6 +411,11 @@ class Executor(Protocol):
         """False when commands run without a sandbox (model-backed subjects need an opt-out)."""
         ...
 
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        """What this host must have for ``tasks`` (``egress_cells`` of them behind the egress
+        proxy), checked before any cell runs (``hostcheck``; default: nothing)."""
+        ...
+
     def prepare(self, tasks: list[Task]) -> None:
         """Once per process before cells run (e.g. check images); may be a no-op."""
         ...
@@ -330,6 +423,52 @@ class Executor(Protocol):
     def lease(self, request: LeaseRequest) -> AbstractContextManager[Sandbox]: ...
 
     def close(self) -> None: ...
+
+
+class ExecutorBase:
+    """Defaults for the optional parts of the Executor protocol."""
+
+    capabilities: ClassVar[ExecutorCapabilities] = ExecutorCapabilities()
+
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        return []
+
+    def prepare(self, tasks: list[Task]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+@runtime_checkable
+class VerifierEnvironments(Protocol):
+    """Optional executor capability (``capabilities.separate_verifier``): a fresh environment for
+    the verifier, ``environment_mode = "separate"`` (docs/security.md).
+
+    The lifecycle (``run/separate.py``) stops the subject's environment, carries the task's
+    declared artifacts out of it with ``carry_out`` and leases the verifier's environment with
+    ``verifier_lease``; nothing else of the subject's environment reaches the verifier.
+    """
+
+    def stop_environment(self, sandbox: Sandbox) -> None:
+        """Stop every process of ``sandbox`` for good; its files stay readable by ``carry_out``."""
+        ...
+
+    def carry_out(self, sandbox: Sandbox, source: str, dest: Path, report: ArtifactReport) -> str | None:
+        """Copy ``source`` (absolute in the stopped sandbox) to host ``dest``, following no link:
+        neither one on the way to ``source`` nor one inside it. Returns why nothing was copied
+        (``"absent"``, ``"a symbolic link"``, ...), or None when it was."""
+        ...
+
+    def verifier_lease(
+        self, sandbox: Sandbox, request: LeaseRequest, environment: VerifierEnvironment
+    ) -> AbstractContextManager[Sandbox]:
+        """A fresh sandbox built from ``environment`` (images cached per digest), removed on exit."""
+        ...
+
+    def describe_verifier(self, sandbox: Sandbox) -> dict[str, Any]:
+        """For the record: which environment verified (image digest, container)."""
+        ...
 
 
 LeaseIterator = Iterator[Sandbox]
