@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from .core.cell import Cell
 from .core.cohort import Cohort
 from .core.hostreqs import COMPONENTS, Component, Need, missing_line
+from .core.network import NETWORK_PHASES
 from .core.spec import Policy
 from .core.steps import step_views
 from .core.task import Task
-from .egress.plan import PHASES, build_plan
+from .egress.plan import build_plan
 from .executors.base import Executor
 from .subjects.base import Subject
 
@@ -88,7 +89,7 @@ def egress_cells(cells: Iterable[Cell], subjects: Mapping[str, Subject], policy:
             wanted = (*cell.subject.egress, *subject.egress())
             setup_hosts = tuple(subject.setup_egress())
             plans = [build_plan(view, policy, wanted, setup_hosts) for view in step_views(cell.task)]
-            proxied[pair] = any(p.phase(name).mode == "allowlist" for p in plans for name in PHASES)
+            proxied[pair] = any(p.phase(name).mode == "allowlist" for p in plans for name in NETWORK_PHASES)
         count += proxied[pair]
     return count
 

@@ -7,9 +7,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.errors import InfraError
+from ..core.network import NETWORK_PHASES
 from ..executors.base import EgressSandbox as EgressSandbox  # declared with the sandbox contract
 from .log import EgressLog
-from .plan import PHASES, NetworkPlan, PhasePlan
+from .plan import NetworkPlan, PhasePlan
 
 
 @contextmanager
@@ -30,7 +31,7 @@ def network_record(plan: NetworkPlan, executor_network: dict[str, Any] | None, l
     given = executor_network or {}
     out: dict[str, Any] = {}
     phases: dict[str, Any] = {}
-    for name in PHASES:
+    for name in NETWORK_PHASES:
         phase = plan.phase(name)
         if phase.mode == "all":
             out[name] = given.get(name, "all")

@@ -108,7 +108,7 @@ def network_starved(verdict: Verdict, task: Task, ctx: VerifyContext) -> Verdict
     or answer (the machine is offline, the host is gone), is no verdict on the subject. A task
     that declares its verifier needs no network keeps its verdict; a pass always stands.
     """
-    declared = task.grading_options.get("network", task.verifier_network)
+    declared = task.verifier_declared
     if verdict.passed or declared == "none":
         return verdict
     evidence = network_failure(_tail(ctx.stdout_path) + "\n" + _tail(ctx.stderr_path))
