@@ -23,6 +23,7 @@ from pytest_maka.core.kinds import Kind
 from pytest_maka.core.spec import SubjectSpec
 from pytest_maka.core.task_parts import FEATURES
 from pytest_maka.executors import base as executors_base
+from pytest_maka.executors import capabilities as executors_capabilities
 from pytest_maka.executors.base import (
     SANDBOX_CAPABILITIES,
     Executor,
@@ -93,7 +94,7 @@ def test_no_member_of_a_contract_is_probed_by_name() -> None:
 def test_every_capability_checked_with_isinstance_is_declared_in_a_contract_file() -> None:
     """Each Protocol the kernel checks a sandbox, executor or verifier against lives in a base.py."""
     declared = {p.__name__ for p in [Sandbox, *_capability_protocols()]}
-    contract_modules = (executors_base, verifiers_base)
+    contract_modules = (executors_base, executors_capabilities, verifiers_base)
     checked: set[str] = set()
     for _path, _line, call in _calls("isinstance"):
         target = call.args[1] if len(call.args) > 1 else None
