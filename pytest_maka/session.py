@@ -17,7 +17,7 @@ import pytest
 from .core.cell import Cell
 from .core.cohort import Cohort
 from .core.errors import MakaUserError
-from .engine import Engine, EngineOptions, HostUnfit, Registries, StrictRefusal
+from .engine import ContractBroken, Engine, EngineOptions, HostUnfit, Registries, StrictRefusal
 from .executors.base import Executor
 from .run.lifecycle import CellRunner
 from .store.ledger import Ledger
@@ -62,7 +62,7 @@ class MakaSession:
             problems = e.problems
             more = f"; {len(problems) - 1} more below" if len(problems) > 1 else ""
             raise pytest.UsageError("\n".join([f"{problems[0]} (--maka-strict{more})", *problems[1:]])) from None
-        except MakaUserError as e:
+        except (MakaUserError, ContractBroken) as e:
             raise pytest.UsageError(str(e)) from None
         maka = cls(config, engine)
         if not hasattr(config, "workerinput"):

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .engine import Engine, EngineOptions, HostUnfit, StrictRefusal
+from .engine import ContractBroken, Engine, EngineOptions, HostUnfit, StrictRefusal
 from .registry import HookObserver, Registries
 
-__all__ = ["Engine", "EngineOptions", "HookObserver", "HostUnfit", "Registries", "StrictRefusal"]
+__all__ = ["ContractBroken", "Engine", "EngineOptions", "HookObserver", "HostUnfit", "Registries", "StrictRefusal"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import hostcheck
+from ..contracts import contract_problem
 from ..core.cell import Cell
 from ..core.cohort import Cohort
 from ..core.errors import ExecutorUnavailable
@@ -37,6 +38,10 @@ class StrictRefusal(Exception):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+class ContractBroken(Exception):
+    """A registered subject, executor or verifier lacks a member of its contract (one line)."""
 
 
 class HostUnfit(Exception):
@@ -103,6 +108,9 @@ class Engine:
         entry = cohort.loaded.executor
         executor = registries.executor_kinds[entry.kind](with_concurrency(entry.options, options.concurrency))
         verifiers = {name: klass() for name, klass in registries.verifier_kinds.items()}
+        if problem := contract_problem(subjects, executor, verifiers):
+            executor.close()
+            raise ContractBroken(problem)
         return cls(cohort, subjects, verifiers, executor, registries, options)
 
     @property
@@ -125,7 +133,7 @@ class Engine:
         task = cell.task
         if task.unsupported:
             return f"{task.id}: {task.unsupported}"
-        missing = sorted(task.features - getattr(self.executor, "features", frozenset()))
+        missing = self.executor.capabilities.missing(task.features)
         if missing:
             kind = self.cohort.loaded.executor.kind
             return f"{task.id}: {FEATURES[missing[0]]} not supported on the {kind} executor yet"

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 
 from ..core.errors import DeadlineReached, SubjectFault
+from ..core.network import NETWORK_PHASES
 from ..core.taxonomy import SubjectOutcome
 from ..egress.log import LOG_NAME, EgressLog
 from ..egress.phase import network_phase, network_record
-from ..egress.plan import PHASES
 from ..executors.base import LeaseRequest, Sandbox
 from .phase import wait_healthy
 from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead
@@ -39,7 +39,7 @@ def run_attempt_steps(
     budgets = settings.budgets
     (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
     work.plan, work.egress = attempt_plan(work), EgressLog(d / LOG_NAME)
-    request.egress = any(work.plan.phase(p).mode == "allowlist" for p in PHASES)
+    request.egress = any(work.plan.phase(p).mode == "allowlist" for p in NETWORK_PHASES)
     stack = ExitStack()
     try:
         with work.timed("setup"):

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SubjectFault
+from ..core.network import NETWORK_PHASES
 from ..core.steps import CellVerdict, StepOutcome, cell_verdict, step_task, stop_reason
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Step
 from ..core.taxonomy import OFFICIAL, SubjectOutcome, VerifierOutcome, classify
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..egress.plan import PHASES
 from ..executors.base import LeaseRequest, Sandbox
 from ..verifiers.base import Verdict
 from . import phases
@@ -357,7 +357,7 @@ def _entries(work: AttemptWork, done: Done, stopped: str | None) -> list[dict[st
                     **{k: verifier.get(k) for k in ("exit_code", "timed_out", "duration_s", "error")},
                     "environment": (verifier.get("environment") or {}).get("mode", "shared"),
                 },
-                "network": {phase: step_work.plan.phase(phase).record() for phase in PHASES},
+                "network": {phase: step_work.plan.phase(phase).record() for phase in NETWORK_PHASES},
                 "error": step_work.error_for(outcome.status, facts),
                 "artifacts": {**step_work.artifacts(out_dir), **_setup_outputs(step_work)},
             }
