@@ -203,8 +203,8 @@ def test_a_kind_missing_members_is_one_line_naming_them(tmp_path: Path) -> None:
     spec = SubjectSpec("s", "bare", _NoOptions(), tmp_path / "cohort.yaml", "0" * 64)
     line = contract_problem({"s": _Bare(spec)}, LocalExecutor(), {})  # type: ignore[dict-item]
     assert line == (
-        "subject 's' (_Bare) lacks egress, env, host_needs, mounts, secrets, setup_egress, unsupported, uploads"
-        " of the Subject contract (pytest_maka/subjects/base.py; subclass SubjectBase for the defaults)"
+        "subject 's' (_Bare) lacks egress, env, host_needs, mounts, secrets, setup_egress, unsupported, uploads,"
+        " version_problem of the Subject contract (pytest_maka/subjects/base.py; subclass SubjectBase for the defaults)"
     )
     assert contract_problem({"s": _Full(spec)}, LocalExecutor(), {}) is None
     assert "lacks Options, run of the Subject contract" in (

@@ -121,7 +121,7 @@ def test_a_kind_lacking_part_of_its_contract_is_one_line_before_any_cell(cohort:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert errors == [
-        "ERROR: subject 'b' (Bare) lacks egress, env, host_needs, mounts, secrets, setup_egress, unsupported, uploads"
-        " of the Subject contract (pytest_maka/subjects/base.py; subclass SubjectBase for the defaults)"
+        "ERROR: subject 'b' (Bare) lacks egress, env, host_needs, mounts, secrets, setup_egress, unsupported, uploads,"
+        " version_problem of the Subject contract (pytest_maka/subjects/base.py; subclass SubjectBase for the defaults)"
     ]
     assert not (cohort.out / "attempts.jsonl").exists()
