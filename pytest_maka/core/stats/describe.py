@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..record_model import Usage
 
 
 def numbers(values: Iterable[Any]) -> list[float]:
@@ -92,9 +94,9 @@ class Spend:
         return None if t is None or not self.passes else t / self.passes
 
 
-def spend_of(usages: Sequence[Any], passes: int) -> Spend:
-    """Sum the ``usage`` dicts of some records (None or missing fields are unknown, not 0)."""
-    rows = [u if isinstance(u, dict) else {} for u in usages]
+def spend_of(usages: Sequence[Usage | Mapping[str, Any] | None], passes: int) -> Spend:
+    """Sum the ``usage`` of some records (None or missing fields are unknown, not 0)."""
+    rows = [u.to_json() if isinstance(u, Usage) else u if isinstance(u, Mapping) else {} for u in usages]
     costs = numbers(u.get("cost_usd") for u in rows)
     tin = numbers(u.get("input_tokens") for u in rows)
     tout = numbers(u.get("output_tokens") for u in rows)
