@@ -15,6 +15,7 @@ subject's choosing. ``artifacts`` maps names to paths (strings), any name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import (
@@ -32,6 +33,7 @@ from pydantic import (
 )
 
 from .taxonomy import Status
+from .validation import first_error
 
 #: A JSON number as written: an int stays an int, a float a float (bool is neither).
 Num = int | float
@@ -332,10 +334,7 @@ def as_records(records: Iterable[AttemptRecord | Mapping[str, Any]]) -> list[Att
 
 def describe(error: ValidationError, record: object) -> str:
     """One line for the first problem of a record: its cell, the key, what was expected, what it holds."""
-    first = error.errors(include_url=False)[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(the record)"
+    first = first_error(error, Path("record"), model=AttemptRecord)
     cell = record.get("cell_key") if isinstance(record, Mapping) else None
-    more = error.error_count() - 1
-    got = repr(first.get("input"))[:80]
     where = f"record of cell {cell!r}: " if cell else "record: "
-    return f"{where}{key}: {first['msg'].lower()}, got {got}" + (f" (+{more} more problems)" if more else "")
+    return f"{where}{first.key or '(the record)'}: {first.message}"
