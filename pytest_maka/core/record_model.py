@@ -15,20 +15,18 @@ subject's choosing. ``artifacts`` maps names to paths (strings), any name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     ValidatorFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
@@ -56,21 +54,58 @@ class RecordPart(BaseModel):
             model._order = tuple(k for k in data if isinstance(k, str))
         return model
 
-    @model_serializer(mode="wrap")
-    def _in_order(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        out = handler(self)
-        if not self._order or not isinstance(out, dict):
-            return out
-        ordered = {k: out[k] for k in self._order if k in out}
-        return ordered | {k: v for k, v in out.items() if k not in ordered}
-
     def to_json(self) -> dict[str, Any]:
-        """The part as the ledger writes it: the keys it was given, in their order, by their JSON names."""
-        return self.model_dump(by_alias=True, exclude_unset=True)
+        """The part as the ledger writes it: the keys it was given, in their order, by their JSON
+        names. Parts are rebuilt; other JSON values (lists, mappings) are the model's own."""
+        names, nested = _fields(type(self))
+        given = self.model_fields_set
+        values = {
+            names[k]: _plain(v) if k in nested else v.value if isinstance(v, Enum) else v
+            for k, v in self.__dict__.items()
+            if k in given
+        }
+        values.update(self.__pydantic_extra__ or {})
+        if not self._order:
+            return values
+        ordered = {k: values[k] for k in self._order if k in values}
+        if len(ordered) < len(values):
+            ordered.update((k, v) for k, v in values.items() if k not in ordered)
+        return ordered
 
     def extra(self, key: str) -> Any:
         """An extra key's value (one a preset or a hook added), or None."""
         return (self.model_extra or {}).get(key)
+
+
+_NAMES: dict[type[BaseModel], tuple[dict[str, str], frozenset[str]]] = {}
+
+
+def _fields(cls: type[BaseModel]) -> tuple[dict[str, str], frozenset[str]]:
+    """Field name -> JSON key of a model (``schema_`` -> ``schema``), and the fields that may
+    hold parts; computed once per class."""
+    known = _NAMES.get(cls)
+    if known is None:
+        names = {n: f.alias or n for n, f in cls.model_fields.items()}
+        nested = frozenset(n for n, f in cls.model_fields.items() if _holds_part(f.annotation))
+        known = _NAMES[cls] = (names, nested)
+    return known
+
+
+def _holds_part(annotation: object) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, RecordPart):
+        return True
+    return any(_holds_part(arg) for arg in get_args(annotation))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` (a part, or a list or mapping of parts) as plain JSON."""
+    if isinstance(value, RecordPart):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.value if isinstance(value, Enum) else value
 
 
 class Usage(RecordPart):
