@@ -181,3 +181,19 @@ def test_read_ledger_gives_typed_records(tmp_path: Path) -> None:
     oracle = [a for a in attempts if a.subject == "oracle"]
     assert oracle and all(a.status is Status.AGENT_SUCCESS and a.passed for a in oracle)
     assert all(a.artifacts is not None and a.artifacts.get("verifier_output") for a in attempts)
+
+
+def _plain_types(value: object) -> set[type]:
+    if isinstance(value, dict):
+        return {dict}.union(*(_plain_types(v) for v in value.values()))
+    if isinstance(value, list):
+        return {list}.union(*(_plain_types(v) for v in value))
+    return {type(value)}
+
+
+def test_to_json_holds_only_plain_json_types() -> None:
+    """What the ledger returns travels to the xdist controller (execnet serialises only plain types)."""
+    for line in _lines(DATA / "records-b33469a" / "results.jsonl"):
+        written = AttemptRecord.model_validate_json(line).to_json()
+        assert _plain_types(written) <= {dict, list, str, int, float, bool, type(None)}
+        assert type(written["status"]) is str
