@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import pid1
-from .core.records import cell_record, group_by_cell
+from .core.record_model import AttemptRecord
+from .core.records import cells_of
 from .store.ledger import ATTEMPTS_FILE, write_results
 from .store.lock import last_run
 from .store.reading import LedgerError, read_ledger
@@ -48,13 +49,13 @@ class CliError(Exception):
         self.code = code
 
 
-def _cohort_name(records: Sequence[dict], out_dir: Path) -> str:
+def _cohort_name(records: Sequence[AttemptRecord], out_dir: Path) -> str:
     """The cohort named by most records, else the directory's name."""
-    names = Counter(str(r["cohort"]) for r in records if r.get("cohort"))
+    names = Counter(r.cohort for r in records if r.cohort)
     return names.most_common(1)[0][0] if names else out_dir.resolve().name
 
 
-def _records(out_dir: Path) -> list[dict]:
+def _records(out_dir: Path) -> list[AttemptRecord]:
     """The cell records of an output directory's ledger (a usage error if there are none)."""
     if not (out_dir / ATTEMPTS_FILE).is_file():
         raise CliError(f"no {ATTEMPTS_FILE} in {out_dir} (is it a pytest-maka output directory?)", EXIT_USAGE)
@@ -62,7 +63,7 @@ def _records(out_dir: Path) -> list[dict]:
         attempts = read_ledger(out_dir / ATTEMPTS_FILE)
     except LedgerError as e:
         raise CliError(str(e), EXIT_USAGE) from None
-    records = [cell_record(group) for group in group_by_cell(attempts).values()]
+    records = cells_of(attempts)
     if not records:
         raise CliError(f"{out_dir / ATTEMPTS_FILE} holds no complete attempt", EXIT_USAGE)
     return records

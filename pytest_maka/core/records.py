@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .cell import Cell
+from .record_model import AttemptRecord
 from .taint import ReadOnlySystem, TaintRecord
 from .taxonomy import FINAL, OFFICIAL, Status
 
@@ -16,6 +17,8 @@ SCHEMA_PREFIX = "pytest-maka/result/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 
+#: A record as JSON (what a line of the ledger holds, what ``pytest_maka_record`` hooks annotate);
+#: every view reads it as an :class:`~.record_model.AttemptRecord` (:func:`read_record`).
 Record = dict[str, Any]
 
 
@@ -224,8 +227,26 @@ def _network_v1(network: object) -> object:
     return {**network, "phases": phases}
 
 
-def is_tainted(record: Mapping[str, Any]) -> bool:
+def read_record(record: Mapping[str, Any]) -> AttemptRecord:
+    """A ledger line of any version this package wrote, typed (ValueError when it is of no such
+    version; pydantic's ValidationError when a field does not fit)."""
+    return AttemptRecord.model_validate(upgrade(record))
+
+
+def cell_of(attempts: Iterable[AttemptRecord]) -> AttemptRecord:
+    """The typed record that stands for a cell (:func:`cell_record` of its typed attempts)."""
+    return AttemptRecord.model_validate(cell_record([a.to_json() for a in attempts]))
+
+
+def cells_of(attempts: Iterable[AttemptRecord]) -> list[AttemptRecord]:
+    """One typed record per cell (:func:`cell_of`), cells in the order of their first attempt."""
+    groups: dict[str, list[AttemptRecord]] = {}
+    for attempt in attempts:
+        groups.setdefault(attempt.cell_key, []).append(attempt)
+    return [cell_of(group) for group in groups.values()]
+
+
+def is_tainted(record: AttemptRecord | Mapping[str, Any]) -> bool:
     """The record's pass depended on code the subject changed outside the workdir (``taint``,
     core/taint.py); refused ones are failures and not counted here."""
-    taint = record.get("taint")
-    return bool(record.get("passed")) and isinstance(taint, Mapping) and bool(taint.get("tainted"))
+    return AttemptRecord.of(record).is_tainted

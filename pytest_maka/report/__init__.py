@@ -1,18 +1,20 @@
 """Derived views of a cohort's cell records: ``report.html``, ``summary.md`` and the terminal table.
 
 The records (``results.jsonl``) are the truth; every view here is rebuilt from them and
-written atomically, so a reader never sees a half-written report.
+written atomically, so a reader never sees a half-written report. Views read them typed
+(``core.record_model.AttemptRecord``); an entry point handed JSON dicts types them first.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..core.record_model import AttemptRecord, as_records
 from ..core.stats import summarize
 from .egress import refused_rows
 from .html import INCLUDED_TEMPLATES, TEMPLATE, environment, render_html
@@ -51,10 +53,19 @@ def _parse(ts: object) -> datetime | None:
         return None
 
 
-def run_window(records: Sequence[Mapping[str, Any]]) -> str | None:
+def run_window(records: Sequence[AttemptRecord | Mapping[str, Any]]) -> str | None:
     """``<first start> → <last finish> (wall 4m05s)`` over the records (or one meta dict), or None."""
-    starts = [t for t in (_parse(r.get("started_at")) for r in records) if t is not None]
-    ends = [t for t in (_parse(r.get("finished_at")) for r in records) if t is not None]
+    typed = [r for r in records if isinstance(r, AttemptRecord)]
+    meta = [r for r in records if not isinstance(r, AttemptRecord)]
+    return _window(
+        [r.started_at for r in typed] + [m.get("started_at") for m in meta],
+        [r.finished_at for r in typed] + [m.get("finished_at") for m in meta],
+    )
+
+
+def _window(started: Iterable[object], finished: Iterable[object]) -> str | None:
+    starts = [t for t in map(_parse, started) if t is not None]
+    ends = [t for t in map(_parse, finished) if t is not None]
     if not starts or not ends:
         return None
     try:
@@ -74,7 +85,9 @@ def warm() -> None:
         env.get_template(name)
 
 
-def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict | None = None) -> dict[str, Path]:
+def write_views(
+    out_dir: Path, records: Sequence[AttemptRecord | Mapping[str, Any]], *, cohort: str, meta: dict | None = None
+) -> dict[str, Path]:
     """Write ``report.html`` and ``summary.md`` into ``out_dir``; return ``{"html": ..., "markdown": ...}``.
 
     ``meta`` is shown in the report header (key: value, nested values flattened). Its
@@ -83,6 +96,7 @@ def write_views(out_dir: Path, records: list[dict], *, cohort: str, meta: dict |
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    records = as_records(records)
     info: dict[str, Any] = dict(meta or {})
     if not info.get("run_time"):
         window = run_window([info]) or run_window(records)

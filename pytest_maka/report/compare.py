@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..core.record_model import AttemptRecord, as_records
 from ..core.stats import (
     REFERENCE,
     REFERENCE_KINDS,
@@ -83,24 +84,28 @@ class RunComparison:
     cells_b: int
 
 
-def _by_subject(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    out: dict[str, list[Mapping[str, Any]]] = {}
+def _by_subject(records: Sequence[AttemptRecord]) -> dict[str, list[AttemptRecord]]:
+    out: dict[str, list[AttemptRecord]] = {}
     for r in records:
-        out.setdefault(str(r["subject"]), []).append(r)
+        out.setdefault(r.subject, []).append(r)
     return out
 
 
-def _statuses(records: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+def _statuses(records: Sequence[AttemptRecord]) -> dict[str, tuple[str, ...]]:
     out: dict[str, list[tuple[int, str]]] = {}
     for r in records:
-        out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, str(r["status"])))
+        out.setdefault(r.task, []).append((r.repetition, r.status.value))
     return {t: tuple(s for _, s in sorted(v)) for t, v in out.items()}
 
 
 def compare_runs(
-    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, labels: tuple[str, str] = ("A", "B")
+    a: Sequence[AttemptRecord | Mapping[str, Any]],
+    b: Sequence[AttemptRecord | Mapping[str, Any]],
+    *,
+    labels: tuple[str, str] = ("A", "B"),
 ) -> RunComparison:
     """Compare two runs' cell records subject by subject (paired by task)."""
+    a, b = as_records(a), as_records(b)
     sa, sb = summarize(a, compare=False), summarize(b, compare=False)
     by_a, by_b = _by_subject(a), _by_subject(b)
     summaries_a = {s.subject: s for s in sa.subjects}

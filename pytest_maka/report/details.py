@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.stats import CohortSummary, status_of
+from ..core.record_model import AgentInfo, Artifacts, AttemptRecord, BudgetInfo, ErrorInfo, VerifierInfo
+from ..core.stats import CohortSummary
 from ..core.taxonomy import Status
 from .artifacts import TAIL_BYTES, cap, read_head, read_tail, read_trajectory, safe_rel_path
 from .steps import step_rows
@@ -57,28 +58,24 @@ ROW_FIELDS = (
 NO_DETAIL, DETAIL, WITHHELD = 0, 1, 2
 
 
-def error_text(record: Mapping[str, Any]) -> str:
+def error_text(record: AttemptRecord) -> str:
     """``Type: message`` of a record's error, or the empty string."""
-    err = record.get("error") or {}
-    if not isinstance(err, Mapping):
-        return str(err)
-    kind, msg = str(err.get("type") or ""), str(err.get("message") or "")
-    return f"{kind}: {msg}" if kind and msg else kind or msg
+    return record.error_text
 
 
 def _num(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _layout(artifacts: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _layout(artifacts: Artifacts | None) -> tuple[str, tuple[tuple[str, str], ...]]:
     """(dir, ((key, path relative to dir or to the out dir), ...)) of the safe artifact paths."""
-    if not isinstance(artifacts, Mapping):
+    if artifacts is None:
         return "", ()
-    base = safe_rel_path(artifacts.get("dir")) or ""
+    base = safe_rel_path(artifacts.dir) or ""
     pairs = []
-    for key, value in artifacts.items():
+    for key, value in artifacts.paths().items():
         rel = safe_rel_path(value)
-        if rel is None or key == "dir":
+        if rel is None:
             continue
         if base and rel.startswith(base + "/"):
             pairs.append((str(key), rel[len(base) + 1 :]))
@@ -87,20 +84,29 @@ def _layout(artifacts: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
     return base, tuple(pairs)
 
 
-def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
-    verifier = record.get("verifier") if isinstance(record.get("verifier"), Mapping) else {}
-    agent = record.get("agent") if isinstance(record.get("agent"), Mapping) else {}
-    out = {"status": record.get("status"), "passed": bool(record.get("passed")), "score": _num(record.get("score"))}
-    for key in ("reward", "exit_code", "timed_out", "error", "reward_source"):
-        if verifier.get(key) is not None:
-            out[f"verifier_{key}"] = cap(str(verifier[key]), 300) if key == "error" else verifier[key]
-    for key in ("exit_code", "timed_out", "duration_s", "output_truncated", "stop_reason"):
-        if agent.get(key) is not None:
-            out[f"subject_{key}"] = agent[key]
-    if agent.get("claim_agrees_with_verdict") is False:
+def _verdict(record: AttemptRecord) -> dict[str, Any]:
+    verifier, agent = record.verifier or VerifierInfo(), record.agent or AgentInfo()
+    out = {"status": record.status.value, "passed": bool(record.passed), "score": _num(record.score)}
+    verifier_facts = {
+        "reward": verifier.reward,
+        "exit_code": verifier.exit_code,
+        "timed_out": verifier.timed_out,
+        "error": None if verifier.error is None else cap(verifier.error, 300),
+        "reward_source": verifier.reward_source,
+    }
+    subject_facts = {
+        "exit_code": agent.exit_code,
+        "timed_out": agent.timed_out,
+        "duration_s": agent.duration_s,
+        "output_truncated": agent.output_truncated,
+        "stop_reason": agent.stop_reason,
+    }
+    out.update({f"verifier_{k}": v for k, v in verifier_facts.items() if v is not None})
+    out.update({f"subject_{k}": v for k, v in subject_facts.items() if v is not None})
+    if agent.claim_agrees_with_verdict is False:
         out["claim_disagrees_with_verdict"] = True
     out.update(usage_marks(record))
-    package = (record.get("task_metadata") or {}).get("task")
+    package = (record.task_metadata or {}).get("task")  # the task's own metadata: open-ended JSON
     if isinstance(package, Mapping) and package.get("name"):  # Harbor's [task] section
         version = f" {package['version']}" if package.get("version") else ""
         described = f": {package['description']}" if package.get("description") else ""
@@ -108,29 +114,27 @@ def _verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def usage_marks(record: Mapping[str, Any]) -> dict[str, Any]:
+def usage_marks(record: AttemptRecord) -> dict[str, Any]:
     """A budget the cell crossed (also on a pass), where its cost came from, the agent's version."""
-    agent = record.get("agent") if isinstance(record.get("agent"), Mapping) else {}
-    budget = record.get("budget") if isinstance(record.get("budget"), Mapping) else {}
-    cost = agent.get("cost") if isinstance(agent.get("cost"), Mapping) else {}
+    agent, budget = record.agent or AgentInfo(), record.budget or BudgetInfo()
     out: dict[str, Any] = {}
-    if budget.get("exceeded"):
-        out["budget_exceeded"] = str(budget["exceeded"])
-    if cost.get("source"):
-        out["cost_source"] = str(cost["source"]) + (" (a guess)" if cost.get("guess") else "")
-    if agent.get("usage_partial"):
+    if budget.exceeded:
+        out["budget_exceeded"] = budget.exceeded
+    if agent.cost is not None and agent.cost.source:
+        out["cost_source"] = agent.cost.source + (" (a guess)" if agent.cost.guess else "")
+    if agent.usage_partial:
         out["usage_partial"] = True
-    if agent.get("version"):
-        out["agent_version"] = str(agent["version"])
+    if agent.version:
+        out["agent_version"] = agent.version
     return out
 
 
-def row_note(record: Mapping[str, Any]) -> str:
+def row_note(record: AttemptRecord) -> str:
     """The row's error column: the error, or for a pass that crossed a budget, that mark."""
     exceeded = usage_marks(record).get("budget_exceeded")
-    if record.get("passed") and exceeded:
+    if record.passed and exceeded:
         return f"passed over budget: {exceeded}"
-    return error_text(record)
+    return record.error_text
 
 
 def _budgeted(text: str | None, budget: list[int]) -> str | None:
@@ -140,38 +144,36 @@ def _budgeted(text: str | None, budget: list[int]) -> str | None:
     return text
 
 
-def _drill(record: Mapping[str, Any], out_dir: Path | None, budget: list[int]) -> tuple[dict[str, Any], bool]:
+def _drill(record: AttemptRecord, out_dir: Path | None, budget: list[int]) -> tuple[dict[str, Any], bool]:
     """One cell's drill-down, and whether artifact text was withheld for the budget."""
     detail: dict[str, Any] = {"verdict": _verdict(record)}
-    err = error_text(record)
+    err = record.error_text
     if err:
         detail["error"] = cap(err, DRILL_TEXT_CHARS)
-    if record.get("subject_claim") is not None:
-        claim = json.dumps(record["subject_claim"], ensure_ascii=False, default=str, indent=1)
+    if record.subject_claim is not None:
+        claim = json.dumps(record.subject_claim, ensure_ascii=False, default=str, indent=1)
         detail["claim"] = cap(claim, TAIL_BYTES)
     steps = step_rows(record)
     if steps:
         detail["steps"] = steps
-    history = record.get("attempts") or []
-    if isinstance(history, list) and history:
-        detail["attempts"] = [
-            [a.get("attempt"), a.get("status"), cap(error_text(a), 300)] for a in history if isinstance(a, Mapping)
-        ]
-    artifacts = record.get("artifacts")
-    if out_dir is None or not isinstance(artifacts, Mapping):
+    if record.attempts:
+        detail["attempts"] = [[a.attempt, a.status, cap((a.error or ErrorInfo()).text(), 300)] for a in record.attempts]
+    artifacts = record.artifacts
+    if out_dir is None or artifacts is None:
         return detail, False
     if budget[0] <= 0:
         return detail, True
     outputs = _tails(out_dir, artifacts, SUBJECT_OUTPUT_KEYS, budget)
     if outputs:
         detail["out"] = outputs
-    if artifacts.get("trajectory"):
-        traj = read_trajectory(out_dir, artifacts["trajectory"])
+    trajectory, diff_path = artifacts.get("trajectory"), artifacts.get("diff")
+    if trajectory:
+        traj = read_trajectory(out_dir, trajectory)
         if traj is not None:
             budget[0] -= sum(len(json.dumps(s, ensure_ascii=False)) for s in traj["steps"])
             detail["traj"] = traj
-    if artifacts.get("diff"):
-        diff = _budgeted(read_head(out_dir, artifacts["diff"]), budget)
+    if diff_path:
+        diff = _budgeted(read_head(out_dir, diff_path), budget)
         if diff:
             detail["diff"] = diff
     verifier = _tails(out_dir, artifacts, VERIFIER_OUTPUT_KEYS, budget)
@@ -180,18 +182,21 @@ def _drill(record: Mapping[str, Any], out_dir: Path | None, budget: list[int]) -
     return detail, False
 
 
-def _tails(out_dir: Path, artifacts: Mapping[str, Any], keys: Any, budget: list[int]) -> list[list[str]]:
+def _tails(
+    out_dir: Path, artifacts: Artifacts, keys: tuple[tuple[str, str], ...], budget: list[int]
+) -> list[list[str]]:
     """``[label, tail]`` of each artifact in ``keys`` that exists, within the page's text budget."""
     found = []
     for key, label in keys:
-        text = _budgeted(read_tail(out_dir, artifacts[key]) if artifacts.get(key) else None, budget)
+        path = artifacts.get(key)
+        text = _budgeted(read_tail(out_dir, path) if path else None, budget)
         if text:
             found.append([label, text])
     return found
 
 
 def page_data(
-    summary: CohortSummary, records: Sequence[Mapping[str, Any]], out_dir: Path | None
+    summary: CohortSummary, records: Sequence[AttemptRecord], out_dir: Path | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(data, details)``: the rows the page renders at load, and the drill-downs it parses on demand.
 
@@ -203,37 +208,36 @@ def page_data(
     s_index = {n: i for i, n in enumerate(subjects)}
     t_index = {n: i for i, n in enumerate(tasks)}
     c_index = {c: i for i, c in enumerate(classes)}
-    ordered = sorted(records, key=lambda r: (str(r["task"]), str(r["subject"]), r.get("repetition") or 0))
+    ordered = sorted(records, key=lambda r: (r.task, r.subject, r.repetition))
     layouts: dict[tuple[tuple[str, str], ...], int] = {}
     rows: list[list[Any]] = []
     for i, r in enumerate(ordered):
-        base, layout = _layout(r.get("artifacts"))
-        usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
-        dur = _num(r.get("duration_s"))
-        cost = _num(usage.get("cost_usd"))
+        base, layout = _layout(r.artifacts)
+        dur = _num(r.duration_s)
+        cost = _num(r.usage.cost_usd) if r.usage is not None else None
         rows.append(
             [
-                str(r.get("cell_id") or f"cell-{i}"),
-                t_index[str(r["task"])],
-                s_index[str(r["subject"])],
-                r.get("repetition") or 0,
-                c_index[status_of(r).value],
-                _num(r.get("score")),
+                r.cell_id or f"cell-{i}",
+                t_index[r.task],
+                s_index[r.subject],
+                r.repetition,
+                c_index[r.status.value],
+                _num(r.score),
                 None if dur is None else round(dur, 3),
-                r.get("attempt_count") or 1,
+                r.attempt_count or 1,
                 None if cost is None else round(cost, 6),
                 cap(row_note(r), ROW_ERROR_CHARS),
                 base,
                 layouts.setdefault(layout, len(layouts)),
-                1 if r.get("resumed") else 0,
+                1 if r.resumed else 0,
                 NO_DETAIL,
             ]
         )
     budget = [TEXT_BUDGET]
     instructions: dict[int, str] = {}
     for r in ordered:
-        ti = t_index[str(r["task"])]
-        rel = (r.get("artifacts") or {}).get("instruction") if isinstance(r.get("artifacts"), Mapping) else None
+        ti = t_index[r.task]
+        rel = r.artifacts.get("instruction") if r.artifacts is not None else None
         if ti not in instructions and rel and out_dir is not None:
             text = read_head(out_dir, rel, INSTRUCTION_CHARS)
             if text is not None:
@@ -241,7 +245,7 @@ def page_data(
                 budget[0] -= len(text)
     cells: dict[int, dict[str, Any]] = {}
     # failing cells first: their outputs are what a reader opens the report for
-    for i in sorted(range(len(ordered)), key=lambda j: status_of(ordered[j]) is Status.AGENT_SUCCESS):
+    for i in sorted(range(len(ordered)), key=lambda j: ordered[j].status is Status.AGENT_SUCCESS):
         detail, withheld = _drill(ordered[i], out_dir, budget)
         cells[i] = detail
         rows[i][-1] = WITHHELD if withheld else DETAIL

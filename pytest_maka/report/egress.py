@@ -3,9 +3,11 @@ calling telemetry hosts shows up here)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ..core.record_model import AttemptRecord
 
 #: At most this many (subject, destination) rows are shown.
 MAX_ROWS = 100
@@ -20,15 +22,13 @@ class RefusedRow:
     cells: int
 
 
-def refused_rows(records: Iterable[Mapping[str, Any]], limit: int = MAX_ROWS) -> list[RefusedRow]:
+def refused_rows(records: Iterable[AttemptRecord], limit: int = MAX_ROWS) -> list[RefusedRow]:
     """(subject, phase, destination) with the refused connection count and the cells it happened in."""
     counts: dict[tuple[str, str, str], list[int]] = {}
     for record in records:
-        phases = ((record.get("isolation") or {}).get("network") or {}).get("phases") or {}
-        for phase, detail in phases.items():
-            refused = (detail or {}).get("refused_destinations") or {}
-            for dest, n in refused.items():
-                entry = counts.setdefault((str(record.get("subject")), phase, dest), [0, 0])
+        for phase, detail in record.network_phases().items():
+            for dest, n in (detail.refused_destinations or {}).items():
+                entry = counts.setdefault((record.subject, phase, dest), [0, 0])
                 entry[0] += int(n)
                 entry[1] += 1
     rows = [RefusedRow(s, p, d, n, c) for (s, p, d), (n, c) in counts.items()]

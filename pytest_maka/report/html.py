@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from .. import __version__
+from ..core.record_model import AttemptRecord, as_records
 from ..core.stats import REFERENCE, WEAK_TASKS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
 from . import charts
@@ -132,7 +133,7 @@ def environment() -> jinja2.Environment:
 
 def render_html(
     summary: CohortSummary,
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[AttemptRecord | Mapping[str, Any]],
     *,
     cohort: str,
     out_dir: Path | None = None,
@@ -141,6 +142,7 @@ def render_html(
 ) -> str:
     """The whole ``report.html`` text. ``out_dir`` is where artifact paths are resolved."""
     meta = dict(meta or {})
+    records = as_records(records)
     data, details = page_data(summary, records, out_dir)
     present = [s for s in Status if summary.counts[s]]
     subjects = list(summary.subjects)

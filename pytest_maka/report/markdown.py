@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.record_model import AttemptRecord
 from ..core.stats import CLUSTER, REFERENCE, REFERENCE_KINDS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, Status
 from .egress import RefusedRow
@@ -195,7 +196,7 @@ def render_markdown(
     cohort: str,
     meta: Mapping[str, Any] | None = None,
     refused: list[RefusedRow] | None = None,
-    records: list[Mapping[str, Any]] | None = None,
+    records: Sequence[AttemptRecord] | None = None,
 ) -> str:
     """The whole ``summary.md`` text (``records``: the cells, for the steps of multi-step ones)."""
     present = [s for s in Status if summary.counts[s]]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from html import escape
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from ..core.record_model import Artifacts, Num, RecordPart, Usage
 from .artifacts import safe_rel_path
 
 HEADERS = (
@@ -22,6 +23,16 @@ HEADERS = (
     '<th class="sortable" data-column-type="makaCost">Cost</th>',
     "<th>Artifacts</th>",
 )
+
+
+class ColumnFacts(RecordPart):
+    """The part of a report's record (``report.maka``) the columns show; any of it may be missing."""
+
+    status: str | None = None
+    score: Num | None = None
+    usage: Usage | None = None
+    cell_key: str | None = None
+    artifacts: Artifacts | None = None
 
 
 class MakaHtmlColumns:
@@ -36,10 +47,9 @@ class MakaHtmlColumns:
         base = self.config.invocation_params.dir
         return (base / html).resolve().parent if html else base
 
-    def artifacts_href(self, record: dict[str, Any]) -> str | None:
+    def artifacts_href(self, record: ColumnFacts) -> str | None:
         """The cell's artifacts directory relative to the pytest-html file, or None."""
-        artifacts = record.get("artifacts") or {}
-        rel = safe_rel_path(artifacts.get("dir")) if isinstance(artifacts, dict) else None
+        rel = safe_rel_path(record.artifacts.dir) if record.artifacts is not None else None
         if rel is None:
             return None
         return Path(os.path.relpath(self.out_dir / rel, self._html_dir())).as_posix()
@@ -50,8 +60,8 @@ class MakaHtmlColumns:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
-        record = getattr(report, "maka", None)
-        if not isinstance(record, dict):
+        record = _typed(getattr(report, "maka", None))
+        if record is None:
             cells[2:2] = [
                 '<td class="col-makaClass"></td>',
                 '<td class="col-makaScore"></td>',
@@ -59,17 +69,27 @@ class MakaHtmlColumns:
                 "<td></td>",
             ]
             return
-        status = escape(str(record.get("status", "")))
-        score = record.get("score")
-        cost = (record.get("usage") or {}).get("cost_usd")
+        status = escape(record.status or "")
+        score = record.score
+        cost = record.usage.cost_usd if record.usage is not None else None
         href = self.artifacts_href(record)
-        link = f'<a href="{escape(href)}">{escape(str(record.get("cell_key", "artifacts")))}</a>' if href else ""
+        link = f'<a href="{escape(href)}">{escape(record.cell_key or "artifacts")}</a>' if href else ""
         cells[2:2] = [
             f'<td class="col-makaClass">{status}</td>',
             f'<td class="col-makaScore">{"" if not isinstance(score, (int, float)) else f"{score:.3g}"}</td>',
             f'<td class="col-makaCost">{"" if not isinstance(cost, (int, float)) else f"${cost:.4f}"}</td>',
             f"<td>{link}</td>",
         ]
+
+
+def _typed(record: object) -> ColumnFacts | None:
+    """The record a report carries, typed (None when it has none, or one that does not fit)."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return ColumnFacts.model_validate(record)
+    except ValidationError:
+        return None
 
 
 def register(config: pytest.Config, out_dir: Path) -> None:

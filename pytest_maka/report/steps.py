@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
+from ..core.record_model import AttemptRecord, StepEntry
 from .artifacts import cap
 
 #: Columns of one step's row, in the HTML drill-down and the markdown table.
@@ -13,40 +14,35 @@ STEP_FIELDS = ("step", "name", "class", "verdict", "score", "duration", "subject
 MAX_MARKDOWN_CELLS = 50
 
 
-def _subject(entry: Mapping[str, Any]) -> str:
-    subject = entry.get("subject") if isinstance(entry.get("subject"), Mapping) else {}
-    if subject.get("timed_out"):
-        return f"timed out ({subject.get('timeout_sec')} s)"
-    code = subject.get("exit_code")
-    return "" if code is None else f"exit {code}"
+def _subject(entry: StepEntry) -> str:
+    subject = entry.subject
+    if subject is None:
+        return ""
+    if subject.timed_out:
+        return f"timed out ({subject.timeout_sec} s)"
+    return "" if subject.exit_code is None else f"exit {subject.exit_code}"
 
 
-def _why(entry: Mapping[str, Any]) -> str:
-    if not entry.get("run"):
-        return f"not run: {entry.get('not_run') or 'an earlier step stopped the run'}"
-    error = entry.get("error") if isinstance(entry.get("error"), Mapping) else {}
-    return cap(str(error.get("message") or ""), 300)
+def _why(entry: StepEntry) -> str:
+    if not entry.run:
+        return f"not run: {entry.not_run or 'an earlier step stopped the run'}"
+    return cap((entry.error.message if entry.error is not None else None) or "", 300)
 
 
-def step_rows(record: Mapping[str, Any]) -> list[list[Any]]:
+def step_rows(record: AttemptRecord) -> list[list[Any]]:
     """One row per declared step (STEP_FIELDS); [] for a single-step cell."""
-    steps = record.get("steps")
-    if not isinstance(steps, list):
-        return []
     rows = []
-    for entry in steps:
-        if not isinstance(entry, Mapping):
-            continue
-        run = bool(entry.get("run"))
-        score, duration = entry.get("score"), entry.get("duration_s")
+    for entry in record.steps or ():
+        run = bool(entry.run)
+        duration = entry.duration_s
         rows.append(
             [
-                entry.get("index"),
-                str(entry.get("name") or ""),
-                str(entry.get("status")) if run else "not run",
-                str(entry.get("verdict") or "") if run else "",
-                score if isinstance(score, (int, float)) else None,
-                round(duration, 3) if isinstance(duration, (int, float)) else None,
+                entry.index,
+                entry.name or "",
+                str(entry.status) if run else "not run",
+                (entry.verdict or "") if run else "",
+                entry.score,
+                None if duration is None else round(duration, 3),
                 _subject(entry) if run else "",
                 _why(entry),
             ]
@@ -54,7 +50,7 @@ def step_rows(record: Mapping[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def markdown_lines(records: Iterable[Mapping[str, Any]], md: Any) -> list[str]:
+def markdown_lines(records: Iterable[AttemptRecord], md: Any) -> list[str]:
     """A ``<details>`` block per multi-step cell with its steps as a table ([] when there are none)."""
     cells = [(r, rows) for r in records if (rows := step_rows(r))]
     if not cells:
@@ -62,7 +58,7 @@ def markdown_lines(records: Iterable[Mapping[str, Any]], md: Any) -> list[str]:
     out = [f"### Multi-step cells ({len(cells)})", ""]
     for record, rows in cells[:MAX_MARKDOWN_CELLS]:
         ran = sum(1 for row in rows if row[2] != "not run")
-        title = f"{md(record.get('cell_id'))}: `{md(record.get('status'))}`, {ran} of {len(rows)} steps run"
+        title = f"{md(record.cell_id)}: `{md(record.status.value)}`, {ran} of {len(rows)} steps run"
         out += [f"<details><summary>{title}</summary>", ""]
         out += ["| " + " | ".join(STEP_FIELDS) + " |", "| " + " | ".join(["---"] * len(STEP_FIELDS)) + " |"]
         for row in rows:

@@ -3,11 +3,10 @@ the subject changed outside the workdir, with the paths, per cell; and the count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ..core.records import is_tainted
+from ..core.record_model import AttemptRecord
 
 #: Rows listed (the count says how many there were).
 MAX_ROWS = 200
@@ -23,17 +22,16 @@ class TaintedRow:
     checked: bool
 
 
-def tainted_rows(records: Sequence[Mapping[str, Any]]) -> list[TaintedRow]:
+def tainted_rows(records: Sequence[AttemptRecord]) -> list[TaintedRow]:
     out = []
     for r in records:
-        if is_tainted(r):
-            taint = r["taint"]
-            paths = tuple(str(p) for p in taint.get("paths") or [])
-            out.append(TaintedRow(str(r["cell_id"]), str(r["subject"]), paths, bool(taint.get("checked"))))
+        if r.is_tainted and r.taint is not None:
+            paths = tuple(r.taint.paths or ())
+            out.append(TaintedRow(r.cell_id, r.subject, paths, bool(r.taint.checked)))
     return sorted(out, key=lambda t: (t.subject, t.cell_id))
 
 
-def tainted_by_subject(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def tainted_by_subject(records: Sequence[AttemptRecord]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in tainted_rows(records):
         counts[row.subject] = counts.get(row.subject, 0) + 1
@@ -46,7 +44,7 @@ def paths_text(row: TaintedRow) -> str:
     return ", ".join(row.paths[:5]) + (f" … (+{len(row.paths) - 5})" if len(row.paths) > 5 else "")
 
 
-def taint_lines(records: Sequence[Mapping[str, Any]], md: Callable[[object], str]) -> list[str]:
+def taint_lines(records: Sequence[AttemptRecord], md: Callable[[object], str]) -> list[str]:
     """The summary.md section (nothing when no pass is tainted)."""
     rows = tainted_rows(records)
     if not rows:

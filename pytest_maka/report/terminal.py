@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.record_model import AttemptRecord, as_records
 from ..core.stats import (
     CLUSTER,
     MCNEMAR,
@@ -191,21 +192,21 @@ def comparison_lines(summary: CohortSummary, limit: int = MAX_COMPARISON_LINES) 
     return out
 
 
-def terminal_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def terminal_lines(records: Sequence[AttemptRecord | Mapping[str, Any]]) -> list[str]:
     """Lines of a compact per-subject table for the given cell records (empty list for none)."""
     if not records:
         return []
     return summary_lines(summarize(records))
 
 
-def rerun_summary(records: Sequence[Mapping[str, Any]]) -> str | None:
+def rerun_summary(records: Sequence[AttemptRecord | Mapping[str, Any]]) -> str | None:
     """How the cells that stand on a rerun (``--maka-rerun``) changed from their previous run,
     so that a rerun's gains are never shown without its losses (None when no cell was rerun)."""
-    changed = [r["runs"][-2:] for r in records if len(r.get("runs") or ()) > 1]
+    changed = [r.runs[-2:] for r in as_records(records) if r.runs is not None and len(r.runs) > 1]
     if not changed:
         return None
-    gained = sum(1 for before, now in changed if now.get("passed") and not before.get("passed"))
-    lost = sum(1 for before, now in changed if before.get("passed") and not now.get("passed"))
+    gained = sum(1 for before, now in changed if now.passed and not before.passed)
+    lost = sum(1 for before, now in changed if before.passed and not now.passed)
     return (
         f"{len(changed)} cell(s) stand on a rerun: {gained} went from not passed to passed, {lost} from passed "
         "to not passed; every earlier run is kept (attempts.jsonl, each record's runs)"

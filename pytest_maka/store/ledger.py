@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+from pydantic import ValidationError
 
 from ..core import cancel
+from ..core.record_model import AttemptRecord, RecordError, describe
 from ..core.records import SCHEMA_VERSION, Record, cell_record, group_by_cell, schema_version, upgrade
 from .redact import Redactor
 
@@ -44,6 +46,20 @@ REQUIRED_FIELDS = ("cell_key", "attempt", "status")
 
 def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def checked(record: AttemptRecord | Mapping[str, Any]) -> AttemptRecord:
+    """``record`` as the typed model the line is written from; RecordError (one line naming the
+    key) when a field does not have the schema's type."""
+    try:
+        return AttemptRecord.of(record)
+    except ValidationError as e:
+        raise RecordError(f"not written: {describe(e, record)}") from None
+
+
+def record_line(record: AttemptRecord | Mapping[str, Any]) -> str:
+    """One JSONL line of ``record``, checked against the typed model (the keys it holds, in their order)."""
+    return _dumps(checked(record).to_json()) + "\n"
 
 
 @dataclass
@@ -196,10 +212,11 @@ class Ledger:
     def problems(self) -> list[str]:
         return [*self.repairs, *self.read_problems]
 
-    def append(self, record: Mapping[str, Any]) -> Record:
-        """Write ``record`` (scrubbed of secrets) as one line; returns what was written, once it
-        is fsynced."""
-        record = self.redactor.value(dict(record))
+    def append(self, record: AttemptRecord | Mapping[str, Any]) -> Record:
+        """Write ``record``, checked against :class:`AttemptRecord` then scrubbed of secrets, as
+        one line; returns what was written, once it is fsynced. RecordError, before anything
+        is written, when a field does not have the schema's type."""
+        record = self.redactor.value(checked(record).to_json())  # a secret is scrubbed whatever its type
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record) + "\n"
         with cancel.shielded():
@@ -285,12 +302,14 @@ def _current(record: Record) -> Record:
     return upgrade(record) if version is not None and version <= SCHEMA_VERSION else record
 
 
-def write_results(out_dir: Path, records: Iterable[Mapping[str, Any]]) -> Path:
-    """Write ``results.jsonl`` atomically (write a temp file, then rename)."""
+def write_results(out_dir: Path, records: Iterable[AttemptRecord | Mapping[str, Any]]) -> Path:
+    """Write ``results.jsonl`` atomically (write a temp file, then rename); every record is
+    checked against :class:`AttemptRecord` before the file is replaced."""
     path = Path(out_dir) / RESULTS_FILE
+    lines = [record_line(r) for r in records]
     tmp = path.with_suffix(".jsonl.tmp")
     with tmp.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(_dumps(record) + "\n")
+        for line in lines:
+            fh.write(line)
     os.replace(tmp, path)
     return path

@@ -3,21 +3,20 @@
 A line that is not UTF-8 or not JSON, a record of another schema (or of a newer version of
 this one), a missing or mistyped field: each is one error naming the file, the line and the
 field, before any view is built. A record of an earlier version is read in the current
-version's shape (``core.records.upgrade``). A torn last line (a crash mid-write, no newline after it) is skipped, as the
-ledger itself does.
+version's shape (``core.records.upgrade``), then typed (``core.record_model.AttemptRecord``).
+A torn last line (a crash mid-write, no newline after it) is skipped, as the ledger itself does.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from ..core.errors import MakaUserError
-from ..core.records import SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, Record, schema_version, upgrade
-from ..core.taxonomy import Status
+from ..core.record_model import AttemptRecord
+from ..core.records import SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, schema_version, upgrade
 from ..core.validation import first_error
 
 
@@ -25,58 +24,15 @@ class LedgerError(MakaUserError):
     """A ledger line the views cannot use."""
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-
-class _Usage(_Loose):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost_usd: float | None = None
-
-
-class _Error(_Loose):
-    type: str | None = None
-    message: str | None = None
-
-
-class AttemptLine(_Loose):
-    """The fields every view reads, with the types it expects (other fields pass through)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True, populate_by_name=True)
-
-    schema_: str = Field(alias="schema")
-    cell_key: str = Field(min_length=1)
-    cell_id: str
-    task: str
-    subject: str
-    status: Literal[tuple(s.value for s in Status)]  # type: ignore[valid-type]
-    attempt: int = Field(ge=1)
-    finished_at: str
-    started_at: str | None = None
-    repetition: int = Field(default=0, ge=0)
-    passed: bool | None = None
-    official: bool | None = None
-    score: float | None = None
-    duration_s: float | None = None
-    usage: _Usage | None = None
-    error: _Error | None = None
-    subject_claim: Any = None
-    agent: dict[str, Any] | None = None
-    verifier: dict[str, Any] | None = None
-    artifacts: dict[str, Any] | None = None
-    timings: dict[str, float] | None = None
-
-
-def read_ledger(path: Path) -> list[Record]:
-    """Every attempt in ``path``, each checked against AttemptLine; LedgerError otherwise."""
+def read_ledger(path: Path) -> list[AttemptRecord]:
+    """Every attempt in ``path``, typed (:class:`AttemptRecord`); LedgerError otherwise."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise LedgerError(path, None, f"cannot read the ledger: {e.strerror or e}") from None
     lines = data.split(b"\n")
     torn = len(lines) - 1  # index of the text after the last newline ("" when none)
-    records: list[Record] = []
+    records: list[AttemptRecord] = []
     for index, raw in enumerate(lines):
         if not raw.strip():
             continue
@@ -103,11 +59,9 @@ def read_ledger(path: Path) -> list[Record]:
                 f"{where}: schema",
                 f"{record['schema']} was written by a newer pytest-maka; this one reads up to {SCHEMA}: upgrade it",
             )
-        record = upgrade(record)
         try:
-            AttemptLine.model_validate(record)
+            records.append(AttemptRecord.model_validate(upgrade(record)))
         except ValidationError as e:
-            err = first_error(e, path, model=AttemptLine, error=LedgerError)
+            err = first_error(e, path, model=AttemptRecord, error=LedgerError)
             raise LedgerError(path, f"{where}: {err.key}" if err.key else where, err.message) from None
-        records.append(record)
     return records

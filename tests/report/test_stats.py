@@ -149,7 +149,7 @@ def test_summarize_grid_orders_repetitions() -> None:
     summary = summarize(rows)
     assert summary.tasks == ("t0", "t1")
     assert summary.subject_names() == ["a", "b"]
-    assert [r["repetition"] for r in summary.grid["t1"]["b"]] == [1, 2]
+    assert [r.repetition for r in summary.grid["t1"]["b"]] == [1, 2]
     assert summary.counts[S.AGENT_SUCCESS] == 1 and summary.cells == 3
 
 

@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maka.core.records import SCHEMA
 from pytest_maka.store.ledger import Ledger
 
 THREADS = 24
 #: Where a thread blocked in ``append`` can be: handing its line in for the next group commit
 #: (``_commit``), the process's lock (in ``locked``) or the file lock.
 WAITS = (":_commit", ":locked", "filelock")
+
+
+def _line(cell_key: str) -> dict[str, object]:
+    """The smallest record the ledger writes (the fields every reader needs)."""
+    fields = {"cell_id": cell_key, "task": "t", "subject": "s", "finished_at": "2026-01-01T00:00:00+00:00"}
+    return {"schema": SCHEMA, "cell_key": cell_key, "attempt": 1, "status": "agent_failure", **fields}
 
 
 def _frames_of(threads: list[threading.Thread]) -> list[list[str]]:
@@ -35,10 +42,7 @@ def test_waiting_threads_queue_on_the_process_lock_not_the_file_lock(tmp_path: P
     """While the ledger is held, every other thread of the process waits on the process's
     lock (no CPU) and none polls the file lock; once released, every line lands whole."""
     ledger = Ledger(tmp_path)
-    threads = [
-        threading.Thread(target=ledger.append, args=({"cell_key": f"c{i}", "attempt": 1, "status": "x"},))
-        for i in range(THREADS)
-    ]
+    threads = [threading.Thread(target=ledger.append, args=(_line(f"c{i}"),)) for i in range(THREADS)]
     with ledger.locked():
         for t in threads:
             t.start()
@@ -63,13 +67,13 @@ def test_two_ledgers_of_one_file_exclude_each_other(tmp_path: Path) -> None:
     done = threading.Event()
 
     def write() -> None:
-        second.append({"cell_key": "late", "attempt": 1, "status": "x"})
+        second.append(_line("late"))
         done.set()
 
     with first.locked():
         writer = threading.Thread(target=write)
         writer.start()
-        first.append({"cell_key": "early", "attempt": 1, "status": "x"})  # re-entrant while held
+        first.append(_line("early"))  # re-entrant while held
         assert not done.wait(0.2), "another Ledger of the same file appended while the lock was held"
     writer.join(60)
     keys = [json.loads(line)["cell_key"] for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
@@ -93,7 +97,7 @@ def test_lines_handed_in_while_the_ledger_is_held_are_written_with_one_fsync(
     seen_after_return: dict[str, bool] = {}
 
     def append(i: int) -> None:
-        ledger.append({"cell_key": f"c{i}", "attempt": 1, "status": "x"})
+        ledger.append(_line(f"c{i}"))
         on_disk = (tmp_path / "attempts.jsonl").read_text().splitlines()
         seen_after_return[f"c{i}"] = any(json.loads(line)["cell_key"] == f"c{i}" for line in on_disk)
 
@@ -125,7 +129,7 @@ def test_a_failed_group_write_fails_every_append_of_the_group(tmp_path: Path) ->
 
     def append(i: int) -> None:
         try:
-            ledger.append({"cell_key": f"c{i}", "attempt": 1, "status": "x"})
+            ledger.append(_line(f"c{i}"))
         except OSError as e:
             errors.append(e)
 

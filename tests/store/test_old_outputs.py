@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.records import SCHEMA, SCHEMA_VERSION, cell_record, group_by_cell
+from pytest_maka.core.records import SCHEMA, SCHEMA_VERSION, cells_of
 from pytest_maka.report import write_views
 from pytest_maka.store.lock import last_run
 from pytest_maka.store.reading import LedgerError, read_ledger
@@ -70,7 +70,7 @@ def test_maka_compare_reads_the_oldest_and_the_newest_earlier_outputs(tmp_path: 
 def test_every_view_builds_from_the_upgraded_records(name: str, tmp_path: Path) -> None:
     attempts = read_ledger(DATA / name / "attempts.jsonl")
     assert len(attempts) == 15
-    records = [cell_record(group) for group in group_by_cell(attempts).values()]
+    records = cells_of(attempts)
     details, why_not = last_run(DATA / name)
     assert why_not is None and details is not None and details.executor == "local"
     paths = write_views(tmp_path, records, cohort="example", meta=details.model_dump(exclude_none=True))
@@ -106,7 +106,8 @@ def test_each_earlier_shape_of_isolation_network_reads_with_phases(
     line["isolation"]["network"] = network
     (tmp_path / "attempts.jsonl").write_text(json.dumps(line) + "\n")
     (record,) = read_ledger(tmp_path / "attempts.jsonl")
-    assert record["isolation"]["network"]["phases"] == phases
+    assert record.isolation is not None and record.isolation.network is not None
+    assert record.isolation.to_json()["network"]["phases"] == phases
 
 
 @pytest.mark.sandbox

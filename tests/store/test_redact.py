@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maka.core.records import attempt_record
+from pytest_maka.core.taxonomy import Status
 from pytest_maka.store.ledger import Ledger
 from pytest_maka.store.redact import MARK, Redactor
+
+from ..report.builders import make_cell
 
 SECRET = "sk-live-7Hq2+/x9ZpW4"
 
@@ -89,8 +93,9 @@ def test_links_and_fifos_are_never_read_or_followed(tmp_path: Path) -> None:
 
 def test_record_is_scrubbed_in_every_field_before_it_is_written(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path, Redactor([SECRET, "12345678"]))
+    cell = make_cell("t", "s")
     record = {
-        "cell_key": "k",
+        **attempt_record(cell, cohort="c", attempt=1, status=Status.AGENT_FAILURE, started=0, finished=9),
         "error": {"type": "x", "message": f"failed with {SECRET}"},
         "subject_claim": {SECRET: [base64.b64encode(SECRET.encode()).decode()]},
         "agent": {"stop_reason": SECRET.encode().hex(), "note": Path(f"/x/{SECRET}")},

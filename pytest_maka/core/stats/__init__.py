@@ -48,7 +48,7 @@ from .rates import (
     score_interval,
     wilson_interval,
 )
-from .scores import ScoreMean, partial_credit, score_mean, scores_by_task
+from .scores import ScoreMean, partial_credit, score_mean, scores_by_task, status_of
 from .signflip import SignFlip, sign_flip_test
 from .summary import (
     NOP_KIND,
@@ -62,7 +62,6 @@ from .summary import (
     flip,
     graded_by_task,
     pairwise,
-    status_of,
     strict_by_task,
     summarize,
     summarize_subject,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..record_model import Usage
 
 
 def numbers(values: Iterable[Any]) -> list[float]:
@@ -92,13 +94,13 @@ class Spend:
         return None if t is None or not self.passes else t / self.passes
 
 
-def spend_of(usages: Sequence[Any], passes: int) -> Spend:
-    """Sum the ``usage`` dicts of some records (None or missing fields are unknown, not 0)."""
-    rows = [u if isinstance(u, dict) else {} for u in usages]
-    costs = numbers(u.get("cost_usd") for u in rows)
-    tin = numbers(u.get("input_tokens") for u in rows)
-    tout = numbers(u.get("output_tokens") for u in rows)
-    tokens_known = sum(1 for u in rows if numbers([u.get("input_tokens")]) or numbers([u.get("output_tokens")]))
+def spend_of(usages: Sequence[Usage | Mapping[str, Any] | None], passes: int) -> Spend:
+    """Sum the ``usage`` of some records (None or missing fields are unknown, not 0)."""
+    rows = [Usage.model_validate(u) if isinstance(u, Mapping) else u or Usage() for u in usages]
+    costs = numbers(u.cost_usd for u in rows)
+    tin = numbers(u.input_tokens for u in rows)
+    tout = numbers(u.output_tokens for u in rows)
+    tokens_known = sum(1 for u in rows if numbers([u.input_tokens]) or numbers([u.output_tokens]))
     return Spend(
         cost_usd=sum(costs) if costs else None,
         cost_known=len(costs),

@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from ..record_model import AttemptRecord
 from ..taxonomy import OFFICIAL, Status
 from .paired import exact_score
 from .rates import bounded_mean_interval, clustered_se
 from .tdist import t95
 
 
-def status_of(record: Mapping[str, Any]) -> Status:
+def status_of(record: AttemptRecord | Mapping[str, Any]) -> Status:
     """The taxonomy class of a record; an unknown string is an error, never a guess."""
+    if isinstance(record, AttemptRecord):
+        return record.status
     try:
         return Status(record["status"])
     except (KeyError, ValueError):
@@ -73,23 +76,22 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def scores_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+def scores_by_task(records: Iterable[AttemptRecord]) -> dict[str, list[float]]:
     """task -> the score of each official row (a row without a score counts its pass as 1, else 0)."""
     out: dict[str, list[tuple[int, float]]] = {}
     for r in records:
-        status = status_of(r)
-        if status in OFFICIAL:
-            score = _number(r.get("score"))
+        if r.status in OFFICIAL:
+            score = _number(r.score)
             if score is None:
-                score = 1.0 if status is Status.AGENT_SUCCESS else 0.0
-            out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, score))
+                score = 1.0 if r.status is Status.AGENT_SUCCESS else 0.0
+            out.setdefault(r.task, []).append((r.repetition, score))
     return {t: [x for _, x in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
 
 
-def partial_credit(records: Iterable[Mapping[str, Any]]) -> bool:
+def partial_credit(records: Iterable[AttemptRecord]) -> bool:
     """Whether some official row scored strictly between 0 and 1 (multi-reward, multi-step tasks)."""
     for r in records:
-        score = _number(r.get("score"))
-        if score is not None and 0.0 < score < 1.0 and status_of(r) in OFFICIAL:
+        score = _number(r.score)
+        if score is not None and 0.0 < score < 1.0 and r.status in OFFICIAL:
             return True
     return False

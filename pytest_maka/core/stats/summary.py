@@ -1,6 +1,7 @@
 """Per-subject and per-cohort summaries of cell records, and task health flags.
 
-Everything here takes plain records (dicts shaped by :func:`core.records.cell_record`) and
+Everything here takes cell records (typed, :class:`core.record_model.AttemptRecord`; the entry
+points also take the JSON dicts :func:`core.records.cell_record` builds, and type them) and
 returns frozen dataclasses. No I/O, no pytest, no rendering beyond the one canonical way to
 state a rate with its denominator (``3/4 = 75.0%``), so every view words it identically.
 """
@@ -12,12 +13,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
 
+from ..record_model import AttemptRecord, as_records
 from ..taxonomy import OFFICIAL, Status
 from .describe import Distribution, Spend, spend_of
 from .paired import PairedComparison, adjust_family, compare_paired, compare_scores
 from .passk import KEstimate, TaskRate, pass_k_table
 from .rates import Rate
-from .scores import ScoreMean, partial_credit, score_mean, scores_by_task, status_of
+from .scores import ScoreMean, partial_credit, score_mean, scores_by_task
 from .variance import VarianceSplit, variance_split
 
 #: Subject kinds that are references (no model behind them): used by the task-health checks.
@@ -92,40 +94,39 @@ class SubjectSummary:
         return None if self.durations is None else self.durations.mean
 
 
-def graded_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]]:
+def graded_by_task(records: Iterable[AttemptRecord]) -> dict[str, list[bool]]:
     """task -> pass/fail of each official row, ordered by repetition (tasks without one are absent)."""
     out: dict[str, list[tuple[int, bool]]] = {}
     for r in records:
-        status = status_of(r)
-        if status in OFFICIAL:
-            out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, status is Status.AGENT_SUCCESS))
+        if r.status in OFFICIAL:
+            out.setdefault(r.task, []).append((r.repetition, r.status is Status.AGENT_SUCCESS))
     return {t: [ok for _, ok in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
 
 
-def strict_by_task(records: Iterable[Mapping[str, Any]]) -> dict[str, list[bool]]:
+def strict_by_task(records: Iterable[AttemptRecord]) -> dict[str, list[bool]]:
     """task -> pass/fail of every row (any non-pass is a fail), ordered by repetition: the strict view."""
     out: dict[str, list[tuple[int, bool]]] = {}
     for r in records:
-        out.setdefault(str(r["task"]), []).append((r.get("repetition") or 0, status_of(r) is Status.AGENT_SUCCESS))
+        out.setdefault(r.task, []).append((r.repetition, r.status is Status.AGENT_SUCCESS))
     return {t: [ok for _, ok in sorted(v, key=lambda x: x[0])] for t, v in sorted(out.items())}
 
 
 def summarize_subject(
-    subject: str, records: Sequence[Mapping[str, Any]], *, scores: bool | None = None
+    subject: str, records: Sequence[AttemptRecord | Mapping[str, Any]], *, scores: bool | None = None
 ) -> SubjectSummary:
     """Summarise the cell records of one subject.
 
     ``scores``: whether to add the mean score (partial credit); None decides from these records.
     """
+    records = as_records(records)
     counts = {s: 0 for s in Status}
     by_task: dict[str, list[Status]] = {}
     for r in records:
-        status = status_of(r)
-        counts[status] += 1
-        by_task.setdefault(str(r["task"]), []).append(status)
+        counts[r.status] += 1
+        by_task.setdefault(r.task, []).append(r.status)
     graded = graded_by_task(records)
     passes = counts[Status.AGENT_SUCCESS]
-    kinds = {r.get("subject_kind") for r in records if r.get("subject_kind")}
+    kinds = {r.subject_kind for r in records if r.subject_kind}
     task_rates = {
         t: TaskRate(t, sum(1 for s in v if s is Status.AGENT_SUCCESS), sum(1 for s in v if s in OFFICIAL), len(v))
         for t, v in sorted(by_task.items())
@@ -137,8 +138,8 @@ def summarize_subject(
         official=Rate.clustered(graded.values()),
         strict=Rate.clustered([[s is Status.AGENT_SUCCESS for s in v] for v in by_task.values()]),
         counts=counts,
-        spend=spend_of([r.get("usage") for r in records], passes),
-        durations=Distribution.of(r.get("duration_s") for r in records),
+        spend=spend_of([r.usage for r in records], passes),
+        durations=Distribution.of(r.duration_s for r in records),
         repetitions=max((len(v) for v in by_task.values()), default=0),
         pass_k=tuple(pass_k_table(graded)) if any(len(v) > 1 for v in graded.values()) else (),
         task_rates=task_rates,
@@ -167,12 +168,12 @@ class TaskHealth:
     reasons: dict[HealthFlag, str] = field(default_factory=dict)
 
 
-def _ids(records: Sequence[Mapping[str, Any]], limit: int = 5) -> str:
-    ids = sorted(str(r.get("cell_id")) for r in records)
+def _ids(records: Sequence[AttemptRecord], limit: int = 5) -> str:
+    ids = sorted(r.cell_id for r in records)
     return ", ".join(ids[:limit]) + (f", ... (+{len(ids) - limit})" if len(ids) > limit else "")
 
 
-def task_health(records: Iterable[Mapping[str, Any]]) -> dict[str, TaskHealth]:
+def task_health(records: Iterable[AttemptRecord | Mapping[str, Any]]) -> dict[str, TaskHealth]:
     """Flag tasks that look broken or that cannot tell subjects apart; only flagged tasks are returned.
 
     - ``broken: passes with nop``: a cell of a ``nop`` subject passed.
@@ -181,28 +182,26 @@ def task_health(records: Iterable[Mapping[str, Any]]) -> dict[str, TaskHealth]:
       (reference kinds are excluded, since oracle passing and nop failing is their job),
       every row passed, or every row failed.
     """
-    by_task: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        by_task.setdefault(str(r["task"]), []).append(r)
+    by_task: dict[str, list[AttemptRecord]] = {}
+    for r in as_records(records):
+        by_task.setdefault(r.task, []).append(r)
     out: dict[str, TaskHealth] = {}
     for task, rows in sorted(by_task.items()):
         reasons: dict[HealthFlag, str] = {}
-        nop_passes = [r for r in rows if r.get("subject_kind") == NOP_KIND and status_of(r) is Status.AGENT_SUCCESS]
+        nop_passes = [r for r in rows if r.subject_kind == NOP_KIND and r.status is Status.AGENT_SUCCESS]
         if nop_passes:
             reasons[HealthFlag.NOP_PASSES] = f"{len(nop_passes)} nop cell(s) passed: {_ids(nop_passes)}"
         oracle_fails = [
             r
             for r in rows
-            if r.get("subject_kind") == ORACLE_KIND
-            and status_of(r) in OFFICIAL
-            and status_of(r) is not Status.AGENT_SUCCESS
+            if r.subject_kind == ORACLE_KIND and r.status in OFFICIAL and r.status is not Status.AGENT_SUCCESS
         ]
         if oracle_fails:
             reasons[HealthFlag.ORACLE_FAILS] = f"{len(oracle_fails)} oracle cell(s) did not pass: {_ids(oracle_fails)}"
-        graded = [r for r in rows if r.get("subject_kind") not in REFERENCE_KINDS and status_of(r) in OFFICIAL]
-        subjects = {r["subject"] for r in graded}
+        graded = [r for r in rows if r.subject_kind not in REFERENCE_KINDS and r.status in OFFICIAL]
+        subjects = {r.subject for r in graded}
         if len(subjects) >= 2:
-            passed = {status_of(r) is Status.AGENT_SUCCESS for r in graded}
+            passed = {r.status is Status.AGENT_SUCCESS for r in graded}
             if passed == {True}:
                 reasons[HealthFlag.UNINFORMATIVE] = f"every official row of {len(subjects)} subjects passed"
             elif passed == {False}:
@@ -222,7 +221,7 @@ class CohortSummary:
     counts: dict[Status, int]
     health: dict[str, TaskHealth]
     #: task -> subject -> the cell records, ordered by repetition.
-    grid: dict[str, dict[str, list[Mapping[str, Any]]]]
+    grid: dict[str, dict[str, list[AttemptRecord]]]
     #: Every two subjects, A before B in name order, with Holm-adjusted p-values (official rows).
     comparisons: tuple[PairedComparison, ...] = ()
     #: The same pairs on every row, any non-pass = 0 (what the subject caused counts, budget included).
@@ -285,7 +284,7 @@ def flip(c: PairedComparison) -> PairedComparison:
 
 
 def pairwise(
-    by_subject: Mapping[str, Sequence[Mapping[str, Any]]],
+    by_subject: Mapping[str, Sequence[AttemptRecord]],
     references: frozenset[str] = frozenset(),
     view: View = "official",
 ) -> tuple[PairedComparison, ...]:
@@ -308,18 +307,19 @@ def pairwise(
     return tuple(adjust_family(out, references.__contains__))
 
 
-def summarize(records: Sequence[Mapping[str, Any]], *, compare: bool = True) -> CohortSummary:
+def summarize(records: Sequence[AttemptRecord | Mapping[str, Any]], *, compare: bool = True) -> CohortSummary:
     """Summarise a cohort's cell records: per subject, per class, per task (sorted by name), pairwise."""
-    by_subject: dict[str, list[Mapping[str, Any]]] = {}
-    grid: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    records = as_records(records)
+    by_subject: dict[str, list[AttemptRecord]] = {}
+    grid: dict[str, dict[str, list[AttemptRecord]]] = {}
     counts = {s: 0 for s in Status}
     for r in records:
-        counts[status_of(r)] += 1
-        by_subject.setdefault(str(r["subject"]), []).append(r)
-        grid.setdefault(str(r["task"]), {}).setdefault(str(r["subject"]), []).append(r)
+        counts[r.status] += 1
+        by_subject.setdefault(r.subject, []).append(r)
+        grid.setdefault(r.task, {}).setdefault(r.subject, []).append(r)
     for row in grid.values():
         for cells in row.values():
-            cells.sort(key=lambda r: (r.get("repetition") or 0, str(r.get("cell_id"))))
+            cells.sort(key=lambda r: (r.repetition, r.cell_id))
     partial = partial_credit(records)
     subjects = tuple(summarize_subject(name, by_subject[name], scores=partial) for name in sorted(by_subject))
     references = frozenset(s.subject for s in subjects if s.kind in REFERENCE_KINDS)
