@@ -6,8 +6,8 @@ runs in a fresh environment from its own definition, with the artifacts placed a
 original paths, ``/tests`` fresh and an empty ``/logs/verifier``. Nothing else the subject
 did (replaced tools, files outside the artifacts, processes) exists there.
 
-``verify_in_separate_environment`` is the reusable part (a multi-step lifecycle calls it per
-step); ``verify_separately`` is the single-step hook ``run/attempt.py`` calls.
+``verify_in_separate_environment`` is what the step loop (run/steps.py) calls for a step
+that verifies separately (a single-step task's one step, or each step of a multi-step task).
 """
 
 from __future__ import annotations
@@ -17,29 +17,24 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import InfraError, SubjectFault
 from ..core.task import ARTIFACTS_DIR, Artifact, CollectHook, Task, VerifierEnvironment
 from ..executors.base import LeaseRequest, Sandbox
 from ..executors.hostfs import remove_path
 from ..executors.separate import ArtifactReport, VerifierEnvironments
+from .facts import Tamper
+from .phases import refuse, verify
 from .restore import base_env, fresh_verifier_dirs, guarded, image_env_of
-
-if TYPE_CHECKING:
-    from .work import AttemptWork
+from .work import AttemptWork
 
 MECHANISM = (
     "separate verifier environment: the subject's environment was stopped and only the declared "
     "artifacts were carried into a fresh one"
 )
-#: Entries of the record's ``verifier`` set before the verify step, which keeps them.
-KEPT_VERIFIER_KEYS = ("environment", "artifacts", "collect_hooks")
 #: Host directory (in the attempt dir) holding what was carried, by artifact index.
 CARRIED_DIR = "carried"
-
-VerifyFn = Callable[..., None]
-RefuseFn = Callable[["AttemptWork", SubjectFault], None]
 
 
 def artifacts_of(task: Task, extra: Sequence[Artifact] = ()) -> list[Artifact]:
@@ -166,7 +161,7 @@ def separate_verifier(
         raise InfraError(f"the {executor.kind} executor offers no separate verifier environment")
     task = work.cell.task
     if collect:
-        work.verifier_info["collect_hooks"] = run_collect_hooks(work, sandbox, collect)
+        work.verifier_facts.collect_hooks = run_collect_hooks(work, sandbox, collect)
     if stop:
         executor.stop_environment(sandbox)
     host_root = work.attempt_dir / CARRIED_DIR
@@ -176,9 +171,9 @@ def separate_verifier(
             executor, sandbox, artifacts_of(task, extra_artifacts), host_root, work.settings.budgets.max_artifact_bytes
         ),
     )
-    work.verifier_info["artifacts"] = [entry for _, _, entry in carried]
+    work.verifier_facts.artifacts = [entry for _, _, entry in carried]
     with executor.verifier_lease(sandbox, request, environment) as verifier_box:
-        work.verifier_info["environment"] = {
+        work.verifier_facts.environment = {
             "mode": "separate",
             "definition": definition(task, environment),
             **executor.describe_verifier(verifier_box),
@@ -187,7 +182,7 @@ def separate_verifier(
             if copy is not None:
                 verifier_box.put(copy, artifact.source)
         fresh_verifier_dirs(verifier_box, tests, request.scratch_dir)  # after the artifacts: they never win
-        work.verifier_info["tamper"] = {"mechanism": MECHANISM}
+        work.verifier_facts.tamper = Tamper({"mechanism": MECHANISM})
         yield verifier_box
 
 
@@ -199,8 +194,6 @@ def verify_in_separate_environment(
     tests: Callable[[], Path | None],
     deadline: tuple[float, str] | None,
     *,
-    verify: VerifyFn,
-    refuse: RefuseFn,
     extra_artifacts: Sequence[Artifact] = (),
     collect: Sequence[CollectHook] = (),
     stop: bool = True,
@@ -208,8 +201,8 @@ def verify_in_separate_environment(
     """Verify in ``environment``: what a lifecycle calls once (a task) or per step (``stop=False``
     for a step after which the subject runs again; a step's own ``artifacts`` as ``extra_artifacts``).
 
-    ``tests`` gives the hidden tests' host directory; ``verify`` is the lifecycle's verify step,
-    run on the verifier's sandbox; ``refuse`` records an attempt whose artifacts cannot be carried.
+    ``tests`` gives the hidden tests' host directory; the verify step runs on the verifier's
+    sandbox; an attempt whose artifacts cannot be carried is refused.
     """
     with ExitStack() as stack:
         try:
@@ -230,29 +223,4 @@ def verify_in_separate_environment(
         except SubjectFault as fault:
             refuse(work, fault)
             return
-        verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)  # it keeps KEPT_VERIFIER_KEYS
-
-
-def verify_separately(
-    work: AttemptWork,
-    sandbox: Sandbox,
-    request: LeaseRequest,
-    deadline: tuple[float, str] | None,
-    *,
-    verify: VerifyFn,
-    refuse: RefuseFn,
-) -> None:
-    """The single-step hook of ``run/attempt.py``: verify in the task's separate environment."""
-    task = work.cell.task
-    assert task.verifier_environment is not None
-    verify_in_separate_environment(
-        work,
-        sandbox,
-        request,
-        task.verifier_environment,
-        lambda: work.verifier.tests_payload(task, request.scratch_dir),
-        deadline,
-        verify=verify,
-        refuse=refuse,
-        collect=task.verifier_collect,
-    )
+        verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)
