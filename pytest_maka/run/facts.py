@@ -1,9 +1,11 @@
 """The typed facts one attempt (or one step) gathers: of the subject, the verifier, its budget and isolation.
 
 The phases fill these; ``run/record.py`` alone turns them into the record's ``agent``,
-``verifier``, ``budget`` and ``isolation`` mappings. A fact's field here is its record key
-(``None`` / empty: absent from the record unless the field's note says otherwise), so a
-misspelt fact is a type error, not a new key.
+``verifier``, ``budget`` and ``isolation`` mappings. A fact's field here is its record key,
+in the record's order: a field without a default is always recorded, one with a default only
+once it differs from it (``record_of``); a ``MERGED`` field's keys (a nested run's, or a
+subject's or verifier's own) go in at its place. So a misspelt fact is a type error, not a
+new key, and a new recorded fact is one field here and the line of the phase that learns it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.spec import Budgets
+
+#: Field metadata: the field's mapping is merged into its record at its place, not nested under its name.
+MERGED = {"merged": True}
 
 
 @dataclass(frozen=True)
@@ -42,10 +47,10 @@ class AgentFacts:
     setup: StepSetup | None = None
     #: Why the subject never started (a budget spent, the environment failed).
     not_started: str | None = None
-    run: SubjectRun | None = None
+    run: SubjectRun | None = field(default=None, metadata=MERGED)
     limits_hit: list[str] = field(default_factory=list)
-    #: The subject could not start (recorded as ``started: false``).
-    could_not_start: bool = False
+    #: False: the subject could not start.
+    started: bool | None = None
     stop_reason: str | None = None
     error: str | None = None
     cost_source: str | None = None
@@ -53,7 +58,7 @@ class AgentFacts:
     cost: dict[str, Any] | None = None
     usage_partial: bool = False
     #: What the subject handed over to the agent (its own keys, ``SubjectResult.handoff``).
-    handoff: dict[str, Any] = field(default_factory=dict)
+    handoff: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
     telemetry: dict[str, Any] | None = None
     workspace_changes: dict[str, int] | None = None
     copied_out: dict[str, Any] | None = None
@@ -90,7 +95,7 @@ class VerifierRun:
     passed_with_exit_code: int | None = None
     collect_notes: list[str] = field(default_factory=list)
     #: The verifier's own details (``Verdict.details``), merged into the record as they are.
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ class IsolationFacts:
     """The record's ``isolation``: what the sandbox reported of itself, then the network it had."""
 
     #: ``Sandbox.isolation(...)``: the executor's own keys.
-    sandbox: dict[str, Any] = field(default_factory=dict)
+    sandbox: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
     teardown_error: str | None = None
     #: ``egress.phase.network_record``: set when the attempt ends (replaces the sandbox's ``network``).
     network: dict[str, Any] | None = None

@@ -18,7 +18,7 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, ReportsFullDisk, Sandbox, VerdictChannel
+from ..executors.base import ExecAhead, ExecResult, ReportsFullDisk, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
@@ -117,7 +117,7 @@ def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, li
     )
     work.agent_facts = AgentFacts(run=run, limits_hit=list(result.limits_hit))  # what came before it is gone
     if not result.started:
-        work.agent_facts.could_not_start = True
+        work.agent_facts.started = False
         work.subject_outcome = SubjectOutcome(started=False)
         work.infra_error = f"the subject could not start: {result.error}"
         return False
@@ -261,23 +261,43 @@ def verify(
     user = phase_user(sandbox, task.verifier_user, "verifier", [VERIFIER_LOGS_DIR, VERIFIER_HOME])
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
-    notes: list[str] = []
-    copied = CopyReport()
     with work.timed("collect"):  # the reward first, before anything else runs in the environment
-        try:
-            salvage(
-                notes,
-                "copying /logs/verifier out",
-                lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied),
-            )
-        finally:
-            close_verdict(sandbox)
-        artifacts = d / "artifacts"
-        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+        notes, copied = collect_verifier_output(sandbox, ctx)
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
         verdict = reward_links(verifier.grade(task, result, ctx), copied)
+    take_verdict(work, sandbox, verifier, result, verdict, ctx, cut_by=cut_by, notes=notes)
+
+
+def collect_verifier_output(sandbox: Sandbox, ctx: VerifyContext) -> tuple[list[str], CopyReport]:
+    """Copy ``/logs/verifier`` out (then close the verdict channel) and ``/logs/artifacts``;
+    what could not be copied as notes, and the verifier logs' copy report."""
+    notes: list[str] = []
+    copied = CopyReport()
+    try:
+        salvage(
+            notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied)
+        )
+    finally:
+        close_verdict(sandbox)
+    artifacts = ctx.attempt_dir / "artifacts"
+    salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+    return notes, copied
+
+
+def take_verdict(
+    work: AttemptWork,
+    sandbox: Sandbox,
+    verifier: Verifier,
+    result: ExecResult,
+    verdict: Verdict,
+    ctx: VerifyContext,
+    *,
+    cut_by: str | None,
+    notes: list[str],
+) -> None:
+    """The verification's facts: the verdict, the verifier's outcome and what it did."""
     no_verdict = verdict.passed is None and not result.timed_out
     full = sandbox.full_disk() if no_verdict and isinstance(sandbox, ReportsFullDisk) else None
     if full:  # the verifier could not write its reward on the disk the subject filled: the subject's doing
@@ -299,14 +319,14 @@ def verify(
         kind=verifier.name,
         exit_code=result.exit_code,
         timed_out=result.timed_out,
-        timeout_sec=timeout,
+        timeout_sec=ctx.timeout_sec,
         duration_s=round(result.duration_s, 4),
         set_up_ahead=result.set_up_ahead,
         reward=verdict.score,
         rewards=verdict.rewards,
         reward_source=verdict.source,
         error=verdict.error,
-        output_path=ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
+        output_path=ctx.stdout_path.relative_to(work.settings.out_dir).as_posix(),
         verdict_channel=verdict_channel(sandbox),
         # a diagnostic, never a verdict: code the verifier ran may have written the reward and
         # then ended the script (docs/security.md, "The verdict channel", residual risk)

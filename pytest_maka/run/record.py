@@ -1,70 +1,44 @@
 """The one place where an attempt's typed facts (``run/facts.py``) become the record's mappings.
 
 The lifecycle's record building (``CellRunner._build``) passes these to
-``core.records.attempt_record``; a field of a facts record is its key, ``None`` / empty
-absent unless noted (the record's shape is the ledger's contract: same keys, same values).
+``core.records.attempt_record``. A facts record's fields are its keys (``record_of``); the
+``verifier``'s order, a step's budget and the ``steps`` list are spelled out here. The
+record's shape is the ledger's contract: same keys, same values, absent stays absent.
 """
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
 from ..egress.plan import PHASES
-from .facts import AgentFacts, BudgetFacts, IsolationFacts, StepsVerdict, Tamper, VerifierFacts, VerifierRun
+from .facts import AgentFacts, BudgetFacts, IsolationFacts, Tamper, VerifierFacts
 from .work import AttemptWork, StepsRun
+
+
+def record_of(facts: Any) -> dict[str, Any]:
+    """A facts record (``run/facts.py``) as its mapping: its fields in order, a field with a
+    default absent while it has it; nested facts records as their mappings; ``MERGED``
+    fields' keys merged in at their place."""
+    out: dict[str, Any] = {}
+    for f in fields(facts):
+        value = getattr(facts, f.name)
+        if f.default is not MISSING and value == f.default:
+            continue
+        if f.default_factory is not MISSING and value == f.default_factory():
+            continue
+        if is_dataclass(value):
+            value = record_of(value)
+        if f.metadata.get("merged"):
+            out.update(value)
+        else:
+            out[f.name] = value
+    return out
 
 
 def agent_mapping(facts: AgentFacts) -> dict[str, Any]:
     """The record's ``agent``."""
-    out: dict[str, Any] = {}
-    if facts.setup is not None:
-        out["setup"] = {"exit_code": facts.setup.exit_code, "duration_s": facts.setup.duration_s}
-    if facts.not_started:
-        out["not_started"] = facts.not_started
-    if facts.run is not None:
-        run = facts.run
-        out.update(
-            exit_code=run.exit_code,
-            timed_out=run.timed_out,
-            timeout_sec=run.timeout_sec,
-            duration_s=run.duration_s,
-            output_truncated=run.output_truncated,
-            env_passed=run.env_passed,
-        )
-    if facts.limits_hit:
-        out["limits_hit"] = list(facts.limits_hit)
-    if facts.could_not_start:
-        out["started"] = False
-    for key, text in (
-        ("stop_reason", facts.stop_reason),
-        ("error", facts.error),
-        ("cost_source", facts.cost_source),
-        ("version", facts.version),
-    ):
-        if text:
-            out[key] = text
-    if facts.cost is not None:
-        out["cost"] = facts.cost
-    if facts.usage_partial:
-        out["usage_partial"] = True
-    out.update(facts.handoff)
-    if facts.telemetry:
-        out["telemetry"] = facts.telemetry
-    if facts.workspace_changes is not None:
-        out["workspace_changes"] = facts.workspace_changes
-    if facts.copied_out is not None:
-        out["copied_out"] = facts.copied_out
-    if facts.copy_truncated:
-        out["copy_truncated"] = True
-    if facts.freeze_notes:
-        out["freeze_notes"] = facts.freeze_notes
-    if facts.usage_problems:
-        out["usage_problems"] = facts.usage_problems
-    if facts.claim_agrees_with_verdict is not None:
-        out["claim_agrees_with_verdict"] = facts.claim_agrees_with_verdict
-    if facts.decisive_step is not None:
-        out["decisive_step"] = facts.decisive_step
-    return out
+    return record_of(facts)
 
 
 def _tamper(tamper: Tamper | None) -> dict[str, Any] | None:
@@ -75,51 +49,10 @@ def _tamper(tamper: Tamper | None) -> dict[str, Any] | None:
     return {**tamper.report, "refused": tamper.refused, "paths": tamper.paths}
 
 
-def _verifier_run(run: VerifierRun) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "kind": run.kind,
-        "exit_code": run.exit_code,
-        "timed_out": run.timed_out,
-        "timeout_sec": run.timeout_sec,
-        "duration_s": run.duration_s,
-        "set_up_ahead": run.set_up_ahead,
-        "reward": run.reward,
-        "rewards": run.rewards,
-        "reward_source": run.reward_source,
-        "error": run.error,
-        "output_path": run.output_path,
-        "verdict_channel": run.verdict_channel,
-    }
-    if run.passed_with_exit_code is not None:
-        out["passed_with_exit_code"] = run.passed_with_exit_code
-    if run.collect_notes:
-        out["collect_notes"] = run.collect_notes
-    out.update(run.details)  # the verifier's own keys
-    return out
-
-
-def _steps_verdict(steps: StepsVerdict) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "kind": steps.kind,
-        "strategy": steps.strategy,
-        "reward": steps.reward,
-        "rewards": steps.rewards,
-        "reward_source": steps.reward_source,
-        "steps_run": steps.steps_run,
-        "steps_total": steps.steps_total,
-        "timed_out": steps.timed_out,
-        "timeout_sec": steps.timeout_sec,
-        "error": steps.error,
-    }
-    if steps.stopped:
-        out["stopped"] = steps.stopped
-    return out
-
-
 def verifier_mapping(facts: VerifierFacts) -> dict[str, Any]:
     """The record's ``verifier``."""
     if facts.steps is not None:
-        return _steps_verdict(facts.steps)
+        return record_of(facts.steps)
     before = (
         ("environment", facts.environment),
         ("artifacts", facts.artifacts),
@@ -130,7 +63,7 @@ def verifier_mapping(facts: VerifierFacts) -> dict[str, Any]:
         if facts.tamper is not None:
             out["tamper"] = _tamper(facts.tamper)
         return out
-    out = _verifier_run(facts.run)
+    out = record_of(facts.run)
     out["tamper"] = _tamper(facts.tamper)
     out.update({key: value for key, value in before if value is not None})
     return out
@@ -160,13 +93,9 @@ def budget_mapping(facts: BudgetFacts, exceeded: str | None = None) -> dict[str,
 
 
 def isolation_mapping(facts: IsolationFacts) -> dict[str, Any]:
-    """The record's ``isolation``: the sandbox's report, its teardown error, the network it had."""
-    out = dict(facts.sandbox)
-    if facts.teardown_error is not None:
-        out["teardown_error"] = facts.teardown_error
-    if facts.network is not None:
-        out["network"] = facts.network
-    return out
+    """The record's ``isolation``: the sandbox's report, its teardown error, the network it had
+    (in the sandbox's ``network`` place when it reported one)."""
+    return record_of(facts)
 
 
 def steps_mapping(work: AttemptWork, steps: StepsRun) -> list[dict[str, Any]]:

@@ -63,7 +63,7 @@ def test_a_subject_that_ran_has_its_measured_keys_then_its_own_report() -> None:
 def test_a_subject_that_never_started_has_only_why() -> None:
     assert agent_mapping(AgentFacts(not_started="the run spent 2 USD")) == {"not_started": "the run spent 2 USD"}
     assert agent_mapping(AgentFacts(setup=StepSetup(1, 0.25))) == {"setup": {"exit_code": 1, "duration_s": 0.25}}
-    could_not = AgentFacts(run=SUBJECT, limits_hit=["memory"], could_not_start=True)
+    could_not = AgentFacts(run=SUBJECT, limits_hit=["memory"], started=False)
     assert list(agent_mapping(could_not))[-2:] == ["limits_hit", "started"]
     assert agent_mapping(could_not)["started"] is False
 
