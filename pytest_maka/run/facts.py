@@ -125,6 +125,51 @@ class Tamper:
     paths: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class HookResult:
+    """How a collect hook that ran ended (both recorded, ``None`` included)."""
+
+    exit_code: int | None
+    timed_out: bool
+
+
+@dataclass(frozen=True)
+class CollectHookRun:
+    """One ``[[verifier.collect]]`` hook, run in the subject's environment before it stops."""
+
+    command: str
+    service: str
+    #: Why it did not run (a sidecar's hook without a compose environment).
+    not_run: str | None = None
+    result: HookResult | None = field(default=None, metadata=MERGED)
+
+
+@dataclass
+class CarriedArtifact:
+    """One declared artifact carried (or not) into a separate verifier environment."""
+
+    source: str
+    bytes: int
+    entries: int
+    #: Why it was not carried (then nothing below is set).
+    not_carried: str | None = None
+    skipped_links: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    truncated: bool = False
+    #: What its ``exclude`` patterns removed (the first 50).
+    excluded: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SeparateEnvironment:
+    """Which fresh environment verified: its definition and what the executor says of it."""
+
+    mode: str
+    definition: str
+    #: ``VerifierEnvironments.describe_verifier``: the executor's own keys (image, container).
+    described: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
+
+
 @dataclass
 class VerifierFacts:
     """The record's ``verifier``."""
@@ -133,11 +178,11 @@ class VerifierFacts:
     #: Set instead of ``run`` for a multi-step task (run/steps.py folds its steps).
     steps: StepsVerdict | None = None
     tamper: Tamper | None = None
-    #: A separate verifier environment: which one verified (``mode``, ``definition``, the executor's keys).
-    environment: dict[str, Any] | None = None
+    #: A separate verifier environment: which one verified.
+    environment: SeparateEnvironment | None = None
     #: A separate verifier environment: what was carried into it, per artifact.
-    artifacts: list[dict[str, Any]] | None = None
-    collect_hooks: list[dict[str, Any]] | None = None
+    artifacts: list[CarriedArtifact] | None = None
+    collect_hooks: list[CollectHookRun] | None = None
 
     @property
     def timeout_sec(self) -> float | None:

@@ -27,13 +27,21 @@ def record_of(facts: Any) -> dict[str, Any]:
             continue
         if f.default_factory is not MISSING and value == f.default_factory():
             continue
-        if is_dataclass(value):
-            value = record_of(value)
+        value = _plain(value)
         if f.metadata.get("merged"):
             out.update(value)
         else:
             out[f.name] = value
     return out
+
+
+def _plain(value: Any) -> Any:
+    """Facts records (also in a list) as their mappings; anything else as it is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return record_of(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def agent_mapping(facts: AgentFacts) -> dict[str, Any]:
@@ -59,13 +67,13 @@ def verifier_mapping(facts: VerifierFacts) -> dict[str, Any]:
         ("collect_hooks", facts.collect_hooks),
     )
     if facts.run is None:  # not verified: what was done towards it, in the order it was done
-        out: dict[str, Any] = {key: value for key, value in reversed(before) if value is not None}
+        out: dict[str, Any] = {key: _plain(value) for key, value in reversed(before) if value is not None}
         if facts.tamper is not None:
             out["tamper"] = _tamper(facts.tamper)
         return out
     out = record_of(facts.run)
     out["tamper"] = _tamper(facts.tamper)
-    out.update({key: value for key, value in before if value is not None})
+    out.update({key: _plain(value) for key, value in before if value is not None})
     return out
 
 

@@ -17,14 +17,13 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import InfraError, SubjectFault
 from ..core.task import ARTIFACTS_DIR, Artifact, CollectHook, Task, VerifierEnvironment
 from ..executors.base import LeaseRequest, Sandbox
 from ..executors.hostfs import remove_path
 from ..executors.separate import ArtifactReport, VerifierEnvironments
-from .facts import Tamper
+from .facts import CarriedArtifact, CollectHookRun, HookResult, SeparateEnvironment, Tamper
 from .phases import refuse, verify
 from .restore import base_env, fresh_verifier_dirs, guarded, image_env_of
 from .work import AttemptWork
@@ -86,41 +85,36 @@ def _apply_excludes(root: Path, patterns: Sequence[str]) -> list[str]:
 
 def carry_artifacts(
     executor: VerifierEnvironments, sandbox: Sandbox, artifacts: Sequence[Artifact], host_root: Path, max_bytes: int
-) -> list[tuple[Artifact, Path | None, dict[str, Any]]]:
+) -> list[tuple[Artifact, Path | None, CarriedArtifact]]:
     """Copy each artifact out of the stopped ``sandbox`` (one byte budget for all); per artifact
-    its host copy (None: not carried) and the record's entry."""
-    out: list[tuple[Artifact, Path | None, dict[str, Any]]] = []
+    its host copy (None: not carried) and what the record says of it."""
+    out: list[tuple[Artifact, Path | None, CarriedArtifact]] = []
     left = max_bytes
     for index, artifact in enumerate(artifacts):
         dest = host_root / str(index)
         report = ArtifactReport(max_bytes=left)
         why = executor.carry_out(sandbox, artifact.source, dest, report)
         left = max(0, left - report.bytes)
-        entry: dict[str, Any] = {"source": artifact.source, "bytes": report.bytes, "entries": report.entries}
+        entry = CarriedArtifact(artifact.source, report.bytes, report.entries)
         if why is not None:
-            entry["not_carried"] = why
+            entry.not_carried = why
             out.append((artifact, None, entry))
             continue
-        if report.links:
-            entry["skipped_links"] = report.skipped_links()
-        if report.skipped:
-            entry["skipped"] = report.skipped
-        if report.truncated:
-            entry["truncated"] = True
-        if excluded := _apply_excludes(dest, artifact.exclude):
-            entry["excluded"] = excluded[:50]
+        entry.skipped_links = report.skipped_links() if report.links else []
+        entry.skipped, entry.truncated = list(report.skipped), report.truncated
+        entry.excluded = _apply_excludes(dest, artifact.exclude)[:50]
         out.append((artifact, dest if os.path.lexists(dest) else None, entry))
     return out
 
 
-def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[CollectHook]) -> list[dict[str, Any]]:
+def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[CollectHook]) -> list[CollectHookRun]:
     """``[[verifier.collect]]`` of the main service, in the subject's environment before it stops
     (best effort, as Harbor: a failing hook is recorded, never fatal)."""
-    out: list[dict[str, Any]] = []
+    out: list[CollectHookRun] = []
     for index, hook in enumerate(hooks):
-        entry: dict[str, Any] = {"command": hook.command, "service": hook.service}
         if hook.service != "main":
-            entry["not_run"] = "collect hooks of sidecar services need a compose environment"
+            why = "collect hooks of sidecar services need a compose environment"
+            out.append(CollectHookRun(hook.command, hook.service, not_run=why))
         else:
             result = sandbox.exec(
                 hook.command,
@@ -131,8 +125,9 @@ def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[Colle
                 cwd=work.cell.task.workdir,
                 max_output_bytes=work.settings.budgets.max_output_bytes,
             )
-            entry.update(exit_code=result.exit_code, timed_out=result.timed_out)
-        out.append(entry)
+            out.append(
+                CollectHookRun(hook.command, hook.service, result=HookResult(result.exit_code, result.timed_out))
+            )
     return out
 
 
@@ -173,11 +168,9 @@ def separate_verifier(
     )
     work.verifier_facts.artifacts = [entry for _, _, entry in carried]
     with executor.verifier_lease(sandbox, request, environment) as verifier_box:
-        work.verifier_facts.environment = {
-            "mode": "separate",
-            "definition": definition(task, environment),
-            **executor.describe_verifier(verifier_box),
-        }
+        work.verifier_facts.environment = SeparateEnvironment(
+            "separate", definition(task, environment), executor.describe_verifier(verifier_box)
+        )
         for artifact, copy, _ in carried:
             if copy is not None:
                 verifier_box.put(copy, artifact.source)

@@ -12,8 +12,12 @@ import pytest
 from pytest_maka.run.facts import (
     AgentFacts,
     BudgetFacts,
+    CarriedArtifact,
     CellLimits,
+    CollectHookRun,
+    HookResult,
     IsolationFacts,
+    SeparateEnvironment,
     StepSetup,
     SubjectRun,
     Tamper,
@@ -74,14 +78,25 @@ def test_a_misspelt_fact_is_an_error_not_a_new_key() -> None:
 
 
 def test_verifier_keys_keep_the_verdict_first_then_what_came_before_it() -> None:
-    facts = VerifierFacts(run=VERIFIED, tamper=Tamper({"mechanism": "m"}), environment={"mode": "separate"})
+    environment = SeparateEnvironment("separate", "image debian", {"image": "sha256:1"})
+    carried = [CarriedArtifact("/logs/artifacts", 0, 0, not_carried="gone"), CarriedArtifact("/app", 10, 1)]
+    facts = VerifierFacts(run=VERIFIED, tamper=Tamper({"mechanism": "m"}), environment=environment, artifacts=carried)
     out = verifier_mapping(facts)
-    assert list(out)[-4:] == ["verdict_channel", "tests", "tamper", "environment"]
+    assert list(out)[-5:] == ["verdict_channel", "tests", "tamper", "environment", "artifacts"]
     assert out["tamper"] == {"mechanism": "m"} and "collect_hooks" not in out
+    assert out["environment"] == {"mode": "separate", "definition": "image debian", "image": "sha256:1"}
+    assert out["artifacts"] == [
+        {"source": "/logs/artifacts", "bytes": 0, "entries": 0, "not_carried": "gone"},
+        {"source": "/app", "bytes": 10, "entries": 1},
+    ]
     # not verified (refused while carrying the artifacts): in the order it happened
-    refused = VerifierFacts(collect_hooks=[{"command": "c"}], tamper=Tamper(refused="r", paths=["/a"]))
+    hooks = [CollectHookRun("c", "main", result=HookResult(None, True)), CollectHookRun("d", "db", not_run="x")]
+    refused = VerifierFacts(collect_hooks=hooks, tamper=Tamper(refused="r", paths=["/a"]))
     assert verifier_mapping(refused) == {
-        "collect_hooks": [{"command": "c"}],
+        "collect_hooks": [
+            {"command": "c", "service": "main", "exit_code": None, "timed_out": True},
+            {"command": "d", "service": "db", "not_run": "x"},
+        ],
         "tamper": {"refused": "r", "paths": ["/a"]},
     }
     assert verifier_mapping(VerifierFacts()) == {}
