@@ -19,7 +19,7 @@ from ..core.spec import Budgets
 MERGED = {"merged": True}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SubjectRun:
     """What the harness measured of the subject's run (all recorded, ``None`` included)."""
 
@@ -31,7 +31,7 @@ class SubjectRun:
     env_passed: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepSetup:
     """A step's ``setup.sh``: how it ended."""
 
@@ -39,7 +39,7 @@ class StepSetup:
     duration_s: float
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentFacts:
     """The record's ``agent``: the subject's run, what it reported and what freeze found."""
 
@@ -75,7 +75,7 @@ class AgentFacts:
         return self.run.timeout_sec if self.run is not None else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VerifierRun:
     """What the verifier did and said (all recorded, ``None`` included)."""
 
@@ -98,7 +98,7 @@ class VerifierRun:
     details: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepsVerdict:
     """A multi-step task's verifier facts: how its steps' verdicts were folded."""
 
@@ -115,7 +115,7 @@ class StepsVerdict:
     stopped: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Tamper:
     """The record's ``verifier.tamper``: how the environment was made fit to verify, and a refusal."""
 
@@ -125,7 +125,7 @@ class Tamper:
     paths: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HookResult:
     """How a collect hook that ran ended (both recorded, ``None`` included)."""
 
@@ -133,7 +133,7 @@ class HookResult:
     timed_out: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectHookRun:
     """One ``[[verifier.collect]]`` hook, run in the subject's environment before it stops."""
 
@@ -144,7 +144,7 @@ class CollectHookRun:
     result: HookResult | None = field(default=None, metadata=MERGED)
 
 
-@dataclass
+@dataclass(slots=True)
 class CarriedArtifact:
     """One declared artifact carried (or not) into a separate verifier environment."""
 
@@ -160,7 +160,7 @@ class CarriedArtifact:
     excluded: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SeparateEnvironment:
     """Which fresh environment verified: its definition and what the executor says of it."""
 
@@ -170,7 +170,7 @@ class SeparateEnvironment:
     described: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
 
-@dataclass
+@dataclass(slots=True)
 class VerifierFacts:
     """The record's ``verifier``."""
 
@@ -191,7 +191,7 @@ class VerifierFacts:
         return self.run.timeout_sec if self.run is not None else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timeouts:
     """The timeouts a step's subject and verifier got (scaled; the agent's cut by a deadline)."""
 
@@ -199,7 +199,7 @@ class Timeouts:
     verifier_timeout_sec: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CellLimits:
     """The experimenter's limits of the cell."""
 
@@ -213,7 +213,7 @@ class CellLimits:
         return cls(budgets.cell_timeout_sec, budgets.max_tokens, budgets.max_cost_usd, budgets.max_output_bytes)
 
 
-@dataclass
+@dataclass(slots=True)
 class BudgetFacts:
     """The record's ``budget`` (its ``exceeded`` is ``AttemptWork.budget_exceeded``)."""
 
@@ -224,7 +224,7 @@ class BudgetFacts:
     steps: list[BudgetFacts] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class IsolationFacts:
     """The record's ``isolation``: what the sandbox reported of itself, then the network it had."""
 

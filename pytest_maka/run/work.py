@@ -54,7 +54,7 @@ def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
     return dict(mounts(task)) if callable(mounts) else {}
 
 
-@dataclass
+@dataclass(slots=True)
 class AttemptWork:
     """Mutable state of one attempt: what happened, measured by the harness."""
 
@@ -195,7 +195,7 @@ class AttemptWork:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class StepsRun:
     """The steps of a multi-step task that ran, each with its own work and outcome, in order."""
 

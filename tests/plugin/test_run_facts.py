@@ -178,3 +178,9 @@ def test_one_lifecycle_one_healthcheck_poller() -> None:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_subject"
     }
     assert callers == {"steps"}
+
+
+def test_a_misspelt_fact_set_later_is_an_error_too() -> None:
+    facts = AgentFacts()
+    with pytest.raises(AttributeError):
+        facts.not_startd = "typo"  # type: ignore[attr-defined]
