@@ -4,7 +4,7 @@ Starts ``dask scheduler`` and two ``maka worker --cells C`` (Dask workers) on
 127.0.0.1, runs CELLS cells whose subject sleeps SLEEP seconds with ``--maka-cluster``, then
 the same cohort in one process with ``--maka-concurrency 2C``, and prints wall time, the
 ideal (perfect overlap of 2C cells) and the controller's peak RSS for both. On one machine
-the cluster only adds overhead (task shipping, a pytest session per worker, artifacts
+the cluster only adds overhead (task shipping, an engine per worker, artifacts
 packed and unpacked); the figure says how much. ``cpu s`` is the controller's process tree
 only (the workers' CPU is not counted); ``load`` is the load average when the run started.
 

@@ -138,10 +138,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every task's facts here")
     args = parser.parse_args()
     from pytest_maka.executors.docker.compose import compose_command
-    from pytest_maka.executors.docker.executor import SEPARATE_FEATURES
+    from pytest_maka.executors.docker.executor import DockerExecutor
 
-    features = frozenset({"users", "healthcheck", "multi-step", "image", *SEPARATE_FEATURES})
-    features |= {"compose"} if compose_command() else set()
+    features = DockerExecutor.capabilities.features - ({"compose"} if not compose_command() else set())
     entries = yaml.safe_load(args.manifest.read_text())["repositories"]
     work = args.work or Path(tempfile.mkdtemp(prefix="maka-survey-"))
     facts: list[TaskFacts] = []

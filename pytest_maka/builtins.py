@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from .core.cell import Cell
+from .core.kinds import Kind, kind_table
 from .core.taxonomy import AttemptFacts, Status, classify
 from .executors.docker.options import DockerOptions
 from .subjects.acp.options import AcpOptions
@@ -32,45 +33,38 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
             pluginmanager.register(importlib.import_module(module), name)
 
 
+def _docker_executor(options: DockerOptions) -> Any:
+    from .executors.docker.executor import DockerExecutor
+
+    return DockerExecutor(options)
+
+
+def _acp_subject(spec: Any) -> Any:
+    from .subjects.acp.subject import AcpSubject
+
+    return AcpSubject(spec)
+
+
+#: ``kind: docker`` and ``kind: acp`` validate their options at load time without importing the
+#: Docker SDK or the ACP library; those are imported when a cohort makes one.
+DOCKER = Kind("docker", DockerOptions, _docker_executor)
+ACP = Kind("acp", AcpOptions, _acp_subject)
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_maka_subject_kinds() -> dict[str, type]:
+def pytest_maka_subject_kinds() -> dict[str, Any]:
     from .subjects.command import Command
     from .subjects.presets import preset_kinds
     from .subjects.reference import Nop, Oracle
 
-    return {**{cls.kind: cls for cls in (Oracle, Nop, Command, AcpKind)}, **preset_kinds()}
+    return {**kind_table(Oracle, Nop, Command, ACP), **preset_kinds()}
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_maka_executor_kinds() -> dict[str, type]:
+def pytest_maka_executor_kinds() -> dict[str, Any]:
     from .executors.local import LocalExecutor
 
-    return {LocalExecutor.kind: LocalExecutor, DockerKind.kind: DockerKind}
-
-
-class DockerKind:
-    """``kind: docker``: validates options without importing the Docker SDK until a cohort uses it."""
-
-    kind = "docker"
-    Options = DockerOptions
-
-    def __new__(cls, options: Any) -> Any:  # returns a DockerExecutor
-        from .executors.docker.executor import DockerExecutor
-
-        return DockerExecutor(options)
-
-
-class AcpKind:
-    """``kind: acp``: validates options without importing the ACP library until a cohort uses it."""
-
-    kind = "acp"
-    reference = False
-    Options = AcpOptions
-
-    def __new__(cls, spec: Any) -> Any:  # returns an AcpSubject
-        from .subjects.acp.subject import AcpSubject
-
-        return AcpSubject(spec)
+    return kind_table(LocalExecutor, DOCKER)
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,18 +9,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import compat
-from .benchmarks import lenient
 from .core.cell import Cell
-from .core.task import Task
 from .core.taxonomy import MEANING, PYTEST_OUTCOME, Status
 
 if TYPE_CHECKING:
     from .session import MakaSession
 
 CELL_FIXTURES = ("maka_workspace", "executor_lease")
-#: The files a task's keys are read from, by format.
-TASK_FILES = ("task.toml", "task.yaml")
-_STEP_INDEX = re.compile(r"\[\d+\]")
 
 
 class CellFailed(Exception):
@@ -65,9 +59,9 @@ class CellItem(pytest.Item):
         compat.fill_fixtures(self)
 
     def runtest(self) -> None:
-        from .scale.plugin import run_item  # one cell now, or many at once (--maka-concurrency)
-
-        record = run_item(self)
+        strategy = self.maka.strategy  # one cell now, or many at once: chosen at configure time
+        assert strategy is not None, "pytest_maka.plugin chooses the strategy at configure time"
+        record = strategy.run(self)
         self.maka_record = record
         stop = self.maka.runner.stop_reason()
         if stop:
@@ -107,43 +101,6 @@ def describe(record: dict[str, Any], out_dir: str) -> str:
     if artifacts.get("dir"):
         lines.append(f"  artifacts: {out_dir}/{artifacts['dir']}")
     return "\n".join(lines)
-
-
-# -- what a run says once about its tasks (seen with -q too) ------------------------------
-def _task_file(task: Task) -> Path:
-    """The file a task's keys come from (its directory when it has none of the known names)."""
-    return next((task.path / n for n in TASK_FILES if (task.path / n).is_file()), task.path)
-
-
-def ignored_keys(task: Task) -> list[str]:
-    """``task.format: not used by pytest-maka`` for each key of the task's file no model knows."""
-    hints = task.metadata.get("ignored_key_hints") or {}
-    return [lenient.message(key, hints) for key in task.metadata.get("ignored_keys") or []]
-
-
-def ignored_key_lines(tasks: Iterable[Task]) -> list[str]:
-    """One line per ignored key across the cohort (its step index dropped), naming the tasks."""
-    by_key: dict[str, list[str]] = {}
-    for task in tasks:
-        hints = task.metadata.get("ignored_key_hints") or {}
-        for key in task.metadata.get("ignored_keys") or []:
-            shown = lenient.message(_STEP_INDEX.sub("[]", key), {_STEP_INDEX.sub("[]", key): hints.get(key, "")})
-            by_key.setdefault(shown.rstrip(), []).append(task.id)
-    lines = []
-    for shown, ids in by_key.items():
-        names = ", ".join(dict.fromkeys(ids))
-        lines.append(f"maka: {shown}, ignored as Harbor ignores it ({len(set(ids))} task(s): {names})")
-    return lines
-
-
-def strict_problems(tasks: Iterable[Task]) -> list[str]:
-    """What ``--maka-strict`` refuses: every invalid task's problems, every ignored key."""
-    out = []
-    for task in tasks:
-        if task.invalid:
-            out.append(task.invalid)
-        out.extend(f"{_task_file(task)}: {line}" for line in ignored_keys(task))
-    return out
 
 
 def collected_skips(items: Iterable[pytest.Item]) -> dict[str, str]:

@@ -12,15 +12,14 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .core.cell import Cell
 from .run.lifecycle import LeaseFn
-from .session import MakaSession
+from .session import MAKA_KEY, MakaSession
 
-MAKA_KEY = pytest.StashKey[MakaSession]()
+__all__ = ["MAKA_KEY", "executor_lease", "maka_cell", "maka_session", "maka_workspace"]
 
 
 @pytest.fixture(scope="session")
@@ -39,31 +38,13 @@ def maka_cell(request: pytest.FixtureRequest) -> Cell:
     return cell
 
 
-def workspace_path(maka: MakaSession, cell: Cell) -> Path:
-    """The cell's host scratch directory (created)."""
-    path = maka.scratch_root / cell.key
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def lease_function(maka: MakaSession) -> LeaseFn:
-    """The default lease: the ``pytest_maka_acquire_lease`` hook on the session's executor."""
-    hook = maka.config.hook
-    executor = maka.executor
-
-    def lease(request: Any) -> Any:
-        return hook.pytest_maka_acquire_lease(executor=executor, request=request)
-
-    return lease
-
-
 @pytest.fixture
 def maka_workspace(maka_session: MakaSession, maka_cell: Cell) -> Iterator[Path]:
-    path = workspace_path(maka_session, maka_cell)
+    path = maka_session.engine.workspace(maka_cell)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def executor_lease(maka_session: MakaSession) -> LeaseFn:
-    return lease_function(maka_session)
+    return maka_session.engine.lease()

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 @pytest.hookspec(historic=True)
 def pytest_maka_configure(config: pytest.Config, cohort: Cohort) -> None:
-    """The cohort is loaded and validated; called once per process (late plugins too)."""
+    """The cohort is loaded and validated; called once per process (late plugins too); ``config`` is
+    None on a Dask worker, which runs the engine without pytest."""
 
 
 @pytest.hookspec
@@ -42,8 +43,8 @@ def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> l
 
 
 @pytest.hookspec
-def pytest_maka_subject_kinds() -> dict[str, type]:
-    """Subject classes by kind name (see subjects/base.py for the protocol)."""
+def pytest_maka_subject_kinds() -> dict[str, Any]:
+    """Subject classes (or ``core.kinds.Kind`` rows) by kind name (see subjects/base.py)."""
 
 
 @pytest.hookspec
@@ -52,8 +53,8 @@ def pytest_maka_verifiers() -> dict[str, type]:
 
 
 @pytest.hookspec
-def pytest_maka_executor_kinds() -> dict[str, type]:
-    """Executor classes by kind name (see executors/base.py for the protocol)."""
+def pytest_maka_executor_kinds() -> dict[str, Any]:
+    """Executor classes (or ``core.kinds.Kind`` rows) by kind name (see executors/base.py)."""
 
 
 @pytest.hookspec(firstresult=True)
@@ -87,7 +88,7 @@ def pytest_maka_attempt_started(cell: Cell, attempt: int) -> None:
 
 @pytest.hookspec
 def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) -> None:
-    """The running attempt entered ``phase``: one of core.progress.PHASES ("setup",
+    """The running attempt entered ``phase``: one of core.progress.PROGRESS_PHASES ("setup",
     "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
     "queued on the cluster" on a --maka-cluster controller, which then also receives the
     phases the Dask worker reports, on the Dask client's thread); ``detail`` says more where

@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterable, Mapping
 from .core.cell import Cell
 from .core.cohort import Cohort
 from .core.hostreqs import COMPONENTS, Component, Need, missing_line
+from .core.network import NETWORK_PHASES
 from .core.spec import Policy
 from .core.steps import step_views
 from .core.task import Task
-from .egress.plan import PHASES, build_plan
+from .egress.plan import build_plan
+from .executors.base import Executor
+from .subjects.base import Subject
 
 #: Whether a cell will run (not skipped as unsupported).
 Runs = Callable[[Cell], bool]
@@ -75,7 +78,7 @@ def missing(needs: Iterable[Need]) -> list[Need]:
     return out
 
 
-def egress_cells(cells: Iterable[Cell], subjects: Mapping[str, object], policy: Policy) -> int:
+def egress_cells(cells: Iterable[Cell], subjects: Mapping[str, Subject], policy: Policy) -> int:
     """How many of ``cells`` have a phase (of any step) behind the egress proxy."""
     proxied: dict[tuple[str, str], bool] = {}  # (task, subject): the same for every repetition
     count = 0
@@ -83,30 +86,33 @@ def egress_cells(cells: Iterable[Cell], subjects: Mapping[str, object], policy: 
         pair = (cell.task.id, cell.subject.name)
         if pair not in proxied:
             subject = subjects[cell.subject.name]
-            extra, setup = getattr(subject, "egress", None), getattr(subject, "setup_egress", None)
-            wanted = (*cell.subject.egress, *(extra() if callable(extra) else ()))
-            setup_hosts = tuple(setup()) if callable(setup) else ()
+            wanted = (*cell.subject.egress, *subject.egress())
+            setup_hosts = tuple(subject.setup_egress())
             plans = [build_plan(view, policy, wanted, setup_hosts) for view in step_views(cell.task)]
-            proxied[pair] = any(p.phase(name).mode == "allowlist" for p in plans for name in PHASES)
+            proxied[pair] = any(p.phase(name).mode == "allowlist" for p in plans for name in NETWORK_PHASES)
         count += proxied[pair]
     return count
 
 
-def cohort_needs(cohort: Cohort, executor: object, subjects: Mapping[str, object], runs: Runs) -> list[Need]:
+def cohort_needs(cohort: Cohort, executor: Executor, subjects: Mapping[str, Subject], runs: Runs) -> list[Need]:
     """What the executor and the subjects of the cells that will run need from this host."""
     running = [cell for cell in cohort.cells if runs(cell)]
     tasks: list[Task] = list({id(c.task): c.task for c in running}.values())
     needs: list[Need] = []
-    executor_needs = getattr(executor, "host_needs", None)
-    if callable(executor_needs):
-        needs += executor_needs(tasks, egress_cells(running, subjects, cohort.loaded.spec.policy))
+    needs += executor.host_needs(tasks, egress_cells(running, subjects, cohort.loaded.spec.policy))
     for name in dict.fromkeys(cell.subject.name for cell in running):
-        subject_needs = getattr(subjects[name], "host_needs", None)
-        if callable(subject_needs):
-            needs += subject_needs()
+        needs += subjects[name].host_needs()
     return needs
 
 
-def check(cohort: Cohort, executor: object, subjects: Mapping[str, object], runs: Runs) -> str | None:
-    """None when everything the cohort needs is here, else the one line that says what to install."""
-    return missing_line(missing(cohort_needs(cohort, executor, subjects, runs))) or None
+def check(cohort: Cohort, executor: Executor, subjects: Mapping[str, Subject], runs: Runs) -> str | None:
+    """None when everything the cohort needs is here, else the one line that says what to install
+    (or, for an agent not installed yet, that its pinned version does not exist)."""
+    lacking = missing_line(missing(cohort_needs(cohort, executor, subjects, runs)))
+    if lacking:
+        return lacking
+    for name in dict.fromkeys(cell.subject.name for cell in cohort.cells if runs(cell)):
+        problem = subjects[name].version_problem()
+        if problem:
+            return problem
+    return None

@@ -15,12 +15,13 @@ from .cluster import plugin as cluster_plugin
 from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
 from .core.taxonomy import HARNESS_SIDE, Status
-from .fixtures import MAKA_KEY, executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
+from .engine.registry import ENTRY_POINT_GROUP
+from .fixtures import executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
 from .live import plugin as live_plugin
 from .scale import plugin as scale_plugin
-from .session import MakaSession
+from .scale.strategy import ExecutionStrategy
+from .session import MAKA_KEY, MakaSession
 
-ENTRY_POINT_GROUP = "pytest_maka.adapters"
 _CTRL_C_KEY = pytest.StashKey[ExitStack]()
 
 
@@ -78,11 +79,14 @@ def pytest_configure(config: pytest.Config) -> None:
         _hint_at_a_spec_given_as_a_path(config)
         return
     spec_path = (config.invocation_params.dir / spec_option).resolve()
-    maka = MakaSession.create(config, spec_path, config.getoption("maka_out"))
+    maka = MakaSession.create(
+        config, spec_path, config.getoption("maka_out"), concurrency=lambda: scale_plugin.concurrency(config)
+    )
     config.stash[MAKA_KEY] = maka
     config.stash[_CTRL_C_KEY] = stack = ExitStack()
     stack.enter_context(first_ctrl_c_only())  # a second Ctrl-C cannot cut what the first set off
     _point_collection_at(config, spec_path)
+    maka.strategy = choose_strategy(config, maka)
     config.hook.pytest_maka_configure.call_historic(kwargs={"config": config, "cohort": maka.cohort})
     if not hasattr(config, "workerinput"):
         from .reporter import MakaReporter
@@ -91,6 +95,12 @@ def pytest_configure(config: pytest.Config) -> None:
         from .report.pytest_html_hooks import register as register_html_columns
 
         register_html_columns(config, maka.out_dir)
+
+
+def choose_strategy(config: pytest.Config, maka: MakaSession) -> ExecutionStrategy:
+    """How this process runs its cells: on a Dask cluster when one is named (the controller),
+    else as ``scale.plugin.local_strategy`` says (xdist controller, in-process pool, serial)."""
+    return cluster_plugin.dask_strategy(config, maka) or scale_plugin.local_strategy(config, maka)
 
 
 _SPEC_KEYS = re.compile(rb"^(tasks|subjects)\s*:", re.MULTILINE)

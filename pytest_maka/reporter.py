@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from . import __version__
-from .collect import collected_skips, ignored_key_lines, ignored_keys, skip_lines
+from .collect import collected_skips, skip_lines
 from .core.cell import Cell
 from .core.records import attempt_record, cell_record, has_result, next_run, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
+from .engine.tasks import ignored_key_lines, ignored_keys
 from .run.lifecycle import attempt_dir_for
-from .scale.plugin import WAIT_CALLBACKS_KEY
+from .scale.strategy import WAIT_CALLBACKS_KEY
 from .session import COHORT_STARTED_KEY, MakaSession
 from .store.ledger import write_results
 from .store.lock import LOCK_FILE, write_lock

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "pytest_maka"
 
 
 def _layout() -> str:
@@ -14,13 +15,35 @@ def _layout() -> str:
     return section[section.index("```") + 3 : section.index("```", section.index("```") + 3)]
 
 
-def test_every_package_and_module_is_in_the_readme_layout() -> None:
-    layout = _layout()
-    words = set(re.findall(r"[\w./-]+", layout))
-    package = ROOT / "pytest_maka"
-    missing = [f"{p.name}/" for p in sorted(package.iterdir()) if (p / "__init__.py").is_file()]
-    missing = [name for name in missing if name not in words]
-    missing += [p.name for p in sorted(package.glob("*.py")) if p.name != "__init__.py" and p.name not in words]
+def _package_lines() -> dict[str, str]:
+    """The layout's package lines under `pytest_maka/`: `  run/   the cell lifecycle` -> {"run/": line}."""
+    lines: dict[str, str] = {}
+    inside = False
+    for line in _layout().splitlines():
+        if line == "pytest_maka/":
+            inside = True
+        elif inside and not line.startswith("  "):
+            break
+        elif inside and (first := line.split()[0]).endswith("/"):
+            lines[first] = line
+    return lines
+
+
+def test_the_layout_lists_each_package_once_and_no_other() -> None:
+    packages = sorted(
+        f"{init.parent.relative_to(PACKAGE).as_posix()}/"
+        for init in PACKAGE.rglob("__init__.py")
+        if init.parent != PACKAGE
+    )
+    listed = _package_lines()
+    wrong = [f"add the line `  {name:<21} <its role in one line>`" for name in packages if name not in listed]
+    wrong += [f"remove the line `{listed[name]}`" for name in listed if name not in packages]
+    assert not wrong, "README.md's Development layout (under `pytest_maka/`): " + "; ".join(wrong)
+
+
+def test_every_top_level_module_is_in_the_readme_layout() -> None:
+    words = set(re.findall(r"[\w./-]+", _layout()))
+    missing = [p.name for p in sorted(PACKAGE.glob("*.py")) if p.name != "__init__.py" and p.name not in words]
     assert not missing, f"README.md's Development layout does not name: {', '.join(missing)}"
 
 

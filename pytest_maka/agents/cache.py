@@ -38,6 +38,11 @@ NODE_VERSION = "22.23.5"
 DEFAULT_PYTHON_IMAGE = "python:3.11-slim"
 MARKER = ".maka-install.json"
 INSTALL_TIMEOUT_SEC = 1800
+#: How long the load-time registry question may take (no answer: the install will say).
+REGISTRY_TIMEOUT_SEC = 30
+#: What npm and pip print when the pinned version (or the package) does not exist: another
+#: attempt would fail the same way.
+NO_SUCH_VERSION = ("No matching version found", "No match found for version", "E404", "No matching distribution found")
 
 
 class InstallError(InfraError):
@@ -102,6 +107,26 @@ class AgentCache:
             return []
         return [Need("npm" if spec.registry == "npm" else "docker-cli", f"installing {spec.requirement} ({subject})")]
 
+    def version_problem(self, spec: InstallSpec) -> str | None:
+        """Before any cell: the registry's answer when the pinned version of an npm agent that is
+        not installed yet does not exist (None when it does, when it is installed, or when the
+        registry cannot be asked: the install then says what went wrong)."""
+        if self.installed(spec) or spec.registry != "npm" or shutil.which("npm") is None:
+            return None
+        asked = _npm_view(f"{spec.requirement}", "version")
+        if asked is None:
+            return None
+        code, out = asked
+        if code == 0 and out.strip():
+            return None  # it exists
+        if code != 0 and "E404" not in out:
+            return None  # the registry did not answer (offline, a proxy): not a verdict on the version
+        if code != 0 and "No match found for version" not in out:
+            return f"{spec.package} is not a package of the npm registry (npm view: E404)"
+        latest = _npm_view(spec.package, "dist-tags.latest")
+        hint = f"; its latest version is {latest[1].strip()}" if latest and latest[0] == 0 and latest[1].strip() else ""
+        return f"{spec.package} has no version {spec.version} in the npm registry{hint}"
+
     def ensure(self, spec: InstallSpec) -> Path:
         """The install directory of ``spec``, building it first if no one has (once, under a lock)."""
         dest = self.path(spec)
@@ -144,7 +169,11 @@ class AgentCache:
                     f"installing {spec.requirement} took over {INSTALL_TIMEOUT_SEC} s; see {log}"
                 ) from None
         if proc.returncode != 0:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            text = log.read_text(errors="replace")
+            answer = next((line for line in text.splitlines() if any(m in line for m in NO_SUCH_VERSION)), None)
+            if answer is not None:  # the registry's answer, not npm's last line: no attempt will do better
+                raise InstallError(f"installing {spec.requirement}: {answer.strip()[:200]}; see {log}", retryable=False)
+            tail = text.strip().splitlines()[-1:] or [""]
             raise InstallError(
                 f"installing {spec.requirement} failed (exit {proc.returncode}): {tail[0][:200]}; see {log}"
             )
@@ -186,6 +215,20 @@ def _size(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _npm_view(what: str, field: str) -> tuple[int, str] | None:
+    """``npm view WHAT FIELD``: (exit status, output), or None when npm did not finish in time."""
+    try:
+        proc = subprocess.run(
+            ["npm", "view", what, field, "--no-update-notifier"],
+            capture_output=True,
+            text=True,
+            timeout=REGISTRY_TIMEOUT_SEC,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.returncode, proc.stdout + proc.stderr if proc.returncode else proc.stdout
 
 
 def _npm_argv(spec: InstallSpec, work: Path) -> list[str]:

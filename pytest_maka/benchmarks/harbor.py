@@ -196,8 +196,6 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         network=agent_network,
         metadata=metadata,
         grading_options={
-            # What the verifier phase declares; granted only by policy.
-            "network": verifier_network,
             "allowed_hosts": list(agent_hosts or []),
             "multi_reward": options.grading(),
         },

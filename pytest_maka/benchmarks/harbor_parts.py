@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..core import inputs
 from ..core.errors import TaskError
+from ..core.network import DeclaredNetwork
 from ..core.task import Artifact, Healthcheck, McpServer, Step, VerifierEnvironment, digest_tree
 from .cache import materialize
 from .harbor_toml import (
@@ -74,7 +75,7 @@ def mcp_servers(sections: list[McpServerSection]) -> tuple[McpServer, ...]:
     )
 
 
-def env_network(env: EnvironmentSection) -> str:
+def env_network(env: EnvironmentSection) -> DeclaredNetwork:
     return network(env.network_mode, env.allow_internet) or "public"
 
 
@@ -120,7 +121,7 @@ def verifier_environment(
         memory_mb=memory_mb(config, file, prefix),
         storage_mb=storage_mb(config, file, prefix),
         build_timeout_sec=config.build_timeout_sec,
-        network=env_network(config),  # type: ignore[arg-type]
+        network=env_network(config),
         allowed_hosts=tuple(config.allowed_hosts or ()),
     )
 
@@ -188,8 +189,8 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
                 min_reward=section.min_reward,
                 artifacts=artifacts(section.artifacts, workdir),
                 verifier_environment=verifier_env,
-                agent_network=network(agent.network_mode, agent.allow_internet),  # type: ignore[arg-type]
-                verifier_network=network(verifier.network_mode, None),  # type: ignore[arg-type]
+                agent_network=network(agent.network_mode, agent.allow_internet),
+                verifier_network=network(verifier.network_mode, None),
                 agent_allowed_hosts=tuple(agent.allowed_hosts or ()) if agent.network_mode else (),
                 verifier_allowed_hosts=tuple(verifier.allowed_hosts or ()) if verifier.network_mode else (),
             )

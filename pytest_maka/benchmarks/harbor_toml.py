@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import TaskError
+from ..core.network import DeclaredNetwork
 from ..core.task import (
     DEFAULT_AGENT_TIMEOUT_SEC,
     DEFAULT_BUILD_TIMEOUT_SEC,
@@ -353,8 +354,17 @@ def storage_mb(env: EnvironmentSection, file: Path, prefix: str = "environment")
     return megabytes(env.storage, env.storage_mb, file, f"{prefix}.storage")
 
 
-def network(mode: str | None, allow_internet: bool | None) -> str | None:
+#: Harbor's ``network_mode`` spellings in the kernel's vocabulary (``core.network``).
+DECLARED: dict[str | None, DeclaredNetwork | None] = {
+    None: None,
+    "public": "public",
+    "no-network": "none",
+    "allowlist": "allowlist",
+}
+
+
+def network(mode: str | None, allow_internet: bool | None) -> DeclaredNetwork | None:
     """The declared network: public, none or allowlist (None when the section says nothing)."""
     if mode is None and allow_internet is not None:
         mode = "public" if allow_internet else "no-network"
-    return {None: None, "public": "public", "no-network": "none", "allowlist": "allowlist"}[mode]
+    return DECLARED[mode]

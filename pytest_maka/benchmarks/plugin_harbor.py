@@ -28,7 +28,7 @@ def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
     """State, per phase, the network the task declared beside the one the attempt had."""
     task = cell.task
     granted = (record.get("isolation") or {}).get("network") or {}
-    declared = {"agent": task.network, "verifier": task.grading_options.get("network", task.network)}
+    declared = {"agent": task.network, "verifier": task.verifier_declared}
     record["network"] = {
         phase: {"declared": declared[phase], "granted": granted.get(phase, "none" if granted else None)}
         for phase in ("agent", "verifier")

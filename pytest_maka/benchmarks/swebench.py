@@ -258,7 +258,6 @@ def _task(row: dict[str, Any], i: int, path: Path, opts: SweBenchOptions, templa
         "eval_script": eval_script,
         "test_cmd": opts.test_cmd.replace("{test_files}", " ".join(files)),
         "log_parser": parser,
-        "network": "none",
     }
     material = json.dumps(
         {"instance": row, "options": opts.model_dump(), "recipe": str(dockerfile and digest_tree(dockerfile.parent))},
@@ -284,6 +283,7 @@ def _task(row: dict[str, Any], i: int, path: Path, opts: SweBenchOptions, templa
         solution_dir=_solution(patch) if patch.strip() else None,
         env=dict(opts.env),
         network=opts.network,
+        verifier_network="none",  # the repository's tests run offline
         metadata={k: row[k] for k in ("instance_id", "repo", "version", "created_at") if row.get(k) is not None},
         grading=GRADING,
         grading_options=grading,

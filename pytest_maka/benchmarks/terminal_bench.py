@@ -224,7 +224,7 @@ def load_task(path: Path) -> Task:
         network="public",
         metadata=metadata,
         grading=GRADING,
-        grading_options={"parser": parser, "script_path": str(run_tests), "network": "public"},
+        grading_options={"parser": parser, "script_path": str(run_tests)},
         unsupported=unsupported,
         compose_file=env["compose_file"],
         compose_service=env["service"],

@@ -9,8 +9,9 @@ import pytest
 
 from ..core.spec import ClusterEntry, ExecutorEntry
 from ..core.spec import cluster_address as validate_address
-from ..fixtures import MAKA_KEY
 from ..scale.plugin import CONCURRENCY_KEY, add_option, concurrency
+from ..session import MakaSession
+from .strategy import DaskCluster
 
 CLIENT_KEY = pytest.StashKey[Any]()
 #: Cells the controller keeps submitted to a cluster when --maka-concurrency is not given
@@ -45,14 +46,14 @@ def cluster_address(config: pytest.Config, spec_path: Path, entry: ExecutorEntry
         raise pytest.UsageError(f"{where}: {exc}") from None
 
 
-def pytest_maka_configure(config: pytest.Config) -> None:
+def dask_strategy(config: pytest.Config, maka: MakaSession) -> DaskCluster | None:
+    """The Dask strategy when a scheduler is named (connected to it, the spec shipped), else None."""
     if hasattr(config, "workerinput"):
-        return
-    maka = config.stash[MAKA_KEY]
+        return None
     loaded = maka.cohort.loaded
     address, where = cluster_address(config, loaded.path, loaded.spec.executor)
     if address is None:
-        return
+        return None
     if getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None):
         raise pytest.UsageError(f"{where}: drop -n/--tx: the cluster's workers are the parallelism")
     try:
@@ -76,9 +77,11 @@ def pytest_maka_configure(config: pytest.Config) -> None:
     except BundleTooLarge as exc:  # the client is closed at unconfigure
         raise pytest.UsageError(f"{loaded.path}: tasks: {exc}") from None
     invocation = config.invocation_params.dir
-    maka.__dict__["runner"] = ClusterRunner.wrap(maka.runner, client, loaded.path, settings, invocation, bundle)
+    engine = maka.engine
+    engine.use_runner(ClusterRunner.wrap(engine.runner, client, loaded.path, settings, invocation, bundle))
     if config.getoption("maka_concurrency", None) is None:
         config.stash[CONCURRENCY_KEY] = max(concurrency(config), CLUSTER_IN_FLIGHT)
+    return DaskCluster(maka, concurrency(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -3,7 +3,7 @@
 At start it imports what the worker will run (a broken install fails the worker now, not
 its first cell) and logs the worker's cell settings, warning when it has no ``cells``
 resource (it would never get a cell) or fewer threads than cells. At the worker's end it
-closes the cohort sessions the worker made: their executors remove what dead processes'
+closes the cohort engines the worker made: their executors remove what dead processes'
 leases left, and their private directories go.
 """
 

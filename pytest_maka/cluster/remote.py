@@ -2,11 +2,11 @@
 
 The worker loads the cohort from the spec path it is given when this machine has the spec
 and its task sources there (a shared filesystem, the same checkout), else from its copy of
-the bundle the controller shipped (``ship``), once per spec and worker process, through
-pytest's own plugin machinery so that every adapter, subject and executor plugin installed
-on the worker applies. It runs the attempt into a private output directory, packs the
-attempt's directory into a tarball and returns it with the record; the controller writes
-both. Nothing here writes the cohort's ledger.
+the bundle the controller shipped (``ship``), once per spec and worker process, into a
+pytest-free ``Engine`` (``boot``: no pytest configuration on a worker) whose plugins are
+the ones installed on the worker and the project's conftest.py hooks. It runs the attempt
+into a private output directory, packs the attempt's directory into a tarball and returns
+it with the record; the controller writes both. Nothing here writes the cohort's ledger.
 
 A Dask worker that dies makes the scheduler run its tasks again elsewhere. An attempt must
 not silently run twice, so the first execution of a task claims it (scheduler metadata
@@ -29,13 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from ..core import cancel
-from . import ship, transfer
+from ..engine import Engine
+from . import boot, ship, transfer
 
 #: The Dask event topic of remote phases (the controller's live view subscribes to it).
 PHASE_TOPIC = "maka-phase"
 
 _lock = threading.Lock()
-_sessions: dict[str, Any] = {}
+#: The engine of each spec this worker process has run attempts of, and its private output directory.
+_engines: dict[str, tuple[Engine, str]] = {}
 
 
 #: (the Dask worker, the attempt's token) while this thread runs an attempt the controller sent.
@@ -43,7 +45,7 @@ _relay_to: ContextVar[tuple[Any, str] | None] = ContextVar("maka_relay_to", defa
 
 
 class _Relay:
-    """An AttemptObserver around the worker session's own: also sends each phase of the
+    """An AttemptObserver around the worker engine's own: also sends each phase of the
     attempt this thread runs to the controller, as a Dask event ``{token, phase, detail}``."""
 
     def __init__(self, inner: Any) -> None:
@@ -64,43 +66,40 @@ class _Relay:
         self.inner.attempt_finished(cell, record)
 
 
-def _session(spec_path: str, invocation_dir: str | None) -> Any:
-    """A MakaSession for ``spec_path`` on this worker (made once, through pytest's config).
+def _engine(spec_path: str, invocation_dir: str | None) -> Engine:
+    """The engine for ``spec_path`` on this worker (built once, without pytest: ``boot``).
 
-    Configured from the controller's invocation directory when this machine has it (so the
-    same ini file and conftest.py plugins apply), else from the spec's directory; its
-    private output directory lives in the Dask worker's local directory."""
+    Its plugins are found from the controller's invocation directory when this machine has
+    it (so the same conftest.py hooks apply), else from the spec's directory; its private
+    output directory lives in the Dask worker's local directory."""
     with _lock:
-        if spec_path not in _sessions:
-            from _pytest.config import _prepareconfig
+        if spec_path not in _engines:
             from distributed import get_worker
-
-            from ..fixtures import MAKA_KEY
 
             out = tempfile.mkdtemp(prefix="maka-", dir=get_worker().local_directory)
             anchor = invocation_dir if invocation_dir and Path(invocation_dir).is_dir() else str(Path(spec_path).parent)
-            args = [anchor, f"--maka-spec={spec_path}", f"--maka-out={out}", "--maka-cluster=off"]
-            config = _prepareconfig([*args, "-p", "no:cacheprovider", "-p", "no:faulthandler"])
-            config._do_configure()
-            maka = config.stash[MAKA_KEY]
-            maka.runner.observer = _Relay(maka.runner.observer)
-            if not _sessions:
+            try:
+                engine = boot.build(Path(spec_path), Path(anchor), Path(out), observer=_Relay)
+            except BaseException:
+                shutil.rmtree(out, ignore_errors=True)
+                raise
+            if not _engines:
                 atexit.register(close_all)
-            _sessions[spec_path] = (maka, out)
-        return _sessions[spec_path][0]
+            _engines[spec_path] = (engine, out)
+        return _engines[spec_path][0]
 
 
 def close_all() -> None:
-    """At the worker's exit: close every session (its executor sweeps what dead processes left)."""
+    """At the worker's exit: close every engine (its executor sweeps what dead processes left)."""
     with _lock:
         try:
-            for maka, out in _sessions.values():
+            for engine, out in _engines.values():
                 try:
-                    maka.close()
+                    engine.close()
                 finally:
                     shutil.rmtree(out, ignore_errors=True)
         finally:
-            _sessions.clear()
+            _engines.clear()
             ship.remove_all()
 
 
@@ -129,10 +128,10 @@ def _claim(token: str, address: str) -> str | None:
     return None
 
 
-def _sweep(maka: Any) -> None:
+def _sweep(engine: Engine) -> None:
     """Remove what the lost worker's leases left on this machine (if it ran here): a fresh
     executor's prepare and close remove the leftovers of dead processes, on every executor."""
-    fresh = type(maka.executor)(maka.cohort.loaded.executor.options)
+    fresh = type(engine.executor)(engine.cohort.loaded.executor.options)
     try:
         fresh.prepare([])
     finally:
@@ -154,8 +153,6 @@ def run_attempt_remote(
     when this machine lacks the spec or a task source at the controller's path."""
     from distributed import get_worker
 
-    from ..fixtures import lease_function, workspace_path
-
     address = get_worker().address
     if shipped is not None and not ship.has_all(shipped[1], shipped[2]):
         key, spec, _sources, data = shipped
@@ -163,22 +160,22 @@ def run_attempt_remote(
     earlier = _claim(token, address)
     if earlier is not None:
         with suppress(Exception):  # the loss is what matters: report it whatever the sweep met
-            _sweep(_session(spec_path, invocation_dir))
+            _sweep(_engine(spec_path, invocation_dir))
         return {"lost": earlier}
-    maka = _session(spec_path, invocation_dir)
-    cell = next((c for c in maka.cohort.cells if c.key == cell_key), None)
+    engine = _engine(spec_path, invocation_dir)
+    cell = engine.cell(cell_key)
     if cell is None:
         return {"error": f"the Dask worker {address} reads a different cohort at {spec_path}: no cell {cell_key}"}
-    runner = maka.runner
+    runner = engine.runner
     attempt_dir = runner.attempt_dir(cell, number)
-    scratch = workspace_path(maka, cell)
+    scratch = engine.workspace(cell)
     scope, done = cancel.Scope(), threading.Event()
     watcher = threading.Thread(target=_watch, args=(token, scope, done), name="maka-cancel-watch", daemon=True)
     relaying = _relay_to.set((get_worker(), token))
     try:
         with scope:
             watcher.start()
-            record = runner.run_attempt(cell, number, lease_function(maka), scratch)
+            record = runner.run_attempt(cell, number, engine.lease(), scratch)
         record["worker"] = address
         data, record["transfer"] = transfer.pack(attempt_dir, cap)
         return {"record": record, "artifacts": data}

@@ -3,7 +3,7 @@
 It runs ``dask worker`` (the process is replaced by it: signals, logs and exit codes are
 Dask's own) with ``--resources cells=N`` (a cell is only ever sent to a worker that has
 the ``cells`` resource), ``--nthreads`` at least N (a cell holds its thread for its whole
-run), pytest-maka's preload (checks the settings, closes the worker's cohort sessions at
+run), pytest-maka's preload (checks the settings, closes the worker's cohort engines at
 its end), no nanny, and no dashboard unless asked for: nothing listens beyond the worker's
 own port, on the host the user names. Flags after ``--`` go to ``dask worker`` unchanged.
 """

@@ -23,7 +23,7 @@ from .cell import Cell
 
 #: Phase names the kernel reports, in lifecycle order ("building image" comes from the Docker
 #: executor; "queued on the cluster" is what the controller shows of an attempt no Dask worker has started).
-PHASES = (
+PROGRESS_PHASES = (
     "queued on the cluster",
     "installing agent",
     "setup",

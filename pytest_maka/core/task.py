@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TaskError
+from .network import DeclaredNetwork, declared_problem
 from .task_parts import (
     FEATURES,
     Artifact,
@@ -131,7 +132,8 @@ class Task:
     verifier_command: str = "bash /tests/test.sh"
     verifier_env: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
-    network: str = "none"
+    #: The agent phase's declared network (``core.network``).
+    network: DeclaredNetwork = "none"
     metadata: dict[str, Any] = field(default_factory=dict)
     #: Grading strategy name and its options (adapters may add strategies).
     grading: str = "reward"
@@ -157,8 +159,9 @@ class Task:
     verifier_user: str | int | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     solution_env: dict[str, str] = field(default_factory=dict)
-    #: The verifier phase's declared network ("none", "allowlist", "public") and hosts.
-    verifier_network: str = "none"
+    #: The verifier phase's declared network and hosts; None: not declared apart, the
+    #: environment's (``network``). Read it as ``verifier_declared``.
+    verifier_network: DeclaredNetwork | None = None
     verifier_allowed_hosts: tuple[str, ...] = ()
     agent_allowed_hosts: tuple[str, ...] = ()
     #: Task-level artifacts (each step's own are on the Step).
@@ -175,6 +178,11 @@ class Task:
     mcp_servers: tuple[McpServer, ...] = ()
     #: A directory in the environment whose contents go to the subject's skills config.
     skills_dir: str | None = None
+
+    @property
+    def verifier_declared(self) -> DeclaredNetwork:
+        """The network the verifier phase (and the set-up before the agent) declares."""
+        return self.network if self.verifier_network is None else self.verifier_network
 
     @property
     def features(self) -> frozenset[str]:
@@ -222,6 +230,13 @@ class Task:
             check_workdir(self.workdir)
         except ValueError as e:
             raise TaskError(self.path, "workdir", str(e)) from None
+        for key, value in (("network", self.network), ("verifier_network", self.verifier_declared)):
+            if problem := declared_problem(value):
+                raise TaskError(self.path, key, problem)
+        if "network" in self.grading_options:
+            raise TaskError(
+                self.path, "grading_options.network", "the verifier's network is Task.verifier_network, set it there"
+            )
 
 
 def _utf8(raw: bytes, full: bytes, what: str) -> bytes:

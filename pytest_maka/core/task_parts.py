@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .network import DeclaredNetwork
+
 #: How a cell's score follows from its steps' rewards.
 RewardStrategy = Literal["mean", "final"]
-#: The network a phase declares: none, an allowlist through the egress proxy, or all.
-Network = Literal["none", "allowlist", "public"]
+#: The network a phase declares (``core.network``): none, an allowlist through the egress proxy, or public.
+Network = DeclaredNetwork
 
 #: Features a task may need from its executor, and how a skip reason names each.
-#: An executor states what it supports in ``Executor.features`` (a frozenset of these keys).
+#: An executor states what it supports in ``Executor.capabilities`` (one flag per key).
 FEATURES: dict[str, str] = {
     "multi-step": "multi-step tasks (steps/)",
     "separate-verifier": 'a separate verifier environment (verifier.environment_mode = "separate")',

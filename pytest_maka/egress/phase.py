@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..core.errors import InfraError
+from ..core.network import NETWORK_PHASES
+from ..executors.base import EgressSandbox as EgressSandbox  # declared with the sandbox contract
 from .log import EgressLog
-from .plan import PHASES, NetworkPlan, PhasePlan
-
-
-@runtime_checkable
-class EgressSandbox(Protocol):
-    """A sandbox that can enforce an allowlist phase (start its proxy, route ``network=True`` through it)."""
-
-    def egress_phase(self, name: str, plan: PhasePlan, log: EgressLog) -> Any:
-        """A context manager: the proxy runs for the block; what it saw goes to ``log``."""
-        ...
+from .plan import NetworkPlan, PhasePlan
 
 
 @contextmanager
@@ -38,7 +31,7 @@ def network_record(plan: NetworkPlan, executor_network: dict[str, Any] | None, l
     given = executor_network or {}
     out: dict[str, Any] = {}
     phases: dict[str, Any] = {}
-    for name in PHASES:
+    for name in NETWORK_PHASES:
         phase = plan.phase(name)
         if phase.mode == "all":
             out[name] = given.get(name, "all")

@@ -7,24 +7,21 @@ from typing import Any
 
 from ..core import hostpattern
 from ..core.hostpattern import HostPattern
+from ..core.network import NETWORK_PHASES, DeclaredNetwork, NetworkMode
 from ..core.spec import Policy
 from ..core.task import Task
 from ..executors.docker.compose_file import sidecar_names
 
-PHASES = ("setup", "agent", "verifier")
-#: none: no network; services: only the task's own sidecars; allowlist: through the egress
-#: proxy; all: the executor's network, unfiltered.
-MODES = ("none", "services", "allowlist", "all")
-
 
 @dataclass(frozen=True)
 class PhasePlan:
-    """One phase's network: its mode and, for ``allowlist``, what the proxy lets through."""
+    """One phase's network: its granted mode (``core.network``) and, for ``allowlist``, what the
+    proxy lets through."""
 
-    mode: str = "none"
+    mode: NetworkMode = "none"
     allow: tuple[HostPattern, ...] = ()
-    #: What the task declared for this phase (public, none, allowlist), if anything.
-    declared: str | None = None
+    #: What the task declared for this phase, if anything.
+    declared: DeclaredNetwork | None = None
     #: Task-declared hosts the policy did not grant (the phase ran without them).
     not_granted: tuple[str, ...] = ()
     #: The task's sidecar services, reached directly on the attempt's internal network.
@@ -55,10 +52,11 @@ class NetworkPlan:
     verifier: PhasePlan = field(default_factory=PhasePlan)
 
     def phase(self, name: str) -> PhasePlan:
-        if name not in PHASES:
-            raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(PHASES)}")
-        plan: PhasePlan = getattr(self, name)
-        return plan
+        """The plan of phase ``name`` (one of ``core.network.NETWORK_PHASES``)."""
+        plans = {"setup": self.setup, "agent": self.agent, "verifier": self.verifier}
+        if name not in plans:
+            raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(NETWORK_PHASES)}")
+        return plans[name]
 
 
 def _task_hosts(entries: list[str] | tuple[str, ...]) -> tuple[tuple[HostPattern, ...], tuple[str, ...]]:
@@ -84,7 +82,7 @@ def _hosts_of(task: Task) -> tuple[list[str], list[str]]:
 
 
 def _phase(
-    declared: str | None,
+    declared: DeclaredNetwork | None,
     granted_all: bool,
     base: tuple[HostPattern, ...],
     task_hosts: tuple[HostPattern, ...],
@@ -124,7 +122,7 @@ def build_plan(
     agent_declared, verifier_declared = _hosts_of(task)
     task_hosts, bad = _task_hosts(agent_declared)
     verifier_hosts, verifier_bad = _task_hosts(verifier_declared)
-    environment = task.grading_options.get("network", task.network)
+    environment = task.verifier_declared
     setup = _phase(
         environment,
         policy.setup_network,

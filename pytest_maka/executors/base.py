@@ -8,33 +8,77 @@ Contract every executor keeps (checked by tests/conformance for each one):
 - Output beyond ``max_output_bytes`` per stream is dropped and flagged, never buffered.
 - Only the variables in ``env`` reach the command; the host environment does not.
 - ``network=False`` means the command cannot reach any network, loopback of the host included.
-- A sandbox that can enforce an allowlist phase also implements ``egress.phase.EgressSandbox``
-  (``egress_phase(name, plan, log)``): inside it ``network=True`` reaches only the egress
-  proxy; without it an allowlist phase is an infra failure, never an open network.
 - ``put`` overwrites what is at the destination; ``get`` never follows a symlink, never
   leaves a live link in its copy and keeps the byte and entry caps (``executors.copyout``).
-- Optionally (``ProtectedRestore``): ``restore_protected()`` undoes, after the subject stopped,
-  what it changed where the verifier would run it (uploads; on Docker, for SWE-bench only,
-  the system as the image has it), or refuses with ``SubjectFault``.
-- Optionally (``ChangeWatch``): a sandbox whose environment the verifier sees live (fidelity
-  first, DESIGN.md §3) lists what the subject changed outside the workdir and which of those
-  files the verification read or executed (the taint rule). docs/security.md has each executor's way.
+
+Everything else is optional and declared here with what the kernel does without it:
+
+- On the executor: ``capabilities`` (``ExecutorCapabilities``, all off by default: a task that
+  needs one is skipped with the reason ``core.task_parts.FEATURES`` gives) and ``host_needs``
+  (default: nothing). ``ExecutorBase`` holds these defaults. ``capabilities.separate_verifier``
+  means the executor also implements ``VerifierEnvironments``.
+- On the sandbox: the Protocols of ``SANDBOX_CAPABILITIES`` below (declared in
+  ``executors/capabilities.py``, re-exported here), each checked with ``isinstance`` and each
+  with its default. ``EgressSandbox`` is the important one: inside its
+  phase ``network=True`` reaches only the egress proxy; without it an allowlist phase is an
+  infra failure, never an open network. ``ProtectedRestore`` undoes, after the subject stopped,
+  what it changed where the verifier would run it, or refuses with ``SubjectFault``.
+  ``ChangeWatch`` lists, for an environment the verifier sees live (fidelity first, DESIGN.md
+  §3), what the subject changed outside the workdir and which of those files the verification
+  read or executed (the taint rule). docs/security.md has each executor's way; docs/extending.md
+  has the whole contract in one table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from ..core.cell import Cell
-from ..core.taint import Touched
+from ..core.hostreqs import Need
 from ..core.task import Task
+from .capabilities import (
+    ChangeWatch,
+    EgressSandbox,
+    ExecAhead,
+    ImageEnvironment,
+    PhaseUsers,
+    ProtectedRestore,
+    ReadOnlySystemView,
+    ReportsFullDisk,
+    VerdictChannel,
+    VerifierEnvironments,
+)
 from .copyout import CopyReport
+
+__all__ = [
+    "SANDBOX_CAPABILITIES",
+    "ChangeWatch",
+    "EgressSandbox",
+    "ExecAhead",
+    "ExecResult",
+    "ExecSettings",
+    "Executor",
+    "ExecutorBase",
+    "ExecutorCapabilities",
+    "ImageEnvironment",
+    "LeaseIterator",
+    "LeaseRequest",
+    "PhaseUsers",
+    "Process",
+    "ProtectedRestore",
+    "ReadOnlySystemView",
+    "ReportsFullDisk",
+    "Sandbox",
+    "SandboxCapability",
+    "VerdictChannel",
+    "VerifierEnvironments",
+]
 
 
 @dataclass(frozen=True)
@@ -171,140 +215,55 @@ class Sandbox(Protocol):
         ...
 
 
-@runtime_checkable
-class ReportsFullDisk(Protocol):
-    """Optional sandbox capability: whether the lease's own disk (nothing else writes there) is full.
+@dataclass(frozen=True)
+class SandboxCapability:
+    """One optional sandbox capability and what the kernel does when a sandbox lacks it."""
 
-    Read when the verifier gave no verdict: a verifier that could not write its reward because
-    the subject filled the disk is the subject's failure, not the verifier's.
+    protocol: type
+    default: str
+
+
+#: Every optional sandbox capability, with the kernel's behaviour without it. The kernel checks
+#: them with ``isinstance(sandbox, protocol)`` and nowhere probes a sandbox by attribute name.
+SANDBOX_CAPABILITIES: tuple[SandboxCapability, ...] = (
+    SandboxCapability(EgressSandbox, "an allowlist phase is an infra failure (never an open network)"),
+    SandboxCapability(ProtectedRestore, "no restore: a verification sees what the subject changed outside uploads"),
+    SandboxCapability(VerdictChannel, "the kernel puts /tests and empties /logs/verifier itself (a shared channel)"),
+    SandboxCapability(ChangeWatch, "no taint rule: changes outside the workdir are neither listed nor watched"),
+    SandboxCapability(ExecAhead, "the verifier's command is set up when it runs"),
+    SandboxCapability(ImageEnvironment, "no environment variables of the image's own"),
+    SandboxCapability(PhaseUsers, "a task declaring a phase user is skipped (capabilities.users is off)"),
+    SandboxCapability(ReportsFullDisk, "a missing verdict is never put down to a full disk"),
+    SandboxCapability(ReadOnlySystemView, "no read_only_system note"),
+)
+
+
+@dataclass(frozen=True)
+class ExecutorCapabilities:
+    """What an executor runs beyond one plain environment; every flag is off by default.
+
+    One flag per key of ``Task.features`` (``core.task_parts.FEATURES``; the flag
+    ``multi_step`` is the key ``multi-step``): a cell whose task needs a flag that is off is
+    skipped, its reason naming the feature. ``separate_verifier`` also means the executor
+    implements ``VerifierEnvironments``; ``users`` that its sandboxes implement ``PhaseUsers``.
     """
 
-    def full_disk(self) -> str | None: ...
+    multi_step: bool = False
+    separate_verifier: bool = False
+    compose: bool = False
+    users: bool = False
+    healthcheck: bool = False
+    gpus: bool = False
+    image: bool = False
 
+    @property
+    def features(self) -> frozenset[str]:
+        """The ``Task.features`` keys these flags cover."""
+        return frozenset(name.replace("_", "-") for name, on in asdict(self).items() if on)
 
-@runtime_checkable
-class ProtectedRestore(Protocol):
-    """Optional sandbox capability: put back protected paths before the verifier runs.
-
-    Called once per verification, after every process of the subject is gone and before
-    ``/logs/verifier`` and ``/tests`` are replaced. Returns what it found for the record:
-    ``{"mechanism": str, "changed": [paths], "changed_count": int, "restored": [paths]}``
-    (``changed`` lists changes outside the workdir and ``/logs``, capped; paths as text).
-    Raises ``SubjectFault`` (with the paths) when a change cannot be undone: the attempt is
-    then not verified and counts as the subject's failure. Must not run any program the
-    subject could have replaced.
-    """
-
-    def restore_protected(self, scratch: Path) -> dict[str, Any]: ...
-
-
-@runtime_checkable
-class VerdictChannel(Protocol):
-    """Optional sandbox capability: lay out the verdict channel (``/tests`` and ``/logs/verifier``)
-    of a verification, private to it where the sandbox can make it so.
-
-    ``open_verdict(tests, scratch)`` is called after the subject stopped, in place of the
-    kernel's putting ``/tests`` and emptying ``/logs/verifier``: from then on the sandbox's
-    commands see a fresh copy of ``tests`` at ``/tests`` (nothing there when None) and an empty
-    ``/logs/verifier``; ``put``, ``get`` and ``remove`` of those paths reach them. A private
-    channel is seen by no other process of the environment (one the subject left). Calling it
-    again starts a fresh channel (the next step's). ``close_verdict()``, after the kernel copied
-    ``/logs/verifier`` out, ends it. ``verdict_channel()`` says, for the record, whether it was
-    private (``private: ...``) or not (``shared: ...``, and what the sandbox saw).
-    docs/security.md, "The verdict channel".
-    """
-
-    def open_verdict(self, tests: Path | None, scratch: Path) -> None: ...
-
-    def close_verdict(self) -> None: ...
-
-    def verdict_channel(self) -> str: ...
-
-
-@runtime_checkable
-class ChangeWatch(Protocol):
-    """Optional sandbox capability: what the subject changed outside the workdir, and which of
-    those files a verification then read or executed (``core.taint``).
-
-    Nothing of it may run a program of the sandbox's: the subject could have replaced it.
-    """
-
-    #: How changes and accesses are found, for the record.
-    watch_mechanism: str
-
-    def outside_changes(self) -> list[tuple[str, int]]:
-        """(path, kind: 0 modified, 1 added, 2 deleted) outside the workdir, /logs and /tests.
-        ValueError: they cannot be listed (what the subject left is too deep for the engine)."""
-        ...
-
-    def ensure_running(self) -> None:
-        """The environment runs (started again if it stopped, unless that would run what the
-        subject changed: SubjectFault)."""
-        ...
-
-    def watch_access(self, paths: Sequence[str]) -> list[Touched]:
-        """From now on, note reads and executions of ``paths``; returns those watched.
-        RuntimeError: the watch cannot run here."""
-        ...
-
-    def accessed(self) -> list[Touched]:
-        """The watched paths read or executed since ``watch_access`` (the watch ends)."""
-        ...
-
-    def leftover_processes(self) -> tuple[int, int | None]:
-        """(processes the subject left running, the environment's process limit or None)."""
-        ...
-
-    def verdict_rewritten(self) -> bool:
-        """After a verification: a process still running (one the subject left) keeps
-        rewriting the reward files."""
-        ...
-
-
-@runtime_checkable
-class ExecAhead(Protocol):
-    """Optional sandbox capability: set a later ``exec`` up ahead, while the process is idle.
-
-    ``exec_ahead`` names a command that will run later with these settings (the verifier's,
-    said while the subject runs) and the paths put before it; ``verdict``: it will run inside
-    the verdict channel (``VerdictChannel.open_verdict``). The sandbox may prepare what it
-    can of that command's environment, but starts nothing of the command; an ``exec`` of the
-    same command, env, cwd and network later gets exactly the isolation and limits of a fresh
-    one (what was prepared is used only if nothing it depends on changed, else discarded).
-    """
-
-    def exec_ahead(
-        self,
-        command: str,
-        *,
-        env: Mapping[str, str],
-        cwd: str | None = None,
-        network: bool = False,
-        puts: Sequence[str] = (),
-        verdict: bool = False,
-    ) -> None: ...
-
-
-@runtime_checkable
-class ImageEnvironment(Protocol):
-    """Optional sandbox capability: the environment's own variables (Docker: the image's ENV).
-
-    The kernel lays its variables over these, so tools the image put on its PATH are found.
-    """
-
-    def image_env(self) -> dict[str, str]: ...
-
-
-@runtime_checkable
-class PhaseUsers(Protocol):
-    """Optional sandbox capability: run a phase as a user the environment defines.
-
-    ``as_user`` and ``give`` raise InfraError naming the user when the environment lacks it.
-    """
-
-    def as_user(self, user: str | int | None, phase: str) -> AbstractContextManager[None]: ...
-
-    def give(self, paths: list[str], user: str | int | None, phase: str) -> None: ...
+    def missing(self, needed: Iterable[str]) -> list[str]:
+        """The keys of ``needed`` (a task's features) this executor lacks, sorted."""
+        return sorted(set(needed) - self.features)
 
 
 class Executor(Protocol):
@@ -313,6 +272,8 @@ class Executor(Protocol):
     kind: ClassVar[str]
     #: Validates the spec's ``executor:`` options (all keys but ``kind``).
     Options: ClassVar[type[BaseModel]]
+    #: What it runs beyond one plain environment (default ``ExecutorCapabilities()``: nothing).
+    capabilities: ExecutorCapabilities
 
     def check(self) -> None:
         """Raise ExecutorUnavailable with a one-line reason if this executor cannot run here."""
@@ -323,6 +284,11 @@ class Executor(Protocol):
         """False when commands run without a sandbox (model-backed subjects need an opt-out)."""
         ...
 
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        """What this host must have for ``tasks`` (``egress_cells`` of them behind the egress
+        proxy), checked before any cell runs (``hostcheck``; default: nothing)."""
+        ...
+
     def prepare(self, tasks: list[Task]) -> None:
         """Once per process before cells run (e.g. check images); may be a no-op."""
         ...
@@ -330,6 +296,21 @@ class Executor(Protocol):
     def lease(self, request: LeaseRequest) -> AbstractContextManager[Sandbox]: ...
 
     def close(self) -> None: ...
+
+
+class ExecutorBase:
+    """Defaults for the optional parts of the Executor protocol."""
+
+    capabilities: ClassVar[ExecutorCapabilities] = ExecutorCapabilities()
+
+    def host_needs(self, tasks: list[Task], egress_cells: int) -> list[Need]:
+        return []
+
+    def prepare(self, tasks: list[Task]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 LeaseIterator = Iterator[Sandbox]

@@ -22,7 +22,7 @@ from ..core.errors import ExecutorUnavailable
 from ..core.hostreqs import Need
 from ..core.task import Task
 from . import disk, limits
-from .base import LeaseRequest
+from .base import ExecutorBase, ExecutorCapabilities, LeaseRequest
 from .local_sandbox import DEFAULT_MAX_OUTPUT, LocalOptions, LocalSandbox
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
@@ -35,13 +35,12 @@ CHECK_TRIES = 3
 TRANSIENT_MOUNT_ERROR = "Unable to apply mount flags: remount"
 
 
-class LocalExecutor:
+class LocalExecutor(ExecutorBase):
     """Runs attempts on this machine, each command in a new bwrap sandbox."""
 
     kind: ClassVar[str] = "local"
     Options: ClassVar[type[BaseModel]] = LocalOptions
-    #: Task features (core.task.FEATURES) this executor runs.
-    features: ClassVar[frozenset[str]] = frozenset({"multi-step"})
+    capabilities: ClassVar[ExecutorCapabilities] = ExecutorCapabilities(multi_step=True)
 
     def __init__(self, options: LocalOptions | None = None) -> None:
         self.options = options or LocalOptions()

@@ -21,8 +21,8 @@ import pytest
 
 from ..core.progress import INSTALL_PHASE
 from ..core.records import group_by_cell, has_result
-from ..fixtures import MAKA_KEY
-from ..scale.plugin import WAIT_CALLBACKS_KEY
+from ..scale.strategy import WAIT_CALLBACKS_KEY
+from ..session import MAKA_KEY
 from .status import LIVE_DIR, RunningCells, read_published
 from .view import PlainLines, Progress, TtyArea, status_lines
 

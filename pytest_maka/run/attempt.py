@@ -11,10 +11,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 
 from ..core.errors import DeadlineReached, InfraError
+from ..core.network import NETWORK_PHASES
 from ..core.taxonomy import SubjectOutcome
 from ..egress.log import LOG_NAME, EgressLog
 from ..egress.phase import network_phase, network_record
-from ..egress.plan import PHASES
 from ..executors.base import LeaseRequest, Sandbox
 from .facts import IsolationFacts
 from .health import last_line, wait_healthy
@@ -36,7 +36,7 @@ def run_attempt_steps(
     task, d = work.cell.task, work.attempt_dir
     (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
     work.plan, work.egress = attempt_plan(work), EgressLog(d / LOG_NAME)
-    request.egress = any(work.plan.phase(p).mode == "allowlist" for p in PHASES)
+    request.egress = any(work.plan.phase(p).mode == "allowlist" for p in NETWORK_PHASES)
     stack = ExitStack()
     try:
         with work.timed("setup"):

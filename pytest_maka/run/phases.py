@@ -190,7 +190,7 @@ def diff_workspace(sandbox: Sandbox, dest: Path, report: CopyReport) -> tuple[st
 
 
 def verifier_exec_env(verifier: Verifier, task: Task, sandbox: Sandbox) -> dict[str, str]:
-    return verifier_env(task, imports_workdir=getattr(verifier, "imports_workdir", False), image=image_env_of(sandbox))
+    return verifier_env(task, imports_workdir=verifier.imports_workdir, image=image_env_of(sandbox))
 
 
 def verify_ahead(work: AttemptWork, sandbox: Sandbox) -> None:

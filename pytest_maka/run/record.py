@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
-from ..egress.plan import PHASES
+from ..core.network import NETWORK_PHASES
 from .facts import AgentFacts, BudgetFacts, IsolationFacts, Tamper, VerifierFacts
 from .work import AttemptWork, StepsRun
 
@@ -135,7 +135,7 @@ def steps_mapping(work: AttemptWork, steps: StepsRun) -> list[dict[str, Any]]:
                     **{k: verifier.get(k) for k in ("exit_code", "timed_out", "duration_s", "error")},
                     "environment": (verifier.get("environment") or {}).get("mode", "shared"),
                 },
-                "network": {phase: step_work.plan.phase(phase).record() for phase in PHASES},
+                "network": {phase: step_work.plan.phase(phase).record() for phase in NETWORK_PHASES},
                 "error": step_work.error_for(outcome.status, step_work.facts()),
                 "artifacts": {**step_work.artifacts(out_dir), **_setup_outputs(step_work)},
             }

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..core.errors import InfraError
 from ..core.taint import ReadOnlySystem, Touched, judge, read_only_evidence
-from ..executors.base import ChangeWatch, Sandbox
+from ..executors.base import ChangeWatch, ReadOnlySystemView, Sandbox
 from .restore import printable
 from .work import AttemptWork
 
@@ -112,7 +112,7 @@ def note_read_only_system(work: AttemptWork, sandbox: Sandbox) -> None:
     attempt whose outputs show writes refused there gets the record's ``read_only_system``
     note: the task may need a writable system (docs/docker-executor.md, which tasks suit which
     executor). The class stays what the verifier said."""
-    if not getattr(sandbox, "read_only_system", False):
+    if not (isinstance(sandbox, ReadOnlySystemView) and sandbox.read_only_system):
         return
     if work.verifier_outcome is not None and work.verifier_outcome.passed:
         return

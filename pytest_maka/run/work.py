@@ -43,15 +43,13 @@ ARTIFACT_FILES = {
 
 def attempt_plan(work: AttemptWork) -> NetworkPlan:
     """The attempt's NetworkPlan: task, policy, the subject's declared needs and its own hook."""
-    extra, setup = getattr(work.subject, "egress", None), getattr(work.subject, "setup_egress", None)
-    needs = (*work.cell.subject.egress, *(extra() if callable(extra) else ()))
-    return build_plan(work.cell.task, work.settings.policy, needs, tuple(setup()) if callable(setup) else ())
+    needs = (*work.cell.subject.egress, *work.subject.egress())
+    return build_plan(work.cell.task, work.settings.policy, needs, tuple(work.subject.setup_egress()))
 
 
 def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
-    """The subject's read-only mounts (an installed agent); subjects without the method have none."""
-    mounts = getattr(subject, "mounts", None)
-    return dict(mounts(task)) if callable(mounts) else {}
+    """The subject's read-only mounts (an installed agent)."""
+    return dict(subject.mounts(task))
 
 
 @dataclass(slots=True)

@@ -1,1 +1,1 @@
-"""Scale: many cells at once per pytest process (--maka-concurrency), with or without xdist."""
+"""How a pytest process runs its cells: the strategies (serial, pool, xdist), the cell pool, the look-ahead."""

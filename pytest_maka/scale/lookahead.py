@@ -23,12 +23,11 @@ import pytest
 
 from .. import compat
 from ..collect import CELL_FIXTURES, CellItem
-from ..fixtures import lease_function, workspace_path
 from ..store.ledger import Ledger
 from .pool import CellPool, Job
 
 if TYPE_CHECKING:
-    from ..session import MakaSession
+    from ..engine import Engine
 
 Record = dict[str, Any]
 #: How long a waiting item sleeps between looks at the pool (also the live view's tick).
@@ -103,13 +102,13 @@ def prestartable(item: pytest.Item) -> bool:
 class Lookahead:
     """Starts cells ahead of their items on a CellPool; one per pytest process."""
 
-    def __init__(self, maka: MakaSession, session: pytest.Session, size: int, source: ItemSource) -> None:
-        self.maka = maka
+    def __init__(self, engine: Engine, session: pytest.Session, size: int, source: ItemSource) -> None:
+        self.engine = engine
         self.session = session
         self.pool = CellPool(size)
         self.source = source
         self.jobs: dict[str, Job] = {}
-        self.follower = LedgerFollower(maka.ledger)
+        self.follower = LedgerFollower(engine.ledger)
         self.aborted = False
         #: Called while an item waits for its cell (the live view redraws from here).
         self.on_wait: list[Callable[[], None]] = []
@@ -117,15 +116,15 @@ class Lookahead:
     # -- the item being run -------------------------------------------------------------
     def record_for(self, item: CellItem) -> Record:
         """Start (if not yet started) and wait for ``item``'s cell; start upcoming ones meanwhile."""
-        runner = self.maka.runner
+        engine = self.engine
         job = self.jobs.pop(item.nodeid, None)
         try:
             if job is None:
                 self._learn()
-                if runner.resumable(item.cell) is not None:
-                    self._fill(item)
-                    return runner.run_cell(item.cell, item.funcargs["executor_lease"], item.funcargs["maka_workspace"])  # type: ignore[attr-defined]
                 funcargs = item.funcargs  # type: ignore[attr-defined]
+                if engine.runner.resumable(item.cell) is not None:
+                    self._fill(item)
+                    return engine.run_cell(item.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
                 job = self._start(item, funcargs["executor_lease"], funcargs["maka_workspace"])
             self._fill(item)
             while not job.done.is_set():
@@ -150,19 +149,19 @@ class Lookahead:
         if self._stopping() or self.pool.free <= 0:
             return
         self._learn()
-        runner = self.maka.runner
+        engine = self.engine
         for item in self.source.upcoming(current):
             if self.pool.free <= 0:
                 return
             if item.nodeid not in self.jobs and prestartable(item):
                 assert isinstance(item, CellItem)
-                if runner.resumable(item.cell) is None:
-                    self._start(item, lease_function(self.maka), workspace_path(self.maka, item.cell))
+                if engine.runner.resumable(item.cell) is None:
+                    self._start(item, engine.lease(), engine.workspace(item.cell))
             self.source.passed(item)
 
     def _start(self, item: CellItem, lease: Any, workspace: Path) -> Job:
-        runner, cell = self.maka.runner, item.cell
-        job = self.pool.submit(item.nodeid, lambda: runner.run_cell(cell, lease, workspace))
+        engine, cell = self.engine, item.cell
+        job = self.pool.submit(item.nodeid, lambda: engine.run_cell(cell, lease, workspace))
         self.jobs[item.nodeid] = job
         return job
 
@@ -170,7 +169,7 @@ class Lookahead:
         """Before a cell starts: take in what other workers recorded (a lost worker's cells)."""
         records = self.follower.new_records()
         if records:
-            self.maka.runner.learn(records)
+            self.engine.runner.learn(records)
 
     # -- ending ------------------------------------------------------------------------
     def abort(self) -> None:

@@ -1,22 +1,17 @@
-"""pytest glue for --maka-concurrency: the option, the xdist scheduler, the per-process lookahead."""
+"""pytest glue for --maka-concurrency: the option and the end of the session's strategy (``strategy.py``)."""
 
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..fixtures import MAKA_KEY
-from .lookahead import Lookahead, SessionItems
+from ..session import MAKA_KEY, MakaSession
+from .strategy import WAIT_CALLBACKS_KEY, ExecutionStrategy, InProcessPool, Serial, XdistController, xdist_controller
 
-if TYPE_CHECKING:
-    from ..collect import CellItem
+__all__ = ["CONCURRENCY_KEY", "WAIT_CALLBACKS_KEY", "add_option", "concurrency", "local_strategy"]
 
 CONCURRENCY_KEY = pytest.StashKey[int]()
-LOOKAHEAD_KEY = pytest.StashKey[Lookahead]()
-#: Callables run while an item waits for its cell (the live view's redraw), set at configure.
-WAIT_CALLBACKS_KEY = pytest.StashKey[list]()
 #: Set when this session moved the objects of start-up and collection out of the collector's sight.
 GC_FROZEN_KEY = pytest.StashKey[bool]()
 
@@ -55,57 +50,20 @@ def concurrency(config: pytest.Config) -> int:
     return value
 
 
-def pytest_maka_configure(config: pytest.Config) -> None:
-    """Validate the option; on an xdist controller, keep workers enough items ahead."""
+def local_strategy(config: pytest.Config, maka: MakaSession) -> ExecutionStrategy:
+    """Without a cluster: the xdist controller's, the pool's (--maka-concurrency N > 1) or serial."""
     n = concurrency(config)
-    if n <= 1 or hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
-        return
-    if not (getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)):
-        return
-    from .xdist import REFUSED_DIST, XdistScheduler
-
-    dist = config.getvalue("dist")
-    if dist in REFUSED_DIST:
-        raise pytest.UsageError(f"--maka-concurrency {n} cannot be combined with --dist {dist}: {REFUSED_DIST[dist]}")
-    config.pluginmanager.register(XdistScheduler(n), "maka-xdist-scheduler")
-
-
-def lookahead(item: pytest.Item) -> Lookahead | None:
-    """This process's Lookahead, made on first use; None when cells run one at a time."""
-    config = item.config
-    if LOOKAHEAD_KEY in config.stash:
-        return config.stash[LOOKAHEAD_KEY]
-    n = concurrency(config)
-    if n <= 1:
-        return None
-    source: Any
-    if hasattr(config, "workerinput"):
-        from .xdist import WorkerItems
-
-        source = WorkerItems(config, item.session)
-    else:
-        source = SessionItems(item.session)
-    made = Lookahead(config.stash[MAKA_KEY], item.session, n, source)
-    made.on_wait.extend(config.stash.get(WAIT_CALLBACKS_KEY, []))
-    config.stash[LOOKAHEAD_KEY] = made
-    return made
-
-
-def run_item(item: CellItem) -> dict[str, Any]:
-    """The record of ``item``'s cell: run here and now, or by the lookahead's pool."""
-    ahead = lookahead(item)
-    if ahead is not None:
-        return ahead.record_for(item)
-    funcargs = item.funcargs  # type: ignore[attr-defined]
-    return item.maka.runner.run_cell(item.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
+    if xdist_controller(config):
+        return XdistController(config, maka, n)
+    return InProcessPool(maka, n) if n > 1 else Serial(maka)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Before the reporter writes: finish (after -x) or abort (Ctrl-C) the cells in flight."""
-    ahead = session.config.stash.get(LOOKAHEAD_KEY, None)
-    if ahead is not None:
-        ahead.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED and not session.shouldfail)
+    maka = session.config.stash.get(MAKA_KEY, None)
+    if maka is not None and maka.strategy is not None:
+        maka.strategy.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED and not session.shouldfail)
 
 
 class _Frozen:

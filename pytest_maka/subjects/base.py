@@ -1,4 +1,10 @@
-"""The subject interface: one small class per kind, registered through a hook."""
+"""The subject interface: one small class per kind, registered through a hook.
+
+``Subject`` is the whole contract: ``kind``, ``reference``, ``Options`` and ``run`` are the
+kind's own; every other member is optional, and ``SubjectBase`` holds its default (no
+unsupported tasks, no uploads, mounts, variables, secrets, allowlist hosts or host needs).
+The kernel calls every member directly: subclass ``SubjectBase`` or define them all.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+from ..core.hostreqs import Need
 from ..core.spec import SubjectSpec
 from ..core.task import Task
 from ..core.usage import CostProvenance
@@ -127,13 +134,30 @@ class Subject(Protocol):
         """Sandbox path -> host directory bound read-only for the run (an installed agent)."""
         ...
 
+    def egress(self) -> list[str]:
+        """Allowlist entries the agent phase reaches through the egress proxy (its provider's
+        API), on top of the spec entry's ``egress:`` and ``policy.egress``."""
+        ...
+
+    def setup_egress(self) -> list[str]:
+        """Allowlist entries the set-up phase reaches (what installing the subject needs)."""
+        ...
+
+    def host_needs(self) -> list[Need]:
+        """What this host must have before any cell of this subject runs (``hostcheck``)."""
+        ...
+
+    def version_problem(self) -> str | None:
+        """Before any cell: why the subject's pinned version cannot be had (a registry's answer), or None."""
+        ...
+
     def run(self, sandbox: Sandbox, task: Task, ctx: RunContext) -> SubjectResult:
         """Run once, under ``ctx.timeout_sec``; return what happened and what it reported."""
         ...
 
 
 class SubjectBase:
-    """Defaults for the optional parts of the protocol."""
+    """Defaults for the optional parts of the protocol (every member but ``run`` and ``Options``)."""
 
     kind: ClassVar[str] = ""
     reference: ClassVar[bool] = False
@@ -156,6 +180,18 @@ class SubjectBase:
 
     def secrets(self) -> list[str]:
         return []
+
+    def egress(self) -> list[str]:
+        return []
+
+    def setup_egress(self) -> list[str]:
+        return []
+
+    def host_needs(self) -> list[Need]:
+        return []
+
+    def version_problem(self) -> str | None:
+        return None
 
     def _exec(self, sandbox: Sandbox, command: str, task: Task, ctx: RunContext) -> ExecResult:
         return ctx.run(sandbox, command, cwd=task.workdir)

@@ -4,6 +4,10 @@ The kernel keeps the authority rules around every verifier: the subject's proces
 gone, ``/logs/verifier`` is emptied and ``/tests`` is replaced by a fresh copy of
 ``tests_payload()`` before ``run()``; afterwards it copies ``/logs/verifier`` out to
 ``ctx.attempt_dir / "verifier"`` and only then calls ``grade()``.
+
+``Verifier`` is the whole contract; its one optional attribute, ``imports_workdir``, has its
+default on ``VerifierBase``, and its one optional capability is ``PlansExec`` (checked with
+``isinstance``; without it the verifier's command is set up when it runs).
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ class VerifyContext(ExecSettings):
 
 class Verifier(Protocol):
     name: ClassVar[str]
-    #: Optional (default False): the verifier runs code that imports from the workdir (a
-    #: repository's own tests), so Python keeps the working directory on its path there.
+    #: Optional (default False, ``VerifierBase``): the verifier runs code that imports from the
+    #: workdir (a repository's own tests), so Python keeps the working directory on its path there.
+    imports_workdir: ClassVar[bool]
 
     def tests_payload(self, task: Task, scratch: Path) -> Path | None:
         """The host directory copied fresh to /tests after the subject stopped (None: nothing)."""
@@ -59,6 +64,12 @@ class Verifier(Protocol):
     def grade(self, task: Task, result: ExecResult, ctx: VerifyContext) -> Verdict:
         """Read the verdict from what ``run()`` left (files under ``ctx``)."""
         ...
+
+
+class VerifierBase:
+    """Defaults for the optional parts of the Verifier protocol."""
+
+    imports_workdir: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ def network_starved(verdict: Verdict, task: Task, ctx: VerifyContext) -> Verdict
     or answer (the machine is offline, the host is gone), is no verdict on the subject. A task
     that declares its verifier needs no network keeps its verdict; a pass always stands.
     """
-    declared = task.grading_options.get("network", task.verifier_network)
+    declared = task.verifier_declared
     if verdict.passed or declared == "none":
         return verdict
     evidence = network_failure(_tail(ctx.stdout_path) + "\n" + _tail(ctx.stderr_path))

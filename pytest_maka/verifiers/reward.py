@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal
 
 from ..core.task import TESTS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
-from .base import PlannedExec, Verdict, VerifyContext, network_starved
+from .base import PlannedExec, Verdict, VerifierBase, VerifyContext, network_starved
 
 PASS_REWARD = 1.0
 #: Larger reward files are not a verdict (a reward is a few bytes).
@@ -227,7 +227,7 @@ def read_reward(verifier_dir: Path, multi: MultiReward | None = None) -> Verdict
     return found
 
 
-class RewardVerifier:
+class RewardVerifier(VerifierBase):
     """Runs ``task.verifier_command`` (``bash /tests/test.sh``) in the workdir; a reward of 1 passes."""
 
     name: ClassVar[str] = "reward"

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from ..core.task import TESTS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
 from . import parsers
-from .base import Verdict, VerifyContext
+from .base import Verdict, VerifierBase, VerifyContext
 from .swebench_prepare import PREPARE_SH
 from .testlog import read_log
 
@@ -43,7 +43,7 @@ def _split(tests: list[str], results: dict[str, str], ok: frozenset[str]) -> dic
     return {"success": success, "failure": [t for t in tests if results.get(t) not in ok]}
 
 
-class SweBenchVerifier:
+class SweBenchVerifier(VerifierBase):
     """Grading ``swe-bench``; its options are filled by the SWE-bench adapter."""
 
     name: ClassVar[str] = "swe-bench"

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from ..core.task import TESTS_DIR, Task
 from ..executors.base import ExecResult, Sandbox
 from . import parsers
-from .base import Verdict, VerifyContext, network_starved
+from .base import Verdict, VerifierBase, VerifyContext, network_starved
 
 RUN_TESTS = "run-tests.sh"
 
@@ -35,7 +35,7 @@ def outcome_lists(results: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-class TestLogVerifier:
+class TestLogVerifier(VerifierBase):
     """Grading ``terminal-bench``: options ``parser`` (default pytest) and ``script`` (run-tests.sh)."""
 
     __test__ = False  # not a pytest test class despite the name

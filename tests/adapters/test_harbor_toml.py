@@ -186,7 +186,7 @@ def test_every_harbor_key_lands_in_a_typed_field(tmp_path: Path) -> None:
         40,
     )
     assert (task.network, task.agent_allowed_hosts) == ("allowlist", ("api.example.com",))
-    assert task.verifier_network == "none" and task.grading_options["network"] == "none"
+    assert task.verifier_declared == "none" and "network" not in task.grading_options
     assert (
         task.verifier_collect[0].command == "dump-state > /app/state.json"
         and task.verifier_collect[0].service == "main"

@@ -235,7 +235,7 @@ def test_harbor_fields_and_unsupported(tmp_path: Path) -> None:
     toml = root / "greetings" / "task.toml"
     toml.write_text(toml.read_text().replace('network_mode = "no-network"', "gpus = 1"))
     task = harbor.load_task(root / "greetings")
-    assert task.network == "public" and task.grading_options["network"] == "public"
+    assert task.network == "public" and task.verifier_declared == "public" and "network" not in task.grading_options
     assert task.unsupported == "the task needs 1 GPU(s) (environment.gpus) and this machine has 0"
 
 

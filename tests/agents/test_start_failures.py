@@ -59,3 +59,20 @@ def test_a_claim_that_disagrees_with_the_verdict_is_flagged_not_believed(cohort:
     assert results["t[boaster-r0]"]["agent"]["claim_agrees_with_verdict"] is False
     assert results["t[honest-r0]"]["agent"]["claim_agrees_with_verdict"] is True
     assert '"claim_disagrees_with_verdict":true' in (cohort.out / "report.html").read_text().replace(" ", "")
+
+
+@pytest.mark.needs("npm")
+def test_installing_a_version_the_registry_lacks_is_not_retried_and_quotes_the_registry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Past the load-time check (a cache shared by a run that pinned it later): the install's error is
+    the registry's answer, marked not retryable (another attempt would fail the same way)."""
+    from pytest_maka.agents.cache import AgentCache, InstallError
+    from pytest_maka.subjects.presets import PRESETS
+
+    claude = next(p for p in PRESETS if p.kind == "claude-code")
+    cache = AgentCache(tmp_path / "cache")
+    with pytest.raises(InstallError) as info:
+        cache.ensure(claude.install_spec("0.0.999"))
+    assert info.value.retryable is False
+    assert "installing @anthropic-ai/claude-code@0.0.999: " in str(info.value)
+    assert "No match" in str(info.value) or "No matching version" in str(info.value)
+    assert not cache.installed(claude.install_spec("0.0.999"))

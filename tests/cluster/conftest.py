@@ -105,8 +105,8 @@ import os
 
 side = {{}}
 
-def pytest_configure(config):
-    side["controller"] = config.getoption("maka_cluster") != "off"
+def pytest_maka_configure(config, cohort):
+    side["controller"] = config is not None  # a Dask worker runs no pytest: config is None there
 
 def pytest_maka_phase(cell, phase):
     if not side["controller"] and phase == "agent":

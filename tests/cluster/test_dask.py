@@ -40,8 +40,8 @@ def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: 
 
         lock, where = threading.Lock(), {{}}
 
-        def pytest_configure(config):
-            where["side"] = "worker" if config.getoption("maka_cluster") == "off" else "controller"
+        def pytest_maka_configure(config, cohort):
+            where["side"] = "worker" if config is None else "controller"  # no pytest on a Dask worker
 
         def pytest_maka_phase(cell, phase, attempt):
             with lock, open({str(phases)!r}, "a") as fh:

@@ -31,18 +31,11 @@ class TestDockerConformance(ExecutorConformance):
     verifies_deep_trees = True
     #: A helper in the container's namespace logs and refuses what is sent past the proxy.
     egress_logs_past_proxy = True
-    #: /tests and /logs/verifier are the container's: they stay the verification's only while no
-    #: process the subject left runs (docs/security.md, "The verdict channel").
-    private_verdict_channel = False
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 22: a process the verifier's code detaches and that holds the exec's output "
-        "outlives the verifier's script on Docker (the exec ends when its output closes): its late "
-        "reward lands before the reward is read, until the verdict channel is private there",
-    )
-    def test_a_process_the_verifier_leaves_writes_no_reward(self, executor, task, tmp_path) -> None:  # type: ignore[no-untyped-def]
-        super().test_a_process_the_verifier_leaves_writes_no_reward(executor, task, tmp_path)
+    #: /tests and /logs/verifier are host directories mounted only in the verification's own
+    #: copy of the container's mount namespace (docs/security.md, "The verdict channel").
+    private_verdict_channel = True
+    #: What the subject left running keeps running for the verifier, as in Harbor.
+    keeps_subject_services = True
 
     def test_network_on_joins_a_network_and_off_has_only_loopback(self, sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
         off = self.run(sandbox, "ls /sys/class/net", tmp_path, network=False)
@@ -65,16 +58,16 @@ class TestDockerConformance(ExecutorConformance):
         _, ip, port = egress_upstream
         return EgressTarget(name="allowed.test", ip=ip, port=port)
 
-    def test_the_record_says_whether_a_process_of_the_subject_shared_the_channel(  # type: ignore[no-untyped-def]
+    def test_the_record_says_the_channel_was_private_and_who_ran_beside_it(  # type: ignore[no-untyped-def]
         self, executor, task, tmp_path
     ) -> None:
-        """The channel is the container's: the record says how many processes the subject left ran
-        when the tests went in (none, while every command's leftovers are stopped when it ends)."""
+        """The channel is private on a local engine; the record says how many processes the
+        subject left ran when the tests went in (they keep running, as in Harbor)."""
         record = self.attempt(executor, task, tmp_path, "echo done > done.txt; (sleep 600 &) ; true")
         assert record["status"] == "agent_success", record["error"]
         channel = record["verifier"]["verdict_channel"]
-        assert channel.startswith("shared: the container's /tests and /logs/verifier; "), channel
-        assert channel.endswith(" ran when the tests went in"), channel
+        assert channel.startswith("private: /tests and /logs/verifier were host directories"), channel
+        assert channel.endswith("1 process the subject left ran when the tests went in"), channel
 
     def test_env_contains_only_what_was_passed(self, sandbox, tmp_path, monkeypatch, docker_api) -> None:  # type: ignore[override]
         """As the suite's, except that variables the image itself sets (``ENV``) are allowed.

@@ -270,12 +270,14 @@ def test_packets_past_the_proxy_are_counted_in_the_phase_that_sent_them(
 
 def test_the_plugin_passes_its_concurrency_to_the_executor_options(pytester: pytest.Pytester) -> None:
     """``--maka-concurrency 3`` reaches ``DockerOptions.concurrency`` unless the spec sets it."""
-    from pytest_maka.session import _with_concurrency
+    from pytest_maka.engine.engine import with_concurrency
+    from pytest_maka.scale.plugin import concurrency
 
     config = pytester.parseconfig("--maka-concurrency", "3")
-    assert _with_concurrency(config, DockerOptions()).concurrency == 3  # type: ignore[attr-defined]
-    assert _with_concurrency(config, DockerOptions(concurrency=2)).concurrency == 2  # type: ignore[attr-defined]
-    assert _with_concurrency(pytester.parseconfig(), DockerOptions()).concurrency == 1  # type: ignore[attr-defined]
+    assert with_concurrency(DockerOptions(), lambda: concurrency(config)).concurrency == 3  # type: ignore[attr-defined]
+    assert with_concurrency(DockerOptions(concurrency=2), lambda: concurrency(config)).concurrency == 2  # type: ignore[attr-defined]
+    default = pytester.parseconfig()
+    assert with_concurrency(DockerOptions(), lambda: concurrency(default)).concurrency == 1  # type: ignore[attr-defined]
 
 
 def test_the_next_attempts_proxy_is_made_only_after_this_attempts_first_networked_command(

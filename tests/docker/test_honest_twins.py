@@ -22,8 +22,8 @@ pytestmark = pytest.mark.docker
 
 TASKS = Path(__file__).parent / "honest_tasks"
 NAMES = ("command-in-usr-local-bin", "config-in-etc", "package-in-system-site-packages")
-#: Ended before the verifier runs on Docker until its verdict channel is private there: a process
-#: the subject left could otherwise rewrite the tests or the reward (docs/security.md).
+#: A service the subject left running, which the verifier checks: it keeps running on Docker, whose
+#: verdict channel is private (docs/security.md, "The verdict channel").
 SERVICE = "service-left-running"
 
 
@@ -79,11 +79,6 @@ def test_refuse_tainted_refuses_only_the_passes_that_ran_subject_code(twins: Coh
         assert "tainted" in r["error"]["message"], r["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22: on Docker the processes the subject left are ended before the verifier runs "
-    "until the verification has a verdict channel of its own there (docs/security.md)",
-)
 def test_a_service_the_subject_left_running_answers_the_verifier(cohort: Cohort, docker_api, tmp_path) -> None:  # type: ignore[no-untyped-def]
     shutil.copytree(TASKS / SERVICE, cohort.tasks / SERVICE)
     cohort.state = tmp_path / "state"  # type: ignore[attr-defined]

@@ -59,7 +59,8 @@ def _task(tmp_path: Path, network: str, hosts: list[str], verifier: str | None =
         instruction="",
         digest="",
         network=network,
-        grading_options={"network": verifier or network, "allowed_hosts": hosts},
+        verifier_network=verifier,
+        grading_options={"allowed_hosts": hosts},
     )
 
 

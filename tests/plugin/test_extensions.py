@@ -84,3 +84,44 @@ def test_missing_bubblewrap_is_one_line_before_any_cell(cohort: Cohort, monkeypa
         f"ERROR: {cohort.spec}: this host lacks bubblewrap (bwrap) (for the local executor): apt-get install bubblewrap"
     ]
     assert not (cohort.out / "attempts.jsonl").exists()
+
+
+BARE_KIND = '''
+from pydantic import BaseModel, ConfigDict
+
+
+class BareOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Bare:
+    """Written against the required members only (no SubjectBase)."""
+
+    kind = "bare"
+    reference = False
+    Options = BareOptions
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def run(self, sandbox, task, ctx):
+        raise AssertionError("never run")
+
+
+def pytest_maka_subject_kinds():
+    return {"bare": Bare}
+'''
+
+
+def test_a_kind_lacking_part_of_its_contract_is_one_line_before_any_cell(cohort: Cohort) -> None:
+    cohort.pytester.makeconftest(BARE_KIND)
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "b", "kind": "bare"}])
+    result = cohort.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert errors == [
+        "ERROR: subject 'b' (Bare) lacks egress, env, host_needs, mounts, secrets, setup_egress, unsupported, uploads,"
+        " version_problem of the Subject contract (pytest_maka/subjects/base.py; subclass SubjectBase for the defaults)"
+    ]
+    assert not (cohort.out / "attempts.jsonl").exists()

@@ -212,3 +212,23 @@ def test_a_test_that_needs_an_absent_tool_skips_naming_the_package(
             "SKIPPED*needs bubblewrap (bwrap), not on this host: apt-get install bubblewrap",
         ]
     )
+
+
+@pytest.mark.needs("npm")
+def test_a_pinned_agent_version_that_does_not_exist_stops_the_run_with_the_registry_answer(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Asked of the real npm registry before any cell: not three infra_failure installs quoting npm's last line."""
+    cohort.task("t")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+    claude = {"name": "claude", "kind": "claude-code", "env": ["ANTHROPIC_API_KEY"], "cache_dir": str(tmp_path / "c")}
+    cohort.write(subjects=[{**claude, "version": "0.0.999"}])
+    result = cohort.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = usage_errors(result)
+    expected = (
+        rf"ERROR: {re.escape(str(cohort.spec))}: subject claude: version: @anthropic-ai/claude-code has no "
+        r"version 0.0.999 in the npm registry; its latest version is [0-9][0-9.]+"
+    )
+    assert re.fullmatch(expected, line), line
+    assert_nothing_ran(cohort)

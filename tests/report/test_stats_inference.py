@@ -90,23 +90,27 @@ def test_clustering_widens_the_interval_when_tasks_are_consistent() -> None:
     assert (r.passes, r.total, r.method, r.clusters) == (30, 50, CLUSTER, 10)
     se = _cluster_reference([[float(x) for x in c] for c in clusters])
     assert r.se == pytest.approx(se)
-    # the score interval at the effective sample size p(1-p)/se^2 with t(9): the p0 where
-    # |0.6 - p0| = t * sqrt(p0 (1 - p0) / n_eff), found here by root-finding
+    # the corrected score interval at the effective sample size p(1-p)/se^2 with t(9): the p0
+    # where |0.6 - p0| - 1/(2 n_eff) = t * sqrt(p0 (1 - p0) / n_eff), found here by root-finding
     assert (r.low, r.high) == pytest.approx(_score_roots(0.6, 0.24 / se**2, scipy_stats.t.ppf(0.975, 9)), abs=1e-9)
     assert r.high - r.low > naive.high - naive.low  # repetitions are not independent samples
-    assert r.low > 0.6 - scipy_stats.t.ppf(0.975, 9) * se  # bounded: no wider than the symmetric t interval
+    # bounded: no wider than the symmetric t interval plus the half-trial correction
+    assert r.low > 0.6 - scipy_stats.t.ppf(0.975, 9) * se - se**2 / (2 * 0.24)
     assert r.method_text == "cluster-robust over 10 tasks"
 
 
 def _score_roots(p: float, n: float, crit: float) -> tuple[float, float]:
-    """The two p0 solving (p - p0)^2 = crit^2 p0 (1 - p0) / n, by Brent's method (an independent Wilson)."""
+    """The two p0 solving |p - p0| - 1/(2n) = crit sqrt(p0 (1 - p0) / n), by Brent's method: an
+    independent continuity-corrected Wilson (the score test with a half-trial correction inverted)."""
     from scipy.optimize import brentq
 
-    def f(p0: float) -> float:
-        return (p - p0) ** 2 - crit**2 * p0 * (1 - p0) / n
+    half = 1 / (2 * n)
 
-    low = 0.0 if p == 0 else brentq(f, 1e-15, p, xtol=1e-14)
-    high = 1.0 if p == 1 else brentq(f, p, 1 - 1e-15, xtol=1e-14)
+    def f(p0: float) -> float:
+        return abs(p - p0) - half - crit * (p0 * (1 - p0) / n) ** 0.5
+
+    low = 0.0 if p == 0 or f(1e-15) <= 0 else brentq(f, 1e-15, p - half, xtol=1e-14)
+    high = 1.0 if p == 1 or f(1 - 1e-15) <= 0 else brentq(f, p + half, 1 - 1e-15, xtol=1e-14)
     return low, high
 
 
@@ -139,7 +143,8 @@ def test_clustered_rate_without_repetitions_is_wilson() -> None:
 def test_clustered_rate_where_every_row_agrees_falls_back_to_wilson_over_tasks() -> None:
     r = Rate.clustered([[True] * 5 for _ in range(8)])
     assert (r.passes, r.total, r.method) == (40, 40, CLUSTER)
-    assert (r.low, r.high) == pytest.approx(wilson_interval(8, 8))  # not [1, 1]
+    assert (r.low, r.high) == pytest.approx(_score_roots(1.0, 8, Z95))  # not [1, 1]
+    assert (r.low, r.high) == pytest.approx((Rate.of(8, 8).low, Rate.of(8, 8).high))
 
 
 # --- pass@k / pass^k ----------------------------------------------------------------------
@@ -193,7 +198,7 @@ def test_pass_k_intervals_never_collapse_to_zero_width() -> None:
     headline = Rate.clustered([[True, True] for _ in range(5)])
     for e in table:
         assert (e.pass_at, e.pass_hat) == (1.0, 1.0)
-        assert (e.pass_at_low, e.pass_at_high) == pytest.approx(wilson_interval(5, 5))  # not [100%, 100%]
+        assert (e.pass_at_low, e.pass_at_high) == pytest.approx(_score_roots(1.0, 5, Z95))  # not [100%, 100%]
         assert (e.pass_hat_low, e.pass_hat_high) == pytest.approx((headline.low, headline.high))
 
 

@@ -17,6 +17,7 @@ from pytest_maka.core.stats import (
     adjust_family,
     compare_paired,
     compare_scores,
+    corrected_score_interval,
     inverted_bound,
     mcnemar_exact,
     mcnemar_log_p,
@@ -88,11 +89,12 @@ def test_every_task_at_one_fifth_never_gives_a_zero_width_interval() -> None:
     assert t_interval(diffs) is not None and t_interval(diffs)[1] - t_interval(diffs)[0] < 1e-9  # the float trap
     c = compare_paired(a, b)
     assert c.high - c.low > 0.1 and c.low < c.diff < c.high  # was [20.0, 20.0]
-    # the rate of the same rows: no spread between tasks, so Wilson over the 12 tasks (not over 60 rows)
+    # the rate of the same rows: no spread between tasks, so (corrected) Wilson over the 12 tasks, not 60 rows
     r = Rate.clustered(a.values())
-    assert (r.low, r.high) == pytest.approx(score_interval(0.2, 12))
+    assert (r.low, r.high) == pytest.approx(corrected_score_interval(0.2, 12))
+    assert r.high - r.low > score_interval(0.2, 12)[1] - score_interval(0.2, 12)[0]
     k1 = pass_k_table(a)[0]
-    assert (k1.pass_at_low, k1.pass_at_high) == pytest.approx(score_interval(0.2, 12))
+    assert (k1.pass_at_low, k1.pass_at_high) == pytest.approx(corrected_score_interval(0.2, 12))
 
 
 # --- 4. p < 0.05 exactly when the interval excludes 0 ----------------------------------------------------
@@ -261,24 +263,40 @@ def test_compare_scores_matches_the_t_interval_of_the_mean_score_differences() -
 # --- calibration where the report was silent ----------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "x,n,published",
+    [(81, 263, (0.2535, 0.3682)), (15, 148, (0.0598, 0.1644)), (0, 20, (0.0, 0.2005)), (1, 29, (0.0018, 0.1963))],
+)
+def test_corrected_score_interval_matches_newcombes_published_values(
+    x: int, n: int, published: tuple[float, float]
+) -> None:
+    # Newcombe (1998), Statistics in Medicine 17:857-872, Table II, method 4 (score with continuity correction)
+    assert corrected_score_interval(x / n, n) == pytest.approx(published, abs=5e-5)
+
+
 @pytest.mark.parametrize("x,n", [(1, 10), (2, 30), (3, 50), (0, 20), (20, 20), (27, 30), (48, 50), (1, 1000)])
 def test_rate_interval_is_exact_next_to_a_bound(x: int, n: int) -> None:
     low, high = rate_interval(x, n)
     cp_low, cp_high = proportion_confint(x, n, alpha=0.05, method="beta")
-    wl, wh = proportion_confint(x, n, alpha=0.05, method="wilson")
+    wl, wh = corrected_score_interval(x / n, n)
     assert low == pytest.approx(min(wl, cp_low) if 0 < x <= 3 else wl, abs=1e-9)
     assert high == pytest.approx(max(wh, cp_high) if 0 < n - x <= 3 else wh, abs=1e-9)
+    plain = proportion_confint(x, n, alpha=0.05, method="wilson")
+    assert low <= plain[0] + 1e-12 and high >= plain[1] - 1e-12  # the correction only widens
 
 
-def test_rate_interval_keeps_its_pointwise_coverage_near_the_bounds() -> None:
-    # exact coverage over true rates next to 0: Wilson dips to ~84%, the repaired interval does not
-    for n in (10, 20, 50):
+def test_rate_interval_keeps_its_pointwise_coverage_at_every_rate() -> None:
+    # exact coverage: plain Wilson dips to ~84% next to 0 and to 92-93% mid-range at every n
+    # (its oscillation); the corrected, repaired interval covers 95% at every rate
+    for n in (10, 20, 50, 100):
         intervals = [rate_interval(x, n) for x in range(n + 1)]
-        worst = 1.0
-        for p in [i / 2000 for i in range(1, 300)]:
-            cover = sum(scipy_stats.binom.pmf(x, n, p) for x, (lo, hi) in enumerate(intervals) if lo <= p <= hi)
-            worst = min(worst, cover)
-        assert worst > 0.92, n
+        wilson = [proportion_confint(x, n, alpha=0.05, method="wilson") for x in range(n + 1)]
+        worst, worst_wilson = 1.0, 1.0
+        for p in [i / 1000 for i in range(1, 1000)]:
+            pmf = scipy_stats.binom.pmf(range(n + 1), n, p)
+            worst = min(worst, sum(pmf[x] for x, (lo, hi) in enumerate(intervals) if lo <= p <= hi))
+            worst_wilson = min(worst_wilson, sum(pmf[x] for x, (lo, hi) in enumerate(wilson) if lo <= p <= hi))
+        assert worst >= 0.9495 and worst_wilson < 0.935, (n, worst, worst_wilson)
 
 
 def test_weak_flags_few_differing_tasks_and_unequal_repetitions() -> None:

@@ -172,8 +172,8 @@ def test_html_report(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     assert "2023-11-14T22:13:20+00:00 → 2023-11-14T22:13:32+00:00 (wall 12.5s)" in html
     # per-subject rates with denominators; claude has repetitions: a cluster-robust interval
     # (tasks [pass, pass] and [pass, fail]: mean .75, CR1 SE .25, effective n .1875 / .0625 = 3, score
-    # interval with t(1) = 12.706 -> [1.0%, 99.9%]: two tasks say almost nothing)
-    assert "3/4 = 75.0%" in html and "[1.0%, 99.9%]" in html and "cluster-robust over 2 tasks" in html
+    # interval, continuity-corrected, with t(1) = 12.706 -> [0.6%, 100.0%]: two tasks say almost nothing)
+    assert "3/4 = 75.0%" in html and "[0.6%, 100.0%]" in html and "cluster-robust over 2 tasks" in html
     assert "3/5 = 60.0%" in html
     assert "$0.75 (2/5 cells)" in html
     # the rows behind the grid and the cell table: one per cell, ordered by task, subject, repetition
@@ -273,7 +273,7 @@ def test_markdown_summary(cohort: tuple[Path, list[dict[str, Any]]]) -> None:
     assert md.startswith("## pytest-maka: demo")
     table = [line for line in md.splitlines() if line.startswith("| **claude**")]
     assert len(table) == 1
-    assert "3/4 = 75.0%" in table[0] and "[1.0%, 99.9%]" in table[0] and "3/5 = 60.0%" in table[0]
+    assert "3/4 = 75.0%" in table[0] and "[0.6%, 100.0%]" in table[0] and "3/5 = 60.0%" in table[0]
     header = next(line for line in md.splitlines() if line.startswith("| subject"))
     assert header.count("|") == table[0].count("|")
     assert "`infra_failure`" in header and "`policy_denied`" not in header  # only classes present

@@ -1,4 +1,4 @@
-"""Single proportions with honest intervals: Wilson for independent rows, cluster-robust with repetitions.
+"""Single proportions with honest intervals: corrected Wilson for independent rows, cluster-robust with repetitions.
 
 With repetitions, the rows of one task are not independent samples: a task that is easy for
 a subject tends to pass every time. Treating ``tasks x repetitions`` rows as independent
@@ -8,7 +8,7 @@ cluster (the CR1 sandwich estimator, the ``cov_type="cluster"`` default of stats
 
 A normal interval around that standard error is too narrow with few clusters (its variance
 is estimated from ``G`` tasks) and can leave [0, 1] near 0 or 1. The interval used here is
-the Wilson score interval with the *effective sample size* ``n_eff = p(1 - p) / se^2`` (the
+the Wilson score interval (with continuity correction) at the *effective sample size* ``n_eff = p(1 - p) / se^2`` (the
 rows' information after the design effect, capped at the number of rows) and the ``t(G-1)``
 critical value in place of 1.96 (Korn & Graubard 1998; Dean & Pagano 2015): bounded by
 construction, asymmetric near 0 and 1, and as wide as ``G`` tasks warrant.
@@ -35,6 +35,27 @@ def score_interval(p: float, n: float, crit: float = Z95) -> tuple[float, float]
     half = (crit / denom) * math.sqrt(max(0.0, p * (1 - p)) / n + z2 / (4 * n * n))
     low = 0.0 if p <= 0.0 else max(0.0, centre - half)
     high = 1.0 if p >= 1.0 else min(1.0, centre + half)
+    return (low, high)
+
+
+def corrected_score_interval(p: float, n: float, crit: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval with continuity correction (Newcombe 1998, method 4) for ``p``
+    over ``n`` (possibly effective) trials.
+
+    Plain Wilson covers 95% on average over the rate but dips to 92-93% at some rates for every
+    ``n`` (its coverage oscillates; Brown, Cai & DasGupta 2001). The correction keeps the
+    pointwise coverage at or above 95% for n from 10 to 500 at every rate (exact binomial sums,
+    ``bench/calibration.py``), for 5-10% more width.
+    """
+    z2 = crit * crit
+    low = 0.0
+    if p > 0.0:
+        root = z2 - 2 - 1 / n + 4 * p * (n * (1 - p) + 1)
+        low = max(0.0, (2 * n * p + z2 - 1 - crit * math.sqrt(max(0.0, root))) / (2 * (n + z2)))
+    high = 1.0
+    if p < 1.0:
+        root = z2 + 2 - 1 / n + 4 * p * (n * (1 - p) - 1)
+        high = min(1.0, (2 * n * p + z2 + 1 + crit * math.sqrt(max(0.0, root))) / (2 * (n + z2)))
     return (low, high)
 
 
@@ -79,17 +100,18 @@ def exact_lower(x: int, n: int, tail: float = 0.025) -> float:
 
 
 def rate_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The interval of a rate of independent rows: Wilson, exact (Clopper-Pearson) next to a bound.
+    """The interval of a rate of independent rows: Wilson with continuity correction
+    (:func:`corrected_score_interval`), exact (Clopper-Pearson) next to a bound.
 
-    Wilson's interval covers less than its nominal level for true rates near 0 or 1 (its
-    pointwise coverage dips to 84-90% there). With at most :data:`NEAR_BOUND` successes the
-    lower bound is the smaller of Wilson's and the exact one, and with at most that many
-    failures the upper bound likewise: the side next to the bound then has the exact
-    interval's guarantee (Brown, Cai & DasGupta 2001 make the same repair with a Poisson bound).
+    With at most :data:`NEAR_BOUND` successes the lower bound is the smaller of the corrected
+    one and the exact one, and with at most that many failures the upper bound likewise: the
+    side next to the bound keeps the exact interval's guarantee.
     """
-    low, high = wilson_interval(successes, n, z)
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
     if n == 0:
-        return (low, high)
+        return (0.0, 1.0)
+    low, high = corrected_score_interval(successes / n, n, z)
     if 0 < successes <= NEAR_BOUND:
         low = min(low, exact_lower(successes, n))
     if 0 < n - successes <= NEAR_BOUND:
@@ -100,18 +122,19 @@ def rate_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]
 def bounded_mean_interval(mean: float, se: float | None, clusters: int, cap: float) -> tuple[float, float]:
     """95% interval for the mean of ``clusters`` task-level values in [0, 1] with standard error ``se``.
 
-    Wilson score interval with the effective sample size ``mean(1 - mean) / se^2`` (at most
-    ``cap``, the rows' worth of information) and the ``t(clusters - 1)`` critical value. With
-    no spread to estimate (``se`` None: fewer than two tasks, or every task at the same value,
-    which the caller decides from exact fractions) it is the plain Wilson interval over the
-    tasks themselves: never zero width, never certainty.
+    Wilson score interval with continuity correction (:func:`corrected_score_interval`) at the
+    effective sample size ``mean(1 - mean) / se^2`` (at most ``cap``, the rows' worth of
+    information) and the ``t(clusters - 1)`` critical value. With no spread to estimate (``se``
+    None: fewer than two tasks, or every task at the same value, which the caller decides from
+    exact fractions) it is that interval over the tasks themselves: never zero width, never
+    certainty.
     """
     if clusters < 1:
         return (0.0, 1.0)
     if se is None or se <= 0.0 or clusters < 2 or not 0.0 < mean < 1.0:
-        return score_interval(mean, clusters)
+        return corrected_score_interval(mean, clusters)
     n_eff = min(cap, mean * (1 - mean) / (se * se))
-    return score_interval(mean, n_eff, t95(clusters - 1))
+    return corrected_score_interval(mean, n_eff, t95(clusters - 1))
 
 
 def clustered_se(clusters: Sequence[Sequence[float]]) -> float | None:
@@ -209,8 +232,8 @@ class Rate:
         if self.method == CLUSTER:
             return f"cluster-robust over {self.clusters} tasks"
         if self.total and (0 < self.passes <= NEAR_BOUND or 0 < self.total - self.passes <= NEAR_BOUND):
-            return "Wilson, exact (Clopper-Pearson) next to the bound"
-        return "Wilson"
+            return "Wilson with continuity correction, exact (Clopper-Pearson) next to the bound"
+        return "Wilson with continuity correction"
 
     @property
     def weak(self) -> str | None:

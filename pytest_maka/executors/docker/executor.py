@@ -18,7 +18,7 @@ from ...core.errors import DeadlineReached, ExecutorUnavailable, InfraError
 from ...core.hostreqs import Need
 from ...core.interrupts import sigint_deferred
 from ...core.task import Task
-from ..base import LeaseRequest
+from ..base import ExecutorCapabilities, LeaseRequest
 from . import labels as L
 from .cleanup import is_local, reap_shims, sweep
 from .compose import ComposeProject
@@ -33,7 +33,7 @@ from .options import DockerOptions
 from .proxies import ProxyPool
 from .sandbox import DockerSandbox
 from .spares import Spare, Spares
-from .verifier_env import SEPARATE_FEATURES, SeparateVerifier
+from .verifier_env import SeparateVerifier
 
 
 class DockerExecutor(SeparateVerifier, Containers):
@@ -41,8 +41,11 @@ class DockerExecutor(SeparateVerifier, Containers):
 
     kind: ClassVar[str] = "docker"
     Options: ClassVar[type[BaseModel]] = DockerOptions
-    #: Task features (``Task.features``) this executor runs.
-    features: frozenset[str]
+    #: Separate verifier environments come from ``SeparateVerifier``; compose needs Compose v2
+    #: (hostcheck stops a run that needs it where it is absent).
+    capabilities: ClassVar[ExecutorCapabilities] = ExecutorCapabilities(
+        multi_step=True, separate_verifier=True, compose=True, users=True, healthcheck=True, image=True
+    )
 
     def __init__(self, options: DockerOptions | None = None) -> None:
         self.options = options or DockerOptions()
@@ -59,16 +62,6 @@ class DockerExecutor(SeparateVerifier, Containers):
         #: Egress networks and proxy containers made ahead (per key as many ready as attempts run
         #: at once, from the first lease on when ``concurrency`` says it; see proxies.py).
         self.proxies = ProxyPool(ready=self.options.concurrency or 1)
-        self.features = frozenset(
-            {
-                "users",
-                "healthcheck",
-                "multi-step",
-                "image",
-                *SEPARATE_FEATURES,
-                "compose",  # with Compose v2 (hostcheck stops a run that needs it where it is absent)
-            }
-        )
 
     @property
     def isolated(self) -> bool:

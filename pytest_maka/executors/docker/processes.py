@@ -104,9 +104,9 @@ class ContainerProcesses:
         engine runs elsewhere). A pid is signalled only while it is still in the container's
         pid namespace, so a reused pid is never hit.
 
-        Until the verdict channel is private on Docker (docs/security.md, "The verdict
-        channel"), a process the subject left could rewrite the tests or the reward while the
-        verifier runs; it is ended before the tests go in.
+        Used where the verdict channel cannot be private (docs/security.md, "The verdict
+        channel"): there a process the subject left could rewrite the tests or the reward
+        while the verifier runs, so it is ended before the tests go in.
         """
         try:
             own = os.readlink(f"/proc/{int(self.api.inspect_container(self.id)['State']['Pid'])}/ns/pid")

@@ -21,7 +21,7 @@ from ..content import write_via_put
 from ..copyout import CopyReport
 from .archive import Batch
 from .egress import DockerEgress
-from .engines import Engine, EngineDown
+from .engines import Engine
 from .execs import EXEC_TOKEN, Capture
 from .files import ContainerFiles, check_path
 from .image_env import ImageFacts
@@ -29,6 +29,7 @@ from .processes import ContainerProcesses
 from .protect import Restorer
 from .protect_paths import stat_path
 from .spawn import DockerProcess, read_via_archive
+from .verdict_sandbox import VerdictSandbox
 from .watch import MECHANISM as WATCH_MECHANISM
 from .watch import AccessWatch, outside_changes
 
@@ -43,7 +44,7 @@ RESTARTS_ON_REFUSAL = 3
 REWARD_FILES = (f"{VERIFIER_LOGS_DIR}/reward.txt", f"{VERIFIER_LOGS_DIR}/reward.json")
 
 
-class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
+class DockerSandbox(VerdictSandbox, ContainerFiles, ContainerProcesses, ImageFacts):
     """A running container leased for one attempt (created and removed by the executor)."""
 
     watch_mechanism = WATCH_MECHANISM
@@ -116,6 +117,10 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
                 self._join(target, proxied is not None)
             try:
                 env = {**env, **proxied.env} if proxied else env
+                if self._verdict is not None:  # a command of the verification: its private channel
+                    return self._exec_private(
+                        command, env, timeout_sec, stdout_path, stderr_path, cwd, max_output_bytes, started
+                    )
                 return self._exec(command, env, timeout_sec, stdout_path, stderr_path, cwd, max_output_bytes, started)
             finally:
                 if network:
@@ -310,6 +315,11 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
                 proc.on_end(lambda: self._leave(target))
             return proc
 
+    def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
+        """Copy out (``ContainerFiles.get``); from the open private verdict channel, its host directory."""
+        private = self.verdict_get(check_path(sandbox_path), host_path, report)
+        return private if private is not None else super().get(sandbox_path, host_path, report=report)
+
     def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
         """At most ``max_bytes`` of a regular file, read through the engine (links are not followed)."""
         path = check_path(sandbox_path)
@@ -320,45 +330,6 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     def write_file(self, sandbox_path: str, data: bytes) -> None:
         """Create or replace a regular file (through ``put``: planted links are replaced)."""
         write_via_put(self, sandbox_path, data)
-
-    # --- the verdict channel (docs/security.md, "The verdict channel") --------------------
-    def open_verdict(self, tests: Path | None, scratch: Path) -> None:
-        """The container's own /tests (fresh) and /logs/verifier (empty): not private; notes how
-        many processes the subject left run now, when the tests go in (for ``verdict_channel``)."""
-        with self.engine.guard("stopping the processes the subject left"):
-            self._stopped = self.stop_leftovers()
-        empty = scratch / "empty-verifier-dir"
-        empty.mkdir(exist_ok=True)
-        self.put(empty, VERIFIER_LOGS_DIR)
-        if tests is not None:
-            self.put(tests, TESTS_DIR)
-        else:
-            self.remove(TESTS_DIR)
-        try:
-            with self.engine.guard("listing the processes the subject left"):
-                self._witnesses = len(self._processes() - self._keepers)
-        except EngineDown:
-            raise
-        except InfraError:  # e.g. the container stopped: the verifier's command restarts it
-            self._witnesses = None
-
-    def close_verdict(self) -> None:
-        """Nothing to undo: the channel was the container's."""
-
-    def verdict_channel(self) -> str:
-        seen = self._witnesses
-        if seen is None:
-            ran = "whether a process of the subject's ran could not be told"
-        elif seen == 0:
-            ran = "no process of the subject's ran when the tests went in"
-        else:
-            ran = f"{seen} process{'es' if seen > 1 else ''} the subject left ran when the tests went in"
-        stopped = (
-            "processes the subject left could not be ended from here (engine on another host)"
-            if self._stopped is None
-            else f"{self._stopped} process(es) the subject left ended before the tests went in"
-        )
-        return f"shared: the container's /tests and /logs/verifier; {stopped}; {ran}"
 
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Put the system back as the image has it and end every process the subject left
@@ -412,7 +383,10 @@ class DockerSandbox(ContainerFiles, ContainerProcesses, ImageFacts):
     def verdict_rewritten(self) -> bool:
         """After a verification: whether a process still running rewrites the reward files
         (their engine-side stat changes within VERDICT_SETTLE_SEC). Nothing is watched when
-        no process but the image's own runs."""
+        no process but the image's own runs, nor after a private verification (nothing in the
+        container could reach its reward files)."""
+        if self.verdict_private():
+            return False
         with self.engine.guard("checking the reward files"):
             try:
                 if not (self._processes() - self._keepers):

@@ -32,9 +32,6 @@ from .sandbox import DockerSandbox
 if TYPE_CHECKING:
     from .executor import DockerExecutor
 
-#: The feature key this module gives the executor (core.task_parts.FEATURES).
-SEPARATE_FEATURES = frozenset({"separate-verifier"})
-
 
 def verifier_task(task: Task, environment: VerifierEnvironment) -> Task:
     """The task as its verifier's environment: that image, workdir and limits.

@@ -181,6 +181,11 @@ class PresetSubject(SubjectBase):
         """npm (or the docker CLI, for a Python agent) while the agent is not in the install cache yet."""
         return self.cache.host_needs(self.install, self.spec.name)
 
+    def version_problem(self) -> str | None:
+        """Before any cell: the registry's answer when the pinned version does not exist."""
+        problem = self.cache.version_problem(self.install)
+        return f"subject {self.spec.name}: version: {problem}" if problem else None
+
     def egress(self) -> list[str]:
         """Allowlist entries of the agent phase: the preset's provider endpoints, or ``base_url``'s host instead."""
         if self.opts.base_url:

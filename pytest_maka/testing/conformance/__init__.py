@@ -9,6 +9,7 @@ does not offer. Commands are POSIX ``sh``; the network probes also need ``python
 from __future__ import annotations
 
 from .base import SECRET_NAME, SECRET_VALUE, TOKEN, WORKSPACE_FILES, ConformanceBase, Run, make_cell, make_task
+from .contract import ContractTests
 from .egress import EgressTarget, EgressTests
 from .files import FileTests
 from .isolation import IsolationTests
@@ -20,6 +21,7 @@ from .verdict import VerdictChannelTests
 
 
 class ExecutorConformance(
+    ContractTests,
     LifecycleTests,
     IsolationTests,
     FileTests,
@@ -39,6 +41,7 @@ __all__ = [
     "TOKEN",
     "WORKSPACE_FILES",
     "ConformanceBase",
+    "ContractTests",
     "EgressTarget",
     "EgressTests",
     "ExecutorConformance",
