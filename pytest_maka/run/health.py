@@ -3,8 +3,9 @@
 Probes run every ``start_interval_sec`` during the start period (failures there do not
 count) and every ``interval_sec`` after it; each probe is limited to ``timeout_sec``; the
 check fails after ``retries`` consecutive failures past the start period. A probe that
-succeeds makes it healthy at once. The environment's healthcheck (``run.phase``) and each
-step's (run/steps.py) are polled here.
+succeeds makes it healthy at once. The environment's healthcheck (run/attempt.py, where a
+failure is InfraError) and each step's (run/steps.py, where it is the step's problem) are
+polled here; ``last_line`` gives the last probe's output for the message.
 """
 
 from __future__ import annotations
@@ -66,3 +67,15 @@ def wait_healthy(
         if deadline is not None and time.time() + pause >= deadline:
             return f"the healthcheck {check.command!r} was not healthy before the cell's deadline (the last: {last})"
         sleep(pause)
+
+
+def last_line(out_dir: Path) -> str:
+    """The last line the last probe printed (stderr first), at most 200 characters; "" if none."""
+    for name in ("healthcheck.stderr.txt", "healthcheck.stdout.txt"):
+        try:
+            lines = (out_dir / name).read_text("utf-8", "replace").strip().splitlines()
+        except OSError:
+            continue
+        if lines:
+            return lines[-1][:200]
+    return ""

@@ -6,14 +6,12 @@ acquire lease → prepare → run subject → stop → freeze → restore → ve
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.interrupts import sigint_deferred
 from ..core.records import Record, attempt_record, cell_record, is_final, next_run, run_of
-from ..core.spec import Budgets, Policy, Retries
 from ..core.steps import step_views
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
@@ -31,33 +28,17 @@ from ..store.ledger import Ledger
 from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
-from .attempt import AttemptWork, run_attempt_steps, subject_mounts
+from .attempt import run_attempt_steps
+from .record import agent_mapping, budget_mapping, isolation_mapping, steps_mapping, verifier_mapping
+from .settings import RunSettings
 from .spend import CohortSpend
+from .work import AttemptWork, subject_mounts
+
+__all__ = ["AnnotateFn", "CellRunner", "ClassifyFn", "LeaseFn", "RunSettings", "attempt_dir_for", "retryable"]
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
 ClassifyFn = Callable[[AttemptFacts, Cell], Status]
 AnnotateFn = Callable[[dict[str, Any], Cell], None]
-
-
-@dataclass
-class RunSettings:
-    """The parts of the spec the lifecycle needs, plus where to write."""
-
-    cohort: str
-    out_dir: Path
-    budgets: Budgets
-    policy: Policy
-    retries: Retries
-    cohort_started: float = field(default_factory=time.time)
-    cells: int = 1  # cells in the cohort: sizes the default cohort-wide retry allowance
-    #: ``--maka-rerun``: a cell with a result from before this run starts a new run of its own.
-    rerun: bool = False
-
-    def retry_limit(self) -> int:
-        """Retries the whole run may spend (``retries.cohort_max``, else a quarter of the cells, at least 5)."""
-        if self.retries.cohort_max is not None:
-            return self.retries.cohort_max
-        return max(5, math.ceil(self.cells / 4))
 
 
 def attempt_dir_for(out_dir: Path, cell: Cell, number: int) -> Path:
@@ -217,15 +198,15 @@ class CellRunner:
             self._run_steps(work, number, lease, scratch, started)
         except KeyboardInterrupt:
             aborted = True
-            work.facts_update(aborted=True)
+            work.aborted = True
         except (InfraError, ExecutorUnavailable, OSError) as e:
-            where = work.isolation.get("engine") if isinstance(e, OSError) else None
+            where = work.isolation.sandbox.get("engine") if isinstance(e, OSError) else None
             # an I/O error no executor step named (e.g. a connection reset by a dying engine) says where
-            work.facts_update(infra_error=f"{where + ': ' if where else ''}{type(e).__name__}: {e}")
+            work.infra_error = f"{where + ': ' if where else ''}{type(e).__name__}: {e}"
             work.retryable = getattr(e, "retryable", True)
         except Exception as e:  # a harness bug is infra, never the agent's fault
             _note_traceback(attempt_dir)
-            work.facts_update(infra_error=f"harness error: {type(e).__name__}: {e}")
+            work.infra_error = f"harness error: {type(e).__name__}: {e}"
         with sigint_deferred():  # a Ctrl-C now (a first or a second) must not lose the line
             self.ledger.redactor.tree(attempt_dir)  # names and contents of every artifact
             record = self.ledger.append(self._record(work, number, started))
@@ -239,15 +220,15 @@ class CellRunner:
         denied = self._policy_denial(subject)
         budget = self._cohort_budget_left(started)
         if denied:
-            work.facts_update(policy_denied=denied)
+            work.policy_denied = denied
             return
         if budget is not None and budget <= 0:
-            work.facts_update(budget_exceeded="cohort_timeout_sec", subject_outcome=SubjectOutcome(started=False))
+            work.budget_exceeded, work.subject_outcome = "cohort_timeout_sec", SubjectOutcome(started=False)
             return
         cap = self.settings.budgets.cohort_max_cost_usd
         if cap is not None and self.cohort_spend() >= cap:
-            work.agent_info["not_started"] = f"the run spent {self.cohort_spend():.4f} USD of its {cap} USD cap"
-            work.facts_update(budget_exceeded="cohort_max_cost_usd", subject_outcome=SubjectOutcome(started=False))
+            work.agent_facts.not_started = f"the run spent {self.cohort_spend():.4f} USD of its {cap} USD cap"
+            work.budget_exceeded, work.subject_outcome = "cohort_max_cost_usd", SubjectOutcome(started=False)
             return
         scratch_dir = Path(tempfile.mkdtemp(prefix=f"a{number}-", dir=scratch))
         deadline = self._deadline(started, budget)
@@ -306,6 +287,7 @@ class CellRunner:
         return record
 
     def _build(self, work: AttemptWork, number: int, started: float, status: Status) -> Record:
+        """The one place the attempt's typed facts become the record (run/record.py)."""
         facts = work.facts()
         return attempt_record(
             work.cell,
@@ -316,15 +298,15 @@ class CellRunner:
             finished=time.time(),
             score=work.verdict.score if work.verdict else None,
             usage=work.usage,
-            agent=work.agent_info,
-            verifier=work.verifier_info,
+            agent=agent_mapping(work.agent_facts),
+            verifier=verifier_mapping(work.verifier_facts),
             subject_claim=work.claim,
-            isolation=work.isolation,
-            budget={**work.budget_info, **({"exceeded": work.budget_exceeded} if work.budget_exceeded else {})},
+            isolation=isolation_mapping(work.isolation),
+            budget=budget_mapping(work.budget_facts, work.budget_exceeded),
             artifacts=work.artifacts(self.settings.out_dir) if work.attempt_dir.exists() else {},
             timings=work.timings,
             error=_with_retry(work.error_for(status, facts), work.retryable),
-            steps=work.steps,
+            steps=steps_mapping(work, work.steps) if work.steps is not None else None,
             run=self.target_run(work.cell),
             taint=work.taint,
             read_only_system=work.read_only_system,
@@ -342,7 +324,7 @@ def retryable(record: Record) -> bool:
 
 def _hook_failure(work: AttemptWork, hook: str, exc: Exception) -> Status:
     """Record that a hook failed: the attempt has no fair result (infra_failure, the hook named)."""
-    work.facts_update(infra_error=f"the {hook} hook failed: {type(exc).__name__}: {exc}")
+    work.infra_error = f"the {hook} hook failed: {type(exc).__name__}: {exc}"
     return Status.INFRA_FAILURE
 
 

@@ -1,6 +1,6 @@
-"""The phases of one attempt after its lease: run the subject, freeze, verify (and refuse).
+"""The phases of one step after its lease: run the subject, freeze, verify (and refuse).
 
-``run/attempt.py`` strings them together for a single-step task, ``run/steps.py`` per step,
+``run/steps.py`` strings them together (a single-step task is a task of one step);
 ``run/separate.py`` runs ``verify`` on a fresh verifier sandbox.
 """
 
@@ -18,11 +18,12 @@ from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
 from ..egress.phase import network_phase
-from ..executors.base import ExecAhead, ReportsFullDisk, Sandbox, VerdictChannel
+from ..executors.base import ExecAhead, ExecResult, ReportsFullDisk, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
 from ..subjects.base import RunContext, SubjectResult, as_subject_result
 from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
+from .facts import AgentFacts, SubjectRun, Tamper, VerifierRun
 from .freeze import usage_problems, workspace_diff
 from .phase import is_default_user, phase_user
 from .restore import (
@@ -36,7 +37,6 @@ from .restore import (
     verdict_channel,
     verifier_env,
 )
-from .separate import KEPT_VERIFIER_KEYS
 from .work import INSTRUCTION_FILE, AttemptWork
 
 Deadline = tuple[float, str] | None
@@ -50,11 +50,9 @@ def scaled_timeout(task_value: float | None, override: float | None, multiplier:
 def refuse(work: AttemptWork, fault: SubjectFault) -> None:
     """Not verified: what the subject left rules out a fair verdict (its failure, with the paths)."""
     work.subject_fault = str(fault)
-    work.verifier_info["tamper"] = {
-        **work.verifier_info.get("tamper", {}),
-        "refused": str(fault),
-        "paths": [printable(p) for p in fault.paths[:50]],
-    }
+    tamper = work.verifier_facts.tamper or Tamper()
+    tamper.refused, tamper.paths = str(fault), [printable(p) for p in fault.paths[:50]]
+    work.verifier_facts.tamper = tamper
 
 
 def agent_limit(task: Task, budgets: Any, deadline: tuple[float, str] | None) -> tuple[float | None, str | None]:
@@ -109,21 +107,19 @@ def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, li
     started = time.time()
     with work.timed("agent"), network_phase(sandbox, "agent", work.plan, work.egress):
         result = as_subject_result(work.subject.run(sandbox, task, ctx))
-    work.agent_info = {
-        "exit_code": result.exit_code,
-        "timed_out": result.timed_out,
-        "timeout_sec": timeout,
-        "duration_s": round(result.duration_s, 4),
-        "output_truncated": result.output_truncated,
-        "env_passed": sorted(work.subject.env()),
-    }
-    if result.limits_hit:
-        work.agent_info["limits_hit"] = list(result.limits_hit)
+    run = SubjectRun(
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        timeout_sec=timeout,
+        duration_s=round(result.duration_s, 4),
+        output_truncated=result.output_truncated,
+        env_passed=sorted(work.subject.env()),
+    )
+    work.agent_facts = AgentFacts(run=run, limits_hit=list(result.limits_hit))  # what came before it is gone
     if not result.started:
-        work.agent_info["started"] = False
-        work.facts_update(
-            subject_outcome=SubjectOutcome(started=False), infra_error=f"the subject could not start: {result.error}"
-        )
+        work.agent_facts.started = False
+        work.subject_outcome = SubjectOutcome(started=False)
+        work.infra_error = f"the subject could not start: {result.error}"
         return False
     take_facts(work, result, started)
     if result.timed_out and limit_name:
@@ -137,22 +133,13 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
         exit_code=result.exit_code, timed_out=result.timed_out, stop_reason=result.stop_reason
     )
     work.usage, work.claim, work.trajectory = dict(result.usage), result.claim, result.trajectory
-    for key, value in (
-        ("stop_reason", result.stop_reason),
-        ("error", result.error),
-        ("cost_source", result.cost_source),
-        ("version", result.agent_version),
-    ):
-        if value:
-            work.agent_info[key] = value
-    if result.cost is not None:
-        work.agent_info["cost"] = result.cost.as_record()
-    if result.usage_partial:
-        work.agent_info["usage_partial"] = True
-    work.agent_info.update(result.handoff)
-    facts = telemetry(result.trajectory, started)
-    if facts:
-        work.agent_info["telemetry"] = facts
+    agent = work.agent_facts
+    agent.stop_reason, agent.error = result.stop_reason or None, result.error or None
+    agent.cost_source, agent.version = result.cost_source or None, result.agent_version or None
+    agent.cost = result.cost.as_record() if result.cost is not None else None
+    agent.usage_partial = bool(result.usage_partial)
+    agent.handoff = dict(result.handoff)
+    agent.telemetry = telemetry(result.trajectory, started) or None
     if result.policy_denied:
         work.policy_denied = result.policy_denied
     if result.budget_exceeded:
@@ -175,14 +162,12 @@ def freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:
     if found is not None:
         diff, counts = found
         (d / "workspace.diff").write_text(diff, encoding="utf-8", errors="backslashreplace")
-        work.agent_info["workspace_changes"] = counts
-    work.agent_info["copied_out"] = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
-    if logs.truncated or workspace.truncated:
-        work.agent_info["copy_truncated"] = True
-    if notes:
-        work.agent_info["freeze_notes"] = notes
-    if problems := usage_problems(d / "agent"):
-        work.agent_info["usage_problems"] = problems
+        work.agent_facts.workspace_changes = counts
+    agent = work.agent_facts
+    agent.copied_out = {"agent_logs": logs.summary(), "workspace": workspace.summary()}
+    agent.copy_truncated = bool(logs.truncated or workspace.truncated)
+    agent.freeze_notes = notes
+    agent.usage_problems = usage_problems(d / "agent")
     if work.trajectory is not None:  # the harness's normalised one stands in for anything the agent wrote
         (d / "agent").mkdir(exist_ok=True)
         (d / "agent" / "trajectory.json").write_text(json.dumps(work.trajectory, ensure_ascii=False, default=str))
@@ -276,23 +261,43 @@ def verify(
     user = phase_user(sandbox, task.verifier_user, "verifier", [VERIFIER_LOGS_DIR, VERIFIER_HOME])
     with work.timed("verify"), network_phase(sandbox, "verifier", work.plan, work.egress), user:
         result = verifier.run(sandbox, task, ctx)
-    notes: list[str] = []
-    copied = CopyReport()
     with work.timed("collect"):  # the reward first, before anything else runs in the environment
-        try:
-            salvage(
-                notes,
-                "copying /logs/verifier out",
-                lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied),
-            )
-        finally:
-            close_verdict(sandbox)
-        artifacts = d / "artifacts"
-        salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+        notes, copied = collect_verifier_output(sandbox, ctx)
     if result.timed_out:  # a verifier stopped half-way has no score, whatever it wrote
         verdict = Verdict(passed=None, error=f"the verifier timed out after {timeout} s")
     else:
         verdict = reward_links(verifier.grade(task, result, ctx), copied)
+    take_verdict(work, sandbox, verifier, result, verdict, ctx, cut_by=cut_by, notes=notes)
+
+
+def collect_verifier_output(sandbox: Sandbox, ctx: VerifyContext) -> tuple[list[str], CopyReport]:
+    """Copy ``/logs/verifier`` out (then close the verdict channel) and ``/logs/artifacts``;
+    what could not be copied as notes, and the verifier logs' copy report."""
+    notes: list[str] = []
+    copied = CopyReport()
+    try:
+        salvage(
+            notes, "copying /logs/verifier out", lambda: sandbox.get(VERIFIER_LOGS_DIR, ctx.verifier_dir, report=copied)
+        )
+    finally:
+        close_verdict(sandbox)
+    artifacts = ctx.attempt_dir / "artifacts"
+    salvage(notes, "copying /logs/artifacts out", lambda: sandbox.get(ARTIFACTS_DIR, artifacts), artifacts)
+    return notes, copied
+
+
+def take_verdict(
+    work: AttemptWork,
+    sandbox: Sandbox,
+    verifier: Verifier,
+    result: ExecResult,
+    verdict: Verdict,
+    ctx: VerifyContext,
+    *,
+    cut_by: str | None,
+    notes: list[str],
+) -> None:
+    """The verification's facts: the verdict, the verifier's outcome and what it did."""
     no_verdict = verdict.passed is None and not result.timed_out
     full = sandbox.full_disk() if no_verdict and isinstance(sandbox, ReportsFullDisk) else None
     if full:  # the verifier could not write its reward on the disk the subject filled: the subject's doing
@@ -302,7 +307,7 @@ def verify(
         work.budget_exceeded = work.budget_exceeded or cut_by
     claimed = claimed_success(work.claim)
     if claimed is not None and verdict.passed is not None and not result.timed_out:
-        work.agent_info["claim_agrees_with_verdict"] = claimed == verdict.passed  # a diagnostic, never a verdict
+        work.agent_facts.claim_agrees_with_verdict = claimed == verdict.passed  # a diagnostic, never a verdict
     evidence = verdict.details.get("network_failure")  # a diagnostic: never moves the attempt (taxonomy)
     work.verifier_outcome = VerifierOutcome(
         ran=True,
@@ -310,24 +315,22 @@ def verify(
         passed=None if result.timed_out else verdict.passed,
         network_failure=evidence if isinstance(evidence, str) else None,
     )
-    work.verifier_info = {
-        "kind": verifier.name,
-        "exit_code": result.exit_code,
-        "timed_out": result.timed_out,
-        "timeout_sec": timeout,
-        "duration_s": round(result.duration_s, 4),
-        "set_up_ahead": result.set_up_ahead,
-        "reward": verdict.score,
-        "rewards": verdict.rewards,
-        "reward_source": verdict.source,
-        "error": verdict.error,
-        "output_path": ctx.stdout_path.relative_to(settings.out_dir).as_posix(),
-        "verdict_channel": verdict_channel(sandbox),
+    work.verifier_facts.run = VerifierRun(
+        kind=verifier.name,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        timeout_sec=ctx.timeout_sec,
+        duration_s=round(result.duration_s, 4),
+        set_up_ahead=result.set_up_ahead,
+        reward=verdict.score,
+        rewards=verdict.rewards,
+        reward_source=verdict.source,
+        error=verdict.error,
+        output_path=ctx.stdout_path.relative_to(work.settings.out_dir).as_posix(),
+        verdict_channel=verdict_channel(sandbox),
         # a diagnostic, never a verdict: code the verifier ran may have written the reward and
         # then ended the script (docs/security.md, "The verdict channel", residual risk)
-        **({"passed_with_exit_code": result.exit_code} if verdict.passed and result.exit_code else {}),
-        **({"collect_notes": notes} if notes else {}),
-        **verdict.details,
-        "tamper": work.verifier_info.get("tamper"),
-        **{k: work.verifier_info[k] for k in KEPT_VERIFIER_KEYS if k in work.verifier_info},
-    }
+        passed_with_exit_code=result.exit_code if verdict.passed and result.exit_code else None,
+        collect_notes=notes,
+        details=dict(verdict.details),
+    )

@@ -6,8 +6,8 @@ runs in a fresh environment from its own definition, with the artifacts placed a
 original paths, ``/tests`` fresh and an empty ``/logs/verifier``. Nothing else the subject
 did (replaced tools, files outside the artifacts, processes) exists there.
 
-``verify_in_separate_environment`` is the reusable part (a multi-step lifecycle calls it per
-step); ``verify_separately`` is the single-step hook ``run/attempt.py`` calls.
+``verify_in_separate_environment`` is what the step loop (run/steps.py) calls for a step
+that verifies separately (a single-step task's one step, or each step of a multi-step task).
 """
 
 from __future__ import annotations
@@ -17,29 +17,23 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InfraError, SubjectFault
 from ..core.task import ARTIFACTS_DIR, Artifact, CollectHook, Task, VerifierEnvironment
 from ..executors.base import LeaseRequest, Sandbox
 from ..executors.hostfs import remove_path
 from ..executors.separate import ArtifactReport, VerifierEnvironments
+from .facts import CarriedArtifact, CollectHookRun, HookResult, SeparateEnvironment, Tamper
+from .phases import refuse, verify
 from .restore import base_env, fresh_verifier_dirs, guarded, image_env_of
-
-if TYPE_CHECKING:
-    from .work import AttemptWork
+from .work import AttemptWork
 
 MECHANISM = (
     "separate verifier environment: the subject's environment was stopped and only the declared "
     "artifacts were carried into a fresh one"
 )
-#: Entries of the record's ``verifier`` set before the verify step, which keeps them.
-KEPT_VERIFIER_KEYS = ("environment", "artifacts", "collect_hooks")
 #: Host directory (in the attempt dir) holding what was carried, by artifact index.
 CARRIED_DIR = "carried"
-
-VerifyFn = Callable[..., None]
-RefuseFn = Callable[["AttemptWork", SubjectFault], None]
 
 
 def artifacts_of(task: Task, extra: Sequence[Artifact] = ()) -> list[Artifact]:
@@ -91,41 +85,36 @@ def _apply_excludes(root: Path, patterns: Sequence[str]) -> list[str]:
 
 def carry_artifacts(
     executor: VerifierEnvironments, sandbox: Sandbox, artifacts: Sequence[Artifact], host_root: Path, max_bytes: int
-) -> list[tuple[Artifact, Path | None, dict[str, Any]]]:
+) -> list[tuple[Artifact, Path | None, CarriedArtifact]]:
     """Copy each artifact out of the stopped ``sandbox`` (one byte budget for all); per artifact
-    its host copy (None: not carried) and the record's entry."""
-    out: list[tuple[Artifact, Path | None, dict[str, Any]]] = []
+    its host copy (None: not carried) and what the record says of it."""
+    out: list[tuple[Artifact, Path | None, CarriedArtifact]] = []
     left = max_bytes
     for index, artifact in enumerate(artifacts):
         dest = host_root / str(index)
         report = ArtifactReport(max_bytes=left)
         why = executor.carry_out(sandbox, artifact.source, dest, report)
         left = max(0, left - report.bytes)
-        entry: dict[str, Any] = {"source": artifact.source, "bytes": report.bytes, "entries": report.entries}
+        entry = CarriedArtifact(artifact.source, report.bytes, report.entries)
         if why is not None:
-            entry["not_carried"] = why
+            entry.not_carried = why
             out.append((artifact, None, entry))
             continue
-        if report.links:
-            entry["skipped_links"] = report.skipped_links()
-        if report.skipped:
-            entry["skipped"] = report.skipped
-        if report.truncated:
-            entry["truncated"] = True
-        if excluded := _apply_excludes(dest, artifact.exclude):
-            entry["excluded"] = excluded[:50]
+        entry.skipped_links = report.skipped_links() if report.links else []
+        entry.skipped, entry.truncated = list(report.skipped), report.truncated
+        entry.excluded = _apply_excludes(dest, artifact.exclude)[:50]
         out.append((artifact, dest if os.path.lexists(dest) else None, entry))
     return out
 
 
-def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[CollectHook]) -> list[dict[str, Any]]:
+def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[CollectHook]) -> list[CollectHookRun]:
     """``[[verifier.collect]]`` of the main service, in the subject's environment before it stops
     (best effort, as Harbor: a failing hook is recorded, never fatal)."""
-    out: list[dict[str, Any]] = []
+    out: list[CollectHookRun] = []
     for index, hook in enumerate(hooks):
-        entry: dict[str, Any] = {"command": hook.command, "service": hook.service}
         if hook.service != "main":
-            entry["not_run"] = "collect hooks of sidecar services need a compose environment"
+            why = "collect hooks of sidecar services need a compose environment"
+            out.append(CollectHookRun(hook.command, hook.service, not_run=why))
         else:
             result = sandbox.exec(
                 hook.command,
@@ -136,8 +125,9 @@ def run_collect_hooks(work: AttemptWork, sandbox: Sandbox, hooks: Sequence[Colle
                 cwd=work.cell.task.workdir,
                 max_output_bytes=work.settings.budgets.max_output_bytes,
             )
-            entry.update(exit_code=result.exit_code, timed_out=result.timed_out)
-        out.append(entry)
+            out.append(
+                CollectHookRun(hook.command, hook.service, result=HookResult(result.exit_code, result.timed_out))
+            )
     return out
 
 
@@ -166,7 +156,7 @@ def separate_verifier(
         raise InfraError(f"the {executor.kind} executor offers no separate verifier environment")
     task = work.cell.task
     if collect:
-        work.verifier_info["collect_hooks"] = run_collect_hooks(work, sandbox, collect)
+        work.verifier_facts.collect_hooks = run_collect_hooks(work, sandbox, collect)
     if stop:
         executor.stop_environment(sandbox)
     host_root = work.attempt_dir / CARRIED_DIR
@@ -176,18 +166,16 @@ def separate_verifier(
             executor, sandbox, artifacts_of(task, extra_artifacts), host_root, work.settings.budgets.max_artifact_bytes
         ),
     )
-    work.verifier_info["artifacts"] = [entry for _, _, entry in carried]
+    work.verifier_facts.artifacts = [entry for _, _, entry in carried]
     with executor.verifier_lease(sandbox, request, environment) as verifier_box:
-        work.verifier_info["environment"] = {
-            "mode": "separate",
-            "definition": definition(task, environment),
-            **executor.describe_verifier(verifier_box),
-        }
+        work.verifier_facts.environment = SeparateEnvironment(
+            "separate", definition(task, environment), executor.describe_verifier(verifier_box)
+        )
         for artifact, copy, _ in carried:
             if copy is not None:
                 verifier_box.put(copy, artifact.source)
         fresh_verifier_dirs(verifier_box, tests, request.scratch_dir)  # after the artifacts: they never win
-        work.verifier_info["tamper"] = {"mechanism": MECHANISM}
+        work.verifier_facts.tamper = Tamper({"mechanism": MECHANISM})
         yield verifier_box
 
 
@@ -199,8 +187,6 @@ def verify_in_separate_environment(
     tests: Callable[[], Path | None],
     deadline: tuple[float, str] | None,
     *,
-    verify: VerifyFn,
-    refuse: RefuseFn,
     extra_artifacts: Sequence[Artifact] = (),
     collect: Sequence[CollectHook] = (),
     stop: bool = True,
@@ -208,8 +194,8 @@ def verify_in_separate_environment(
     """Verify in ``environment``: what a lifecycle calls once (a task) or per step (``stop=False``
     for a step after which the subject runs again; a step's own ``artifacts`` as ``extra_artifacts``).
 
-    ``tests`` gives the hidden tests' host directory; ``verify`` is the lifecycle's verify step,
-    run on the verifier's sandbox; ``refuse`` records an attempt whose artifacts cannot be carried.
+    ``tests`` gives the hidden tests' host directory; the verify step runs on the verifier's
+    sandbox; an attempt whose artifacts cannot be carried is refused.
     """
     with ExitStack() as stack:
         try:
@@ -230,29 +216,4 @@ def verify_in_separate_environment(
         except SubjectFault as fault:
             refuse(work, fault)
             return
-        verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)  # it keeps KEPT_VERIFIER_KEYS
-
-
-def verify_separately(
-    work: AttemptWork,
-    sandbox: Sandbox,
-    request: LeaseRequest,
-    deadline: tuple[float, str] | None,
-    *,
-    verify: VerifyFn,
-    refuse: RefuseFn,
-) -> None:
-    """The single-step hook of ``run/attempt.py``: verify in the task's separate environment."""
-    task = work.cell.task
-    assert task.verifier_environment is not None
-    verify_in_separate_environment(
-        work,
-        sandbox,
-        request,
-        task.verifier_environment,
-        lambda: work.verifier.tests_payload(task, request.scratch_dir),
-        deadline,
-        verify=verify,
-        refuse=refuse,
-        collect=task.verifier_collect,
-    )
+        verify(work, verifier_box, work.verifier, request.scratch_dir, deadline)

@@ -1,24 +1,27 @@
-"""Multi-step tasks (Harbor ``steps/``): one cell, one environment, the lifecycle loop per step.
+"""The step loop: every task runs as a task of steps, each step through ``run_step``.
 
-For each step in order: the previous step's hidden tests and logs are removed, the step's
-``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck run under the step's
-``setup`` network plan, then the usual run subject → stop → freeze → restore → verify with
-the step's instruction, tests, timeouts and networks (its own NetworkPlan; its artifacts
-under ``steps/<name>/`` of the attempt). A step with a separate verifier is verified in a
-fresh environment (``run/separate.py``) while the subject's keeps running for the next. ``core.steps`` decides
-when the remaining steps stop and what the cell's verdict is; this module only runs them.
+A single-step task is a task of one step, run on the attempt's own facts. A multi-step task
+(Harbor ``steps/``) runs its steps in order in one environment, each with facts of its own
+(its artifacts under ``steps/<name>/``): the previous step's hidden tests and logs are
+removed, the step's ``workdir/`` is laid over the workdir, its ``setup.sh`` and healthcheck
+run under the step's ``setup`` network plan; then, for every step alike: limit → budget →
+subject → freeze → deadline → separate-or-restore → verify, with the step's instruction,
+tests, timeouts and networks (its own NetworkPlan). A step with a separate verifier is
+verified in a fresh environment (``run/separate.py``) while the subject's keeps running for
+the next. ``core.steps`` decides when the remaining steps stop and what the cell's verdict
+is; ``_fold`` makes the cell's facts from its steps'.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import SubjectFault
-from ..core.network import NETWORK_PHASES
 from ..core.steps import CellVerdict, StepOutcome, cell_verdict, step_task, stop_reason
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Step
 from ..core.taxonomy import OFFICIAL, SubjectOutcome, VerifierOutcome, classify
@@ -26,12 +29,13 @@ from ..core.usage import tokens
 from ..egress.phase import network_phase
 from ..executors.base import LeaseRequest, Sandbox
 from ..verifiers.base import Verdict
-from . import phases
+from .facts import AgentFacts, BudgetFacts, CellLimits, StepSetup, StepsVerdict, Tamper, Timeouts, VerifierFacts
 from .health import wait_healthy
+from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead, within_deadline
 from .restore import base_env, guarded, restore_for_verification
-from .separate import verify_in_separate_environment
-from .taint import arm, settle
-from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan
+from .separate import run_collect_hooks, verify_in_separate_environment
+from .taint import arm, note_read_only_system, settle
+from .work import INSTRUCTION_FILE, AttemptWork, StepsRun
 
 Deadline = tuple[float, str] | None
 #: The steps that ran, each with its facts and its outcome.
@@ -40,15 +44,32 @@ Done = list[tuple[AttemptWork, StepOutcome]]
 SUMMED_USAGE = ("input_tokens", "output_tokens", "cache_tokens", "cost_usd")
 
 
+@dataclass(frozen=True)
+class StepPlace:
+    """Where a step stands in its task."""
+
+    #: The step of a multi-step task; None: a single-step task's one step (the task itself).
+    step: Step | None
+    index: int
+    #: No step of the subject's runs after this one.
+    last: bool
+
+
 def run_steps(work: AttemptWork, sandbox: Sandbox, request: LeaseRequest, deadline: Deadline) -> None:
-    """Run every step of ``work``'s task in ``sandbox`` (already leased), then fold them into ``work``."""
+    """Run every step of ``work``'s task in ``sandbox`` (already leased), filling ``work``."""
     task = work.cell.task
+    if not task.steps:  # a task of one step: its facts are the attempt's
+        run_step(work, sandbox, StepPlace(None, 0, last=True), request, deadline)
+        return
     done: Done = []
     stopped: str | None = None
     for index, step in enumerate(task.steps):
-        step_work = _step_work(work, step)
+        step_dir = work.attempt_dir / "steps" / step.name
+        step_dir.mkdir(parents=True)
+        step_work = work.for_step(step_task(task, step), step_dir)
+        place = StepPlace(step, index, last=index == len(task.steps) - 1)
         try:
-            _run_step(step_work, sandbox, step, index, request, deadline, last=index == len(task.steps) - 1)
+            run_step(step_work, sandbox, place, request, deadline)
         except BaseException as e:  # the steps so far stay in the record; the lifecycle classifies the rest
             if isinstance(e, KeyboardInterrupt):
                 step_work.aborted = True
@@ -70,6 +91,85 @@ def run_steps(work: AttemptWork, sandbox: Sandbox, request: LeaseRequest, deadli
     _fold(work, done, stopped if len(done) < len(task.steps) else None)
 
 
+def run_step(work: AttemptWork, sandbox: Sandbox, place: StepPlace, request: LeaseRequest, deadline: Deadline) -> None:
+    """One step: (a multi-step task's step set up first) limit → budget → subject → freeze →
+    deadline → separate-or-restore → verify, filling ``work``."""
+    task, budgets, scratch = work.cell.task, work.settings.budgets, request.scratch_dir
+    if place.step is not None and not _set_up_step(work, sandbox, place, scratch, deadline):
+        return
+    agent_timeout, limit_name = agent_limit(task, budgets, deadline)
+    verifier_timeout = scaled_timeout(
+        task.verifier_timeout_sec, budgets.verifier_timeout_sec, budgets.timeout_multiplier
+    )
+    work.budget_facts = BudgetFacts(Timeouts(agent_timeout, verifier_timeout), CellLimits.of(budgets))
+    if agent_timeout is not None and agent_timeout <= 0:
+        work.budget_exceeded, work.subject_outcome = limit_name, SubjectOutcome(started=False)
+        return
+    verify_ahead(work, sandbox)  # the verifier's sandbox may be set up while the subject runs
+    if not run_subject(work, sandbox, agent_timeout, limit_name):
+        return
+    with work.timed("freeze"):
+        freeze(work, sandbox, scratch)
+    if deadline is not None and deadline[0] <= time.time():  # the whole-cell deadline left no time to verify
+        work.budget_exceeded = work.budget_exceeded or deadline[1]
+        return
+    if task.verifier_environment is not None:  # verified in a fresh environment (run/separate.py)
+        # As Harbor 0.25: the subject's environment is stopped first only when no step runs after this one.
+        verify_in_separate_environment(
+            work,
+            sandbox,
+            replace(request, cell=work.cell, attempt_dir=work.attempt_dir),  # the step's view, its own build log
+            task.verifier_environment,
+            lambda: work.verifier.tests_payload(task, scratch),
+            deadline,
+            collect=task.verifier_collect,
+            stop=place.last,
+        )
+        return
+    if task.verifier_collect:  # [[verifier.collect]] before verification, as in separate mode
+        work.verifier_facts.collect_hooks = run_collect_hooks(work, sandbox, task.verifier_collect)
+    try:
+        with work.timed("restore"):
+            tests = work.verifier.tests_payload(task, scratch)
+            work.verifier_facts.tamper = Tamper(
+                guarded("restore", lambda: restore_for_verification(sandbox, tests, scratch, task_format=task.format))
+            )
+            armed = arm(sandbox)
+        verify(work, sandbox, work.verifier, scratch, deadline)
+    except SubjectFault as fault:  # e.g. it stopped its container and changed what a restart runs
+        refuse(work, fault)
+        return
+    with work.timed("taint") if place.step is None else nullcontext():  # (a step's timings have no taint phase)
+        settle(work, sandbox, armed)
+    note_read_only_system(work, sandbox)
+
+
+def _set_up_step(work: AttemptWork, sandbox: Sandbox, place: StepPlace, scratch: Path, deadline: Deadline) -> bool:
+    """A multi-step task's step made ready: its instruction, files, ``setup.sh`` and healthcheck;
+    False (with the facts why) when its environment failed."""
+    task, d, step = work.cell.task, work.attempt_dir, place.step
+    assert step is not None
+    (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
+    with work.timed("setup"):
+        if place.index > 0:
+            _clear_previous_step(sandbox, scratch)
+            for dest, source in work.subject.uploads(task).items():  # e.g. the step's own /solution
+                sandbox.put(source, dest)
+        sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
+        if step.workdir_dir is not None:
+            _lay_over(sandbox, step.workdir_dir, task.workdir)
+        problem = _prepare(work, sandbox, step, deadline)
+    if problem is None:
+        return True
+    if place.index == 0:  # nothing of the subject's has run yet: the task's environment failed
+        work.infra_error, work.subject_outcome = problem, SubjectOutcome(started=False)
+    else:  # the subject had this environment before: what fails now is counted against it
+        work.subject_fault = f"{problem} (after the subject's earlier steps)"
+        work.subject_outcome = SubjectOutcome(exit_code=None)
+        work.agent_facts = AgentFacts(not_started=problem)
+    return False
+
+
 def _spent(work: AttemptWork, done: Done) -> str | None:
     """The budget (``max_tokens`` / ``max_cost_usd``) the steps so far used up together, or None."""
     budgets, usage = work.settings.budgets, _summed_usage([w.usage for w, _ in done])
@@ -80,110 +180,6 @@ def _spent(work: AttemptWork, done: Done) -> str | None:
     if budgets.max_cost_usd is not None and cost is not None and cost > budgets.max_cost_usd:
         return "max_cost_usd"
     return None
-
-
-def _step_work(work: AttemptWork, step: Step) -> AttemptWork:
-    """A fresh AttemptWork for one step: the step's view of the task (its networks decide
-    the step's NetworkPlan), its own artifact dir; the attempt's egress log is shared."""
-    cell = replace(work.cell, task=step_task(work.cell.task, step))
-    step_dir = work.attempt_dir / "steps" / step.name
-    step_dir.mkdir(parents=True)
-    step_work = AttemptWork(
-        cell=cell,
-        subject=work.subject,
-        verifier=work.verifier,
-        executor=work.executor,
-        settings=work.settings,
-        attempt_dir=step_dir,
-        isolation=work.isolation,
-        egress=work.egress,
-        cohort_spent=work.cohort_spent,
-    )
-    step_work.plan = attempt_plan(step_work)
-    return step_work
-
-
-def _run_step(
-    work: AttemptWork,
-    sandbox: Sandbox,
-    step: Step,
-    index: int,
-    request: LeaseRequest,
-    deadline: Deadline,
-    *,
-    last: bool,
-) -> None:
-    """Prepare the step, then run subject → freeze → restore → verify, filling ``work``."""
-    task, d, scratch = work.cell.task, work.attempt_dir, request.scratch_dir
-    (d / "instruction.md").write_text(task.instruction, encoding="utf-8")
-    with work.timed("setup"):
-        if index > 0:
-            _clear_previous_step(sandbox, scratch)
-            for dest, source in work.subject.uploads(task).items():  # e.g. the step's own /solution
-                sandbox.put(source, dest)
-        sandbox.put(d / "instruction.md", INSTRUCTION_FILE)
-        if step.workdir_dir is not None:
-            _lay_over(sandbox, step.workdir_dir, task.workdir)
-        problem = _prepare(work, sandbox, step, deadline)
-    if problem is not None:
-        if index == 0:  # nothing of the subject's has run yet: the task's environment failed
-            work.facts_update(infra_error=problem, subject_outcome=SubjectOutcome(started=False))
-        else:  # the subject had this environment before: what fails now is counted against it
-            work.facts_update(subject_fault=f"{problem} (after the subject's earlier steps)")
-            work.subject_outcome = SubjectOutcome(exit_code=None)
-            work.agent_info = {"not_started": problem}
-        return
-    agent_timeout, limit_name = phases.agent_limit(task, work.settings.budgets, deadline)
-    work.budget_info = {"agent_timeout_sec": agent_timeout}
-    if agent_timeout is not None and agent_timeout <= 0:
-        work.facts_update(budget_exceeded=limit_name, subject_outcome=SubjectOutcome(started=False))
-        return
-    if not phases.run_subject(work, sandbox, agent_timeout, limit_name):
-        return
-    with work.timed("freeze"):
-        phases.freeze(work, sandbox, scratch)
-    if deadline is not None and deadline[0] <= time.time():
-        work.budget_exceeded = work.budget_exceeded or deadline[1]
-        return
-    if task.verifier_environment is not None:  # this step verifies in a fresh environment (run/separate.py)
-        _verify_separately(work, sandbox, request, deadline, last=last)
-        return
-    try:
-        with work.timed("restore"):
-            tests = work.verifier.tests_payload(task, scratch)
-            work.verifier_info["tamper"] = guarded(
-                "restore", lambda: restore_for_verification(sandbox, tests, scratch, task_format=task.format)
-            )
-            armed = arm(sandbox)
-        phases.verify(work, sandbox, work.verifier, scratch, deadline)
-    except SubjectFault as fault:
-        phases.refuse(work, fault)
-        return
-    settle(work, sandbox, armed)
-
-
-def _verify_separately(
-    work: AttemptWork, sandbox: Sandbox, request: LeaseRequest, deadline: Deadline, *, last: bool
-) -> None:
-    """Verify this step in a fresh environment with the artifacts carried out of the subject's.
-
-    As Harbor 0.25: the subject's environment keeps running (the next step runs in it) and
-    its artifacts are copied out of it live; only after the last step is it stopped first.
-    """
-    task = work.cell.task
-    assert task.verifier_environment is not None
-    verify_in_separate_environment(
-        work,
-        sandbox,
-        replace(request, cell=work.cell, attempt_dir=work.attempt_dir),  # the step's view, its own build log
-        task.verifier_environment,
-        lambda: work.verifier.tests_payload(task, request.scratch_dir),
-        deadline,
-        verify=phases.verify,
-        refuse=phases.refuse,
-        collect=task.verifier_collect,
-        stop=last,
-    )
 
 
 def _clear_previous_step(sandbox: Sandbox, scratch: Path) -> None:
@@ -218,7 +214,7 @@ def _set_up(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline,
     task, d = work.cell.task, work.attempt_dir
     env = base_env(task)
     if step.setup_script is not None:
-        timeout, _ = phases.within_deadline(task.agent_timeout_sec, deadline)
+        timeout, _ = within_deadline(task.agent_timeout_sec, deadline)
         result = sandbox.exec(
             f"bash {task.workdir}/setup.sh",
             env=env,
@@ -228,7 +224,7 @@ def _set_up(work: AttemptWork, sandbox: Sandbox, step: Step, deadline: Deadline,
             cwd=task.workdir,
             network=network,
         )
-        work.agent_info["setup"] = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 4)}
+        work.agent_facts.setup = StepSetup(result.exit_code, round(result.duration_s, 4))
         if result.timed_out:
             return f"step {step.name!r}: setup.sh timed out after {timeout} s"
         if result.exit_code != 0:
@@ -263,8 +259,11 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
         decisive, verdict = last_work, None
         work.verdict = last_work.verdict
         work.verifier_outcome = last_work.verifier_outcome
-        for name in ("infra_error", "policy_denied", "aborted"):
-            setattr(work, name, getattr(last_work, name))
+        work.infra_error, work.policy_denied, work.aborted = (
+            last_work.infra_error,
+            last_work.policy_denied,
+            last_work.aborted,
+        )
     else:
         verdict = cell_verdict([o for _, o in done], len(task.steps), task.multi_step_reward_strategy)
         decisive = done[verdict.decisive][0]
@@ -275,9 +274,11 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
     work.subject_outcome = decisive.subject_outcome
     work.subject_fault = None if verdict is not None and verdict.passed else decisive.subject_fault
     work.budget_exceeded = decisive.budget_exceeded or work.budget_exceeded  # (or the cell's, spent by the steps)
-    work.agent_info = {**decisive.agent_info, "decisive_step": decisive.attempt_dir.name}
-    work.verifier_info = _cell_verifier(work, done, verdict, stopped)
-    work.budget_info = {**work.budget_info, **_budgets(work), "steps": [w.budget_info for w, _ in done]}
+    work.agent_facts = replace(decisive.agent_facts, decisive_step=decisive.attempt_dir.name)
+    work.verifier_facts = VerifierFacts(steps=_cell_verifier(work, done, verdict, stopped))
+    work.budget_facts = BudgetFacts(
+        limits=CellLimits.of(work.settings.budgets), steps=[w.budget_facts for w, _ in done]
+    )
     work.claim = done[-1][0].claim
     taints = [w.taint for w, _ in done if w.taint is not None]
     work.taint = next((t for t in taints if t.tainted), taints[-1] if taints else None)
@@ -285,37 +286,25 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
     for step_work, _ in done:
         for phase, seconds in step_work.timings.items():
             work.timings[phase] = work.timings.get(phase, 0.0) + seconds
-    work.steps = _entries(work, done, stopped)
+    work.steps = StepsRun(list(done), stopped)
 
 
-def _cell_verifier(work: AttemptWork, done: Done, verdict: CellVerdict | None, stopped: str | None) -> dict[str, Any]:
+def _cell_verifier(work: AttemptWork, done: Done, verdict: CellVerdict | None, stopped: str | None) -> StepsVerdict:
     task = work.cell.task
-    last = done[-1][0].verifier_info
-    info: dict[str, Any] = {
-        "kind": f"{work.verifier.name} (per step)",
-        "strategy": task.multi_step_reward_strategy,
-        "reward": verdict.score if verdict else None,
-        "rewards": verdict.rewards if verdict else {},
-        "reward_source": work.verdict.source if work.verdict else None,
-        "steps_run": len(done),
-        "steps_total": len(task.steps),
-        "timed_out": last.get("timed_out", False),
-        "timeout_sec": last.get("timeout_sec"),
-        "error": work.verdict.error if work.verdict else None,
-    }
-    if stopped:
-        info["stopped"] = stopped
-    return info
-
-
-def _budgets(work: AttemptWork) -> dict[str, Any]:
-    budgets = work.settings.budgets
-    return {
-        "cell_timeout_sec": budgets.cell_timeout_sec,
-        "max_tokens": budgets.max_tokens,
-        "max_cost_usd": budgets.max_cost_usd,
-        "max_output_bytes": budgets.max_output_bytes,
-    }
+    last = done[-1][0].verifier_facts.run
+    return StepsVerdict(
+        kind=f"{work.verifier.name} (per step)",
+        strategy=task.multi_step_reward_strategy,
+        reward=verdict.score if verdict else None,
+        rewards=verdict.rewards if verdict else {},
+        reward_source=work.verdict.source if work.verdict else None,
+        steps_run=len(done),
+        steps_total=len(task.steps),
+        timed_out=last.timed_out if last is not None else False,
+        timeout_sec=last.timeout_sec if last is not None else None,
+        error=work.verdict.error if work.verdict else None,
+        stopped=stopped or None,
+    )
 
 
 def _summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -325,52 +314,3 @@ def _summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
         if values:
             out[key] = sum(values)
     return out
-
-
-def _entries(work: AttemptWork, done: Done, stopped: str | None) -> list[dict[str, Any]]:
-    """The record's ``steps`` list: every declared step, the ones not run marked so."""
-    out_dir = work.settings.out_dir
-    entries = []
-    for i, (step_work, outcome) in enumerate(done):
-        facts = step_work.facts()
-        agent, verifier = step_work.agent_info, step_work.verifier_info
-        entries.append(
-            {
-                "index": i + 1,
-                "name": outcome.name,
-                "run": True,
-                "status": outcome.status.value,
-                "verdict": {True: "passed", False: "failed", None: "none"}[outcome.passed],
-                "score": outcome.score,
-                "rewards": dict(outcome.rewards),
-                "min_reward": work.cell.task.steps[i].min_reward,
-                "duration_s": round(sum(step_work.timings.values()), 4),
-                "timings": {k: round(v, 4) for k, v in step_work.timings.items()},
-                "subject": {
-                    "exit_code": agent.get("exit_code"),
-                    "timed_out": agent.get("timed_out"),
-                    "timeout_sec": agent.get("timeout_sec"),
-                    "duration_s": agent.get("duration_s"),
-                    "usage": dict(step_work.usage),
-                },
-                "verifier": {
-                    **{k: verifier.get(k) for k in ("exit_code", "timed_out", "duration_s", "error")},
-                    "environment": (verifier.get("environment") or {}).get("mode", "shared"),
-                },
-                "network": {phase: step_work.plan.phase(phase).record() for phase in NETWORK_PHASES},
-                "error": step_work.error_for(outcome.status, facts),
-                "artifacts": {**step_work.artifacts(out_dir), **_setup_outputs(step_work)},
-            }
-        )
-    for i in range(len(done), len(work.cell.task.steps)):
-        step = work.cell.task.steps[i]
-        entries.append({"index": i + 1, "name": step.name, "run": False, "status": None, "not_run": stopped})
-    return entries
-
-
-def _setup_outputs(work: AttemptWork) -> dict[str, str]:
-    """Paths of what the step's setup.sh and healthcheck printed (relative to the output dir)."""
-    names = {"setup_output": "setup.stdout.txt", "setup_stderr": "setup.stderr.txt"}
-    names |= {"healthcheck_output": "healthcheck.stdout.txt", "healthcheck_stderr": "healthcheck.stderr.txt"}
-    d, out_dir = work.attempt_dir, work.settings.out_dir
-    return {k: (d / n).relative_to(out_dir).as_posix() for k, n in names.items() if (d / n).exists()}

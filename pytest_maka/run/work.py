@@ -6,12 +6,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import progress
 from ..core.cell import Cell
+from ..core.steps import StepOutcome
 from ..core.taint import ReadOnlySystem, TaintRecord
 from ..core.task import AGENT_LOGS_DIR, Task
 from ..core.taxonomy import REPORTED_BUDGETS, AttemptFacts, Status, SubjectOutcome, VerifierOutcome
@@ -20,9 +21,8 @@ from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor
 from ..subjects.base import Subject
 from ..verifiers.base import Verdict, Verifier
-
-if TYPE_CHECKING:
-    from .lifecycle import RunSettings
+from .facts import AgentFacts, BudgetFacts, IsolationFacts, VerifierFacts
+from .settings import RunSettings
 
 INSTRUCTION_FILE = f"{AGENT_LOGS_DIR}/instruction.md"
 #: The record's artifact keys and where they are in an attempt directory (listed when present).
@@ -52,7 +52,7 @@ def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
     return dict(subject.mounts(task))
 
 
-@dataclass
+@dataclass(slots=True)
 class AttemptWork:
     """Mutable state of one attempt: what happened, measured by the harness."""
 
@@ -70,20 +70,21 @@ class AttemptWork:
     aborted: bool = False
     subject_fault: str | None = None
     verdict: Verdict | None = None
+    #: The subject's usage report, normalised (``core.usage`` keys).
     usage: dict[str, Any] = field(default_factory=dict)
     claim: Any = None
     trajectory: dict[str, Any] | None = None
-    agent_info: dict[str, Any] = field(default_factory=dict)
-    verifier_info: dict[str, Any] = field(default_factory=dict)
-    isolation: dict[str, Any] = field(default_factory=dict)
+    agent_facts: AgentFacts = field(default_factory=AgentFacts)
+    verifier_facts: VerifierFacts = field(default_factory=VerifierFacts)
+    isolation: IsolationFacts = field(default_factory=IsolationFacts)
     plan: NetworkPlan = field(default_factory=NetworkPlan)
     egress: EgressLog | None = None
-    budget_info: dict[str, Any] = field(default_factory=dict)
+    budget_facts: BudgetFacts = field(default_factory=BudgetFacts)
     timings: dict[str, float] = field(default_factory=dict)
     #: False when an infra error says another attempt would fail the same way.
     retryable: bool = True
-    #: A multi-step task's steps, as the record lists them (run/steps.py); None for one step.
-    steps: list[dict[str, Any]] | None = None
+    #: A multi-step task's steps that ran (run/steps.py); None for a single-step task.
+    steps: StepsRun | None = None
     #: What the whole run spent so far (USD; run/spend.py), when it has a cost cap.
     cohort_spent: Callable[[], float] | None = None
     #: What the subject changed outside the workdir and what the verifier used of it (run/taint.py).
@@ -91,9 +92,23 @@ class AttemptWork:
     #: A failed attempt whose subject met the host's read-only system (run/taint.py).
     read_only_system: ReadOnlySystem | None = None
 
-    def facts_update(self, **changes: Any) -> None:
-        for key, value in changes.items():
-            setattr(self, key, value)
+    def for_step(self, task: Task, attempt_dir: Path) -> AttemptWork:
+        """Fresh facts for one step of this attempt: the step's view of the task, its own
+        artifact dir; the same subject, verifier, executor and settings, the attempt's
+        isolation, egress log and cohort spend (the step's NetworkPlan from its own networks)."""
+        step = AttemptWork(
+            replace(self.cell, task=task),
+            self.subject,
+            self.verifier,
+            self.executor,
+            self.settings,
+            attempt_dir,
+            isolation=self.isolation,
+            egress=self.egress,
+            cohort_spent=self.cohort_spent,
+        )
+        step.plan = attempt_plan(step)
+        return step
 
     def facts(self) -> AttemptFacts:
         return AttemptFacts(
@@ -137,12 +152,12 @@ class AttemptWork:
         return {"type": status.value, "message": message or status.value}
 
     def _why_not_started(self) -> str:
-        why = self.agent_info.get("not_started")
+        why = self.agent_facts.not_started
         return f" ({why})" if why else ""
 
     def _verifier_problem(self) -> str:
         if self.verifier_outcome is not None and self.verifier_outcome.timed_out:
-            return f"the verifier timed out after {self.verifier_info.get('timeout_sec')} s"
+            return f"the verifier timed out after {self.verifier_facts.timeout_sec} s"
         if self.verdict is not None and self.verdict.error:
             return self.verdict.error
         return "the verifier gave no verdict"
@@ -159,11 +174,11 @@ class AttemptWork:
 
     def _incomplete_reason(self) -> str:
         if self.subject_outcome is not None and self.subject_outcome.timed_out:
-            return f"the subject timed out after {self.agent_info.get('timeout_sec')} s"
+            return f"the subject timed out after {self.agent_facts.timeout_sec} s"
         if self.subject_outcome is not None and self.subject_outcome.exit_code == 0:
             return f"the subject stopped early: {self.subject_outcome.stop_reason}"
         code = self.subject_outcome.exit_code if self.subject_outcome else None
-        hit = self.agent_info.get("limits_hit")
+        hit = self.agent_facts.limits_hit
         return f"the subject exited with code {code}" + (f" (hit its {' and '.join(hit)} limit)" if hit else "")
 
     def artifacts(self, out_dir: Path) -> dict[str, str]:
@@ -176,6 +191,15 @@ class AttemptWork:
         out = {"dir": rel}
         out.update({key: f"{rel}/{name}" for key, name in ARTIFACT_FILES.items() if name in present})
         return out
+
+
+@dataclass(slots=True)
+class StepsRun:
+    """The steps of a multi-step task that ran, each with its own work and outcome, in order."""
+
+    done: list[tuple[AttemptWork, StepOutcome]]
+    #: Why the remaining steps did not run (None: every step ran).
+    stopped: str | None = None
 
 
 def _entries(directory: Path) -> set[str]:

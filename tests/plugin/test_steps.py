@@ -203,3 +203,27 @@ def test_token_budget_covers_all_steps_together(cohort: Cohort) -> None:
     assert ran == [(True, "passed"), (True, "passed"), (False, None)]
     assert record["steps"][2]["not_run"] == "the cell's max_tokens budget was spent by step 'b'"
     assert record["steps"][0]["subject"]["usage"]["input_tokens"] == 50
+
+
+#: A step's test: reward 1 iff the collect hook, run just before it, named this step's file.
+COLLECTED_TEST = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\n"
+    'if [ "$(cat /app/collected.txt)" = {name} ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+)
+#: The newest step file (``<step>.txt``) by name, written where the step's test reads it.
+COLLECT_HOOK = (
+    "[[verifier.collect]]\n"
+    'command = "ls /app | grep -v collected | sort | tail -1 | xargs basename -s .txt > /app/collected.txt"\n'
+)
+
+
+def test_collect_hooks_run_before_each_step_s_shared_verifier(cohort: Cohort) -> None:
+    # The one step body: a step verified in the subject's environment gets the task's
+    # [[verifier.collect]] hooks first, as a single-step task does; each step's test passes
+    # only when the hook ran after that step's subject.
+    steps = [{"name": n, "test": COLLECTED_TEST.replace("{name}", n)} for n in ("a-one", "b-two")]
+    write_steps_task(cohort.tasks, "hooked-steps", steps, extra_toml=COLLECT_HOOK)
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    cohort.run().assert_outcomes(passed=1)
+    record = cohort.results()["hooked-steps[oracle-r0]"]
+    assert [(s["name"], s["verdict"]) for s in record["steps"]] == [("a-one", "passed"), ("b-two", "passed")]
