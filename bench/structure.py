@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("infrastructure", ("egress", "store", "compose", "pid1")),
     ("seams", ("executors", "subjects", "agents", "benchmarks", "verifiers", "report")),
     ("run", ("run",)),
-    ("engine", ("engine", "hostcheck", "scale", "cluster", "live")),
+    ("engine", ("engine", "contracts", "hostcheck", "scale", "cluster", "live")),
     ("glue", ("plugin", "collect", "fixtures", "session", "reporter", "compat", "hookspecs", "builtins")),
     ("entry points", ("cli", "testing")),
 )

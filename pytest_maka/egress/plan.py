@@ -6,11 +6,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import hostpattern
+from ..core.compose_file import sidecar_names
 from ..core.hostpattern import HostPattern
 from ..core.network import NETWORK_PHASES, DeclaredNetwork, NetworkMode
 from ..core.spec import Policy
 from ..core.task import Task
-from ..executors.docker.compose_file import sidecar_names
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ from ..core.errors import DeadlineReached, InfraError
 from ..core.network import NETWORK_PHASES
 from ..core.taxonomy import SubjectOutcome
 from ..egress.log import LOG_NAME, EgressLog
-from ..egress.phase import network_phase, network_record
+from ..egress.phase import network_record
 from ..executors.base import LeaseRequest, Sandbox
 from .facts import IsolationFacts
 from .health import last_line, wait_healthy
+from .phase import network_phase
 from .restore import base_env, image_env_of
 from .steps import Deadline, run_steps
 from .work import INSTRUCTION_FILE, AttemptWork, attempt_plan

@@ -1,4 +1,4 @@
-"""The user a phase runs as.
+"""The user a phase runs as, and the network a phase runs behind.
 
 ``phase_user`` runs a phase (agent, verifier, a step's) as the ``user`` its task names; it
 raises InfraError naming the user: the platform could not give a fair start.
@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..core.errors import InfraError
-from ..executors.base import PhaseUsers, Sandbox
+from ..egress.log import EgressLog
+from ..egress.plan import NetworkPlan, PhasePlan
+from ..executors.base import EgressSandbox, PhaseUsers, Sandbox
 
 
 def is_default_user(user: str | int | None) -> bool:
@@ -28,3 +30,16 @@ def phase_user(sandbox: Sandbox, user: str | int | None, phase: str, owned: list
     sandbox.give(owned, user, phase)
     with sandbox.as_user(user, phase):
         yield
+
+
+@contextmanager
+def network_phase(sandbox: object, name: str, plan: NetworkPlan, log: EgressLog) -> Iterator[PhasePlan]:
+    """Run the block under phase ``name`` of ``plan``; an allowlist the sandbox cannot enforce is an infra error."""
+    phase = plan.phase(name)
+    if phase.mode != "allowlist":
+        yield phase
+        return
+    if not isinstance(sandbox, EgressSandbox):
+        raise InfraError(f"this executor cannot enforce the {name} phase's egress allowlist (no egress proxy)")
+    with sandbox.egress_phase(name, phase, log):
+        yield phase

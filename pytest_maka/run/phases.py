@@ -17,7 +17,6 @@ from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
 from ..core.usage import tokens
-from ..egress.phase import network_phase
 from ..executors.base import ExecAhead, ExecResult, ReportsFullDisk, Sandbox, VerdictChannel
 from ..executors.copyout import CopyReport
 from ..executors.hostfs import remove_path
@@ -25,7 +24,7 @@ from ..subjects.base import RunContext, SubjectResult, as_subject_result
 from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
 from .facts import AgentFacts, SubjectRun, Tamper, VerifierRun
 from .freeze import usage_problems, workspace_diff
-from .phase import is_default_user, phase_user
+from .phase import is_default_user, network_phase, phase_user
 from .restore import (
     VERIFIER_HOME,
     base_env,

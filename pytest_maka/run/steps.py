@@ -26,11 +26,11 @@ from ..core.steps import CellVerdict, StepOutcome, cell_verdict, step_task, stop
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR, Step
 from ..core.taxonomy import OFFICIAL, SubjectOutcome, VerifierOutcome, classify
 from ..core.usage import tokens
-from ..egress.phase import network_phase
 from ..executors.base import LeaseRequest, Sandbox
 from ..verifiers.base import Verdict
 from .facts import AgentFacts, BudgetFacts, CellLimits, StepSetup, StepsVerdict, Tamper, Timeouts, VerifierFacts
 from .health import wait_healthy
+from .phase import network_phase
 from .phases import agent_limit, freeze, refuse, run_subject, scaled_timeout, verify, verify_ahead, within_deadline
 from .restore import base_env, guarded, restore_for_verification
 from .separate import run_collect_hooks, verify_in_separate_environment
