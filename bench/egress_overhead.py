@@ -155,7 +155,7 @@ def past_proxy_pairs(executor: Any, root: Path, target: tuple[str, int], rounds:
     per phase its start and end, and three networked ``true`` commands; and the time the command waits
     while the harness makes its device (entering the namespace, the device, its address and route)."""
     from pytest_maka.egress import tunguard
-    from pytest_maka.executors import local_egress
+    from pytest_maka.executors.local import egress as local_egress
 
     made: list[float] = []
     make = tunguard.TunGuard._enter_and_make
@@ -275,8 +275,8 @@ def main() -> int:
         hops(args.requests * 4)
         return 0
 
-    from pytest_maka.executors import local_egress
     from pytest_maka.executors.local import LocalExecutor, LocalOptions
+    from pytest_maka.executors.local import egress as local_egress
 
     if args.no_local and args.docker:
         docker_bench(args)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_maka.executors import disk, limits
+from pytest_maka.executors.local import disk, limits
 from pytest_maka.store.redact import Redactor
 
 SECRET = "sk-bench-4f1c9e2a77b0d3"

@@ -17,9 +17,9 @@ from pytest_maka.core import hostpattern
 from pytest_maka.egress import tunguard
 from pytest_maka.egress.log import PAST_PROXY, EgressLog, PastProxyFlows
 from pytest_maka.egress.plan import PhasePlan
-from pytest_maka.executors import local_egress
 from pytest_maka.executors.base import LeaseRequest
 from pytest_maka.executors.local import LocalExecutor, LocalOptions, LocalSandbox
+from pytest_maka.executors.local import egress as local_egress
 from pytest_maka.testing import make_cell, make_task
 
 from ..conftest import needs_bwrap

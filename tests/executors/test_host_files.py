@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.executors import bwrap
+from pytest_maka.executors.local import bwrap
 
 from ..conftest import Cohort
 

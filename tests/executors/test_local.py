@@ -21,7 +21,7 @@ from pytest_maka.egress.log import EgressLog
 from pytest_maka.egress.plan import PhasePlan
 from pytest_maka.executors.base import Executor, LeaseRequest, Sandbox
 from pytest_maka.executors.local import MISSING_BWRAP, LocalExecutor, LocalOptions, LocalSandbox
-from pytest_maka.executors.local_egress import takes_dns
+from pytest_maka.executors.local.egress import takes_dns
 from pytest_maka.testing import ExecutorConformance, make_cell, make_task
 
 needs_bwrap = [

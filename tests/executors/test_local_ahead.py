@@ -13,11 +13,10 @@ import pytest
 
 from pytest_maka.core import progress
 from pytest_maka.core.cell import Cell
-from pytest_maka.executors import limits
 from pytest_maka.executors.base import ExecResult
-from pytest_maka.executors.bwrap import namespace_pids
-from pytest_maka.executors.local import LocalOptions, LocalSandbox
-from pytest_maka.executors.local_ahead import AheadRequest, AheadWorker
+from pytest_maka.executors.local import LocalOptions, LocalSandbox, limits
+from pytest_maka.executors.local.ahead import AheadRequest, AheadWorker
+from pytest_maka.executors.local.bwrap import namespace_pids
 from pytest_maka.testing import make_task
 
 pytestmark = [

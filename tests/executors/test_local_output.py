@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.core.task import Task
-from pytest_maka.executors import disk, limits
 from pytest_maka.executors.base import ExecResult
 from pytest_maka.executors.copyout import CopyReport
 from pytest_maka.executors.hostfs import remove_path
-from pytest_maka.executors.local import LocalExecutor, LocalOptions, LocalSandbox
+from pytest_maka.executors.local import LocalExecutor, LocalOptions, LocalSandbox, disk, limits
 from pytest_maka.run.freeze import workspace_diff
 
 from ..conftest import files_below

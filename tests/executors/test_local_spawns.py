@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.executors import bwrap
+from pytest_maka.executors.local import bwrap
 
 pytestmark = [
     pytest.mark.sandbox,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.executors import disk, limits
+from pytest_maka.executors.local import disk, limits
 from pytest_maka.store.redact import MARK
 
 from ..conftest import Cohort, files_below, needs_bwrap

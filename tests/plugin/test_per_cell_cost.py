@@ -13,7 +13,7 @@ import pytest
 
 from pytest_maka.executors.hostfs import remove_path
 from pytest_maka.executors.local import LocalOptions, LocalSandbox
-from pytest_maka.executors.local_sandbox import sandbox_parts
+from pytest_maka.executors.local.sandbox import sandbox_parts
 from pytest_maka.report.artifacts import read_tail, safe_rel_path
 from pytest_maka.run.work import ARTIFACT_FILES, AttemptWork
 from pytest_maka.testing import make_task

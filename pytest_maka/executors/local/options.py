@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..core.hostpattern import check_egress_hosts
+from ...core.hostpattern import check_egress_hosts
 
 DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core.task import LOGS_DIR
+from ...core.task import LOGS_DIR
 
 if TYPE_CHECKING:
-    from .local_sandbox import LocalSandbox
+    from .sandbox import LocalSandbox
 
 
 def describe_isolation(self: LocalSandbox, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from ..core import progress
+from ...core import progress
 from .bwrap import NamespaceStopper, parse_info
 from .process import wait_readable
 

@@ -14,11 +14,11 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
+from ...core.task import LOGS_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
+from ..content import read_regular
+from ..copyout import CopyReport
+from ..hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 from . import bwrap
-from .content import read_regular
-from .copyout import CopyReport
-from .hostfs import clear_dir, copy_out, descend, remove_path, tree_print
 
 #: The verdict channel's sandbox paths and the names of their host directories.
 VERDICT_PATHS = {TESTS_DIR: "tests", VERIFIER_LOGS_DIR: "verifier"}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .hostfs import scan_tree
+from ..hostfs import scan_tree
 from .process import wait_for, wait_readable
 
 #: Host system directories bound read-only into the sandbox (symlinked when the host's are links).

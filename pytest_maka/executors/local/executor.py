@@ -18,12 +18,12 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
-from ..core.errors import ExecutorUnavailable
-from ..core.hostreqs import Need
-from ..core.task import Task
+from ...core.errors import ExecutorUnavailable
+from ...core.hostreqs import Need
+from ...core.task import Task
+from ..base import ExecutorBase, ExecutorCapabilities, LeaseRequest
 from . import disk, limits
-from .base import ExecutorBase, ExecutorCapabilities, LeaseRequest
-from .local_sandbox import DEFAULT_MAX_OUTPUT, LocalOptions, LocalSandbox
+from .sandbox import DEFAULT_MAX_OUTPUT, LocalOptions, LocalSandbox
 
 MISSING_BWRAP = "the local executor needs bubblewrap (bwrap), which is not installed: apt-get install bubblewrap"
 

@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import InfraError
-from ..egress import host, tunguard
-from ..egress.log import EgressLog, PastProxyFlows
-from ..egress.plan import PhasePlan
-from ..egress.tinyproxy import PROXY_PORT
+from ...core.errors import InfraError
+from ...egress import host, tunguard
+from ...egress.log import EgressLog, PastProxyFlows
+from ...egress.plan import PhasePlan
+from ...egress.tinyproxy import PROXY_PORT
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 #: Flows past the proxy logged per phase (the packets of further flows are only counted).

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from ..core import cancel
-from .base import ExecResult
+from ...core import cancel
+from ..base import ExecResult
 
 _CHUNK = 64 * 1024
 #: How long to wait for the output pipes to close once the process tree is gone.

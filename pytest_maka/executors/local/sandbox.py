@@ -12,24 +12,24 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.errors import InfraError
-from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
-from ..egress.tunguard import TunGuard
+from ...core.errors import InfraError
+from ...core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOGS_DIR, VERIFIER_LOGS_DIR, Task
+from ...egress.tunguard import TunGuard
+from ..base import ExecResult
+from ..content import write_via_put
+from ..copyout import CopyReport
+from ..hostfs import remove_path
 from . import bwrap, disk
-from .base import ExecResult
-from .content import write_via_put
-from .copyout import CopyReport
+from .ahead import AheadSlot, Prepared, start_prepared
+from .describe import describe_isolation
 from .disk import CappedDisk
-from .hostfs import remove_path
+from .egress import LocalEgress
+from .files import VERDICT_PATHS, LeaseFiles, sandbox_parts
+from .full import SpaceWatch
 from .limits import MB, LimitSpec, open_limits
-from .local_ahead import AheadSlot, Prepared, start_prepared
-from .local_describe import describe_isolation
-from .local_egress import LocalEgress
-from .local_files import VERDICT_PATHS, LeaseFiles, sandbox_parts
-from .local_full import SpaceWatch
-from .local_options import DEFAULT_MAX_OUTPUT, LocalOptions
-from .local_spawn import LocalProcess, close_fd
+from .options import DEFAULT_MAX_OUTPUT, LocalOptions
 from .process import run_process, run_started
+from .spawn import LocalProcess, close_fd
 
 
 class LocalSandbox:
@@ -164,7 +164,7 @@ class LocalSandbox:
             os.close(read_fd)
             os.close(write_fd)
 
-    # -- a command set up ahead (executors/local_ahead.py) ------------------------------------
+    # -- a command set up ahead (executors/local/ahead.py) ------------------------------------
 
     def exec_ahead(
         self,
@@ -322,7 +322,7 @@ class LocalSandbox:
         taken = {PurePosixPath(d).parts[1] for d in self.files.binds()}
         return bwrap.open_prefix(self._layout, taken, self.options.ro_binds)
 
-    # -- moving files (executors/local_files.py) ---------------------------------------------
+    # -- moving files (executors/local/files.py) ---------------------------------------------
 
     def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
         """The content of a regular file, reached through real directories only."""

@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ..core.errors import SubjectFault
-from .hostfs import scan_tree
+from ...core.errors import SubjectFault
+from ..hostfs import scan_tree
 
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: Below this many free bytes a disk counts as full (a reward file needs a block or two).
