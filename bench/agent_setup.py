@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_maka.agents.cache import AGENT_DIR, AgentCache  # noqa: E402
 from pytest_maka.core.task import Task  # noqa: E402
 from pytest_maka.executors.base import LeaseRequest  # noqa: E402
+from pytest_maka.subjects.install.cache import AGENT_DIR, AgentCache  # noqa: E402
 from pytest_maka.subjects.presets import PRESETS  # noqa: E402
 from pytest_maka.testing.conformance import make_cell, make_task  # noqa: E402
 

@@ -39,7 +39,7 @@ PACKAGE = "pytest_maka"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("core", "")),
     ("infrastructure", ("egress", "store", "compose", "pid1")),
-    ("seams", ("executors", "subjects", "agents", "benchmarks", "verifiers", "report")),
+    ("seams", ("executors", "subjects", "benchmarks", "verifiers", "report")),
     ("run", ("run",)),
     ("engine", ("engine", "contracts", "hostcheck", "scale", "cluster", "live")),
     ("glue", ("plugin", "collect", "fixtures", "session", "reporter", "compat", "hookspecs", "builtins")),

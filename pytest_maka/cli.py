@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return cleanup_main(argv[1:])
     if argv[:1] == ["agents"]:
-        from .agents.cli import main as agents_main
+        from .subjects.install.cli import main as agents_main
 
         return agents_main(argv[1:])
     if not argv:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.agents.cache import AgentCache, InstallError, default_root
+from pytest_maka.subjects.install.cache import AgentCache, InstallError, default_root
 from pytest_maka.subjects.presets import PRESETS
 from pytest_maka.testing.model_server import Script
 from tests.conftest import lacking

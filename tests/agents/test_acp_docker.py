@@ -18,8 +18,8 @@ PACKAGE = "npm:@zed-industries/claude-code-acp@0.16.2"
 
 
 def _installed(agent_cache) -> None:  # type: ignore[no-untyped-def]
-    from pytest_maka.agents.cache import InstallError
     from pytest_maka.subjects.acp.subject import install_spec
+    from pytest_maka.subjects.install.cache import InstallError
 
     try:
         agent_cache.ensure(install_spec(PACKAGE))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.agents.cache import MARKER, AgentCache
 from pytest_maka.cli import main
+from pytest_maka.subjects.install.cache import MARKER, AgentCache
 from pytest_maka.subjects.presets import PRESETS
 
 

@@ -65,7 +65,7 @@ def test_a_claim_that_disagrees_with_the_verdict_is_flagged_not_believed(cohort:
 def test_installing_a_version_the_registry_lacks_is_not_retried_and_quotes_the_registry(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Past the load-time check (a cache shared by a run that pinned it later): the install's error is
     the registry's answer, marked not retryable (another attempt would fail the same way)."""
-    from pytest_maka.agents.cache import AgentCache, InstallError
+    from pytest_maka.subjects.install.cache import AgentCache, InstallError
     from pytest_maka.subjects.presets import PRESETS
 
     claude = next(p for p in PRESETS if p.kind == "claude-code")

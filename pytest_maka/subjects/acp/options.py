@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...agents.cache import NODE_VERSION, InstallSpec
+from ..install.cache import NODE_VERSION, InstallSpec
 
 
 class AcpOptions(BaseModel):

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...agents.cache import AGENT_DIR, AgentCache
 from ...core import hostpattern
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
@@ -26,6 +25,7 @@ from ...core.usage import CostProvenance
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills
+from ..install.cache import AGENT_DIR, AgentCache
 from .mcp import mcp_servers
 from .options import AcpOptions, install_spec
 from .streams import connect, drain_to_file

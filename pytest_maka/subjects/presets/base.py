@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...agents.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
 from ...core import hostpattern, subject_json
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
@@ -30,6 +29,7 @@ from ...core.usage import provenance, tokens, with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills, resolve_headers
+from ..install.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
 from .mcp import McpFormat, McpPlan, merge_json, plan
 from .meter import StreamReader, UsageMeter, metered_exec
 from .prices import price_table

@@ -25,10 +25,10 @@ from typing import Literal
 
 from filelock import FileLock
 
-from ..core import progress
-from ..core.errors import InfraError
-from ..core.hostreqs import Need
-from ..core.progress import INSTALL_PHASE
+from ...core import progress
+from ...core.errors import InfraError
+from ...core.hostreqs import Need
+from ...core.progress import INSTALL_PHASE
 
 #: Where agents live inside a sandbox (mounted read-only).
 AGENT_DIR = "/opt/maka/agent"

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..subjects.presets import PRESETS
+    from ..presets import PRESETS
 
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     cache = AgentCache(Path(args.cache) if args.cache else None)
@@ -93,7 +93,7 @@ def _list_layers() -> None:
     try:
         import docker
 
-        from ..executors.docker.layers import layered_images
+        from ...executors.docker.layers import layered_images
 
         api = docker.APIClient(version="auto", timeout=10)
         images = layered_images(api)
