@@ -21,7 +21,7 @@ from .subjects.acp.options import AcpOptions
 ADAPTER_PLUGINS = {
     "maka-harbor": "pytest_maka.benchmarks.plugin_harbor",
     "maka-terminal-bench": "pytest_maka.benchmarks.plugin_terminal_bench",
-    "maka-swe-bench": "pytest_maka.benchmarks.plugin_swebench",
+    "maka-swe-bench": "pytest_maka.benchmarks.swebench.plugin",
     "maka-test-log-verifiers": "pytest_maka.verifiers.plugin",
     "maka-subject-handoff": "pytest_maka.subjects.handoff",
 }

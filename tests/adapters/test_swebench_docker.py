@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_maka.benchmarks import swebench
+from pytest_maka.benchmarks.swebench import adapter as swebench
 from tests.adapters.conftest import DATASETS, docker_executor
 from tests.conftest import Cohort
 

@@ -19,13 +19,13 @@ from typing import Any
 
 from pytest_maka import cli
 from pytest_maka.benchmarks import harbor, swebench, terminal_bench
+from pytest_maka.benchmarks.swebench.patch import PatchOptions
 from pytest_maka.core.errors import MakaUserError
 from pytest_maka.core.records import SCHEMA
 from pytest_maka.core.spec import load_spec
 from pytest_maka.executors.docker.options import DockerOptions
 from pytest_maka.executors.local import LocalOptions
 from pytest_maka.subjects.command import CommandOptions
-from pytest_maka.subjects.patch import PatchOptions
 from pytest_maka.subjects.reference import NoOptions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..core import inputs
-from ..core.errors import TaskError
-from ..core.spec import PathText
-from ..core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, Task, digest_tree
-from ..verifiers import parsers
-from . import detect
-from .cache import materialize
-from .fields import Section, Text, source_options, validate
+from ...core import inputs
+from ...core.errors import TaskError
+from ...core.spec import PathText
+from ...core.task import MAX_CPUS, MAX_MEGABYTES, MAX_TIMEOUT_SEC, Task, digest_tree
+from ...verifiers import parsers
+from .. import detect
+from ..cache import materialize
+from ..fields import Section, Text, source_options, validate
 
 FORMAT = detect.SWE_BENCH
 GRADING = "swe-bench"

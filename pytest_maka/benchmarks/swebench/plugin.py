@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ..core.errors import TaskError
-from ..core.spec import TaskSource
-from ..core.task import Task
-from . import detect, swebench
+from ...core.errors import TaskError
+from ...core.spec import TaskSource
+from ...core.task import Task
+from .. import detect
+from . import adapter as swebench
 
 
 def pytest_maka_task_formats() -> list[str]:
@@ -28,6 +29,6 @@ def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> l
 
 @pytest.hookimpl(trylast=True)
 def pytest_maka_subject_kinds() -> dict[str, type]:
-    from ..subjects.patch import Patch
+    from .patch import Patch
 
     return {Patch.kind: Patch}

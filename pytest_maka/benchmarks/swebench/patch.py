@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, computed_field, field_validator
 
-from ..benchmarks.swebench import APPLY_PATCH_SH
-from ..core import inputs
-from ..core.task import AGENT_LOGS_DIR, Task
-from ..executors.base import Sandbox
-from .base import RunContext, SubjectBase, SubjectResult
+from ...core import inputs
+from ...core.task import AGENT_LOGS_DIR, Task
+from ...executors.base import Sandbox
+from ...subjects.base import RunContext, SubjectBase, SubjectResult
+from .adapter import APPLY_PATCH_SH
 
 STAGE_DIR = "/tmp/maka-prediction"
 
