@@ -22,7 +22,9 @@ from ..executors.base import ChangeWatch, ImageEnvironment, ProtectedRestore, Sa
 from ..executors.hostfs import remove_path
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: The verifier's HOME: emptied before every verification, never copied out.
+#: The verifier's HOME where the environment has none of its own (the local executor): emptied
+#: before every verification, never copied out. With an image environment (Docker) the verifier
+#: has the environment's HOME, as in the benchmark's own harness (``docker exec``).
 VERIFIER_HOME = f"{LOGS_DIR}/.verifier-home"
 #: Python must not import from the working directory or a user site, nor take a path from outside.
 VERIFIER_PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONPATH": "", "PYTHONSTARTUP": ""}
@@ -68,7 +70,12 @@ def verifier_env(
     task: Task, *, imports_workdir: bool = False, image: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The verifier's environment: the image's PATH (its directories are restored before it
-    runs) or the standard one, a fresh HOME, no way in for the subject's modules.
+    runs) or the standard one, the environment's HOME (a fresh one where there is no image
+    environment), no way in for the subject's modules.
+
+    HOME is the one the subject had, as in Harbor and Terminal-Bench (a test reads
+    ``~/.jupyter/...`` the task asked for): what the subject left there and the verifier then
+    read is reported as taint, not hidden by another HOME.
 
     ``imports_workdir``: the verifier runs the repository's own tests, which import it from
     the working directory (SWE-bench, Terminal-Bench): PYTHONSAFEPATH is left off there.
@@ -80,7 +87,8 @@ def verifier_env(
         python["PYTHONPATH"] = image["PYTHONPATH"]
     separate = task.verifier_environment
     own = base_env(task, image, own=None if separate is None else separate.env)
-    return {**own, "HOME": VERIFIER_HOME, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
+    home = (image or {}).get("HOME") or VERIFIER_HOME
+    return {**own, "HOME": home, **python, **VERIFIER_SHELL_ENV, **task.verifier_env}
 
 
 #: Formats whose own harness verifies a fresh environment with the subject's patch applied.

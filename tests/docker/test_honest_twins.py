@@ -1,12 +1,13 @@
 """Fidelity first: honest solutions that change the environment pass on Docker, as in Harbor 0.25.
 
-The four tasks in ``honest_tasks/`` are shaped like Terminal-Bench 2 tasks whose solutions
+The five tasks in ``honest_tasks/`` are shaped like Terminal-Bench 2 tasks whose solutions
 leave the environment changed: a service left running and checked over HTTP on localhost, a
-config file under ``/etc``, a command in ``/usr/local/bin``, a package pip-installed into the
-system site-packages. Harbor grades each oracle 1 and each nop 0; so must this harness. The
-service is still ended before the verifier runs on Docker (an expected failure, below). Where
-the verifier ran code the subject placed outside the workdir, the pass is recorded as tainted
-(with the paths), and refused only under ``policy.refuse_tainted``.
+config file under ``/etc``, a config file under the user's HOME (read by the test through its
+own ``Path.home()``, as the public jupyter-notebook-server task does), a command in
+``/usr/local/bin``, a package pip-installed into the system site-packages. Harbor grades each
+oracle 1 and each nop 0; so must this harness. Where the verifier ran code the subject placed
+outside the workdir, the pass is recorded as tainted (with the paths), and refused only under
+``policy.refuse_tainted``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..conftest import Cohort
 pytestmark = pytest.mark.docker
 
 TASKS = Path(__file__).parent / "honest_tasks"
-NAMES = ("command-in-usr-local-bin", "config-in-etc", "package-in-system-site-packages")
+NAMES = ("command-in-usr-local-bin", "config-in-etc", "config-in-home", "package-in-system-site-packages")
 #: A service the subject left running, which the verifier checks: it keeps running on Docker, whose
 #: verdict channel is private (docs/security.md, "The verdict channel").
 SERVICE = "service-left-running"
@@ -57,6 +58,7 @@ def test_honest_twins_pass_with_oracle_and_fail_with_nop_on_docker(twins: Cohort
     taint = {cid.split("[")[0]: r["taint"] for cid, r in records.items() if "oracle" in cid}
     # data the verifier read is listed, not taint; code it ran is taint, with the path
     assert not taint["config-in-etc"]["tainted"] and "/etc/maka-app/app.conf" in taint["config-in-etc"]["accessed"]
+    assert "/root/.maka-app/app.conf" in taint["config-in-home"]["accessed"], taint["config-in-home"]
     assert taint["command-in-usr-local-bin"]["paths"] == ["/usr/local/bin/maka-greet"]
     assert taint["command-in-usr-local-bin"]["tainted"]
     package = taint["package-in-system-site-packages"]

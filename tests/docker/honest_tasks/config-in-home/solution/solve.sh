@@ -1,0 +1,4 @@
+#!/bin/sh
+set -eu
+mkdir -p "$HOME/.maka-app"
+printf 'greeting = hello\n' > "$HOME/.maka-app/app.conf"
