@@ -4,6 +4,7 @@ nothing they do reaches the verification's /tests or /logs/verifier."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -188,7 +189,8 @@ def test_a_container_with_sys_ptrace_keeps_the_shared_channel_and_says_why(
     assert channel.startswith("shared: the container's /tests and /logs/verifier (the container's processes hold"), (
         channel
     )
-    assert "1 process(es) the subject left ended before the tests went in" in channel, channel
+    # the hostile loop, and whichever of its short-lived children (sleep, ls, grep) ran at that instant
+    assert re.search(r"; [1-9][0-9]* process\(es\) the subject left ended before the tests went in", channel), channel
 
 
 def test_a_verifier_command_that_times_out_ends_with_everything_it_started(
