@@ -49,7 +49,9 @@ def test_attempt_files_travel_back_and_past_the_cap_are_listed(
     result = cohort.run_subprocess(timeout=600)
     result.assert_outcomes(passed=4, failed=4)
     attempts = cohort.attempts()
-    assert len(attempts) == 8 and {a["worker"] for a in attempts} == set(cluster.workers().values())
+    # every attempt came from a worker of this cluster; that cells spread over both workers is
+    # test_dask.py's (with 8 quick cells the scheduler may give one worker all of them, as in test_shipping)
+    assert len(attempts) == 8 and {a["worker"] for a in attempts} <= set(cluster.workers().values())
     for a in attempts:
         transfer, files = a["transfer"], a["artifacts"]
         assert (cohort.out / files["verifier_output"]).is_file(), "the verifier's output came back"
