@@ -38,6 +38,7 @@ class TestLocalConformance(ExecutorConformance):
     egress_logs_dns = takes_dns()
     #: A TUN device per command, made and read by the harness, when it runs as root.
     egress_logs_past_proxy = tunguard.unavailable() is None
+    egress_tunnels_loopback = True
 
     @pytest.fixture
     def executor(self) -> Executor:
