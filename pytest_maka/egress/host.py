@@ -118,6 +118,8 @@ SOCKET_ROOT = "/tmp"
 SOCKET_PREFIX = "maka-egress-"
 #: The longest path a unix socket can have (sun_path is 108 bytes with its terminating NUL).
 MAX_SOCKET_PATH = 107
+#: The endpoint whose tunnel socket has the longest name.
+LONGEST_TUNNEL = Endpoint("127.255.255.255", 65535)
 
 
 def socket_dir(directory: Path) -> Path:
@@ -128,7 +130,7 @@ def socket_dir(directory: Path) -> Path:
     """
     root = SOCKET_ROOT if os.access(SOCKET_ROOT, os.W_OK | os.X_OK) else tempfile.gettempdir()
     _sweep(root)
-    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME), len(Endpoint("::1", 65535).socket_name()))
+    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME), len(LONGEST_TUNNEL.socket_name()))
     head = f"{SOCKET_PREFIX}{os.getpid()}-"
     room = MAX_SOCKET_PATH - len(os.path.join(root, head)) - len("-12345678/") - longest
     if room < 0:

@@ -33,10 +33,16 @@ CHUNK = 65536
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One loopback address and port: listened on in the sandbox, connected to on the host."""
+    """One loopback address and port listened on in the sandbox; on the host, ``targets`` (default:
+    the same address) are tried in order with that port."""
 
     address: str
     port: int
+    targets: tuple[str, ...] = ()
+
+    def hosts(self) -> tuple[str, ...]:
+        """The host addresses a connection is passed to, first one that answers."""
+        return self.targets or (self.address,)
 
     @property
     def text(self) -> str:
@@ -44,7 +50,7 @@ class Endpoint:
 
     def socket_name(self) -> str:
         """The unix socket's file name for this endpoint (short: the socket path has 107 bytes)."""
-        tag = "6" if ":" in self.address else self.address.rsplit(".", 1)[-1]
+        tag = "6" if ":" in self.address else ipaddress.ip_address(self.address).packed.hex()  # ::1 is IPv6's only
         return f"t{tag}-{self.port}.sock"
 
 
@@ -61,15 +67,25 @@ def is_loopback(pattern: HostPattern) -> bool:
 
 
 def endpoints(patterns: tuple[HostPattern, ...]) -> tuple[Endpoint, ...]:
-    """The loopback endpoints ``patterns`` allow (``localhost`` is both 127.0.0.1 and ::1), in order."""
-    out: list[Endpoint] = []
+    """The loopback endpoints ``patterns`` allow, one per address and port, in order.
+
+    ``localhost`` is listened on at 127.0.0.1 and ::1 (a client may try either first), and
+    either one is passed to the host's 127.0.0.1, else its ::1: a server on only one of them
+    answers both, and a client never meets an accepted connection that then closes empty
+    (which, unlike a refusal, it would not retry on the other address).
+    """
+    out: dict[tuple[str, int], Endpoint] = {}
     for p in patterns:
         if not is_loopback(p):
             continue
-        addresses = ("127.0.0.1", "::1") if p.host == "localhost" else (str(ipaddress.ip_address(p.host)),)
         for port in p.ports:
-            out += [Endpoint(a, port) for a in addresses if Endpoint(a, port) not in out]
-    return tuple(out)
+            if p.host == "localhost":
+                for address in ("127.0.0.1", "::1"):
+                    out[(address, port)] = Endpoint(address, port, ("127.0.0.1", "::1"))
+            else:
+                address = str(ipaddress.ip_address(p.host))
+                out.setdefault((address, port), Endpoint(address, port))
+    return tuple(out.values())
 
 
 def forwarder_flags(tunnels: tuple[Endpoint, ...], directory: str) -> str:
@@ -121,11 +137,11 @@ class Tunnels:
         counts = [0, 0]
         reason: str | None = None
         try:
-            try:
-                up_r, up_w = await asyncio.open_connection(endpoint.address, endpoint.port)
-            except OSError:
+            upstream = await _connect(endpoint)
+            if upstream is None:
                 reason = REFUSED
                 return
+            up_r, up_w = upstream
             try:
                 await asyncio.gather(_pipe(reader, up_w, counts, 0), _pipe(up_r, writer, counts, 1))
             finally:
@@ -148,6 +164,16 @@ class Tunnels:
                     bytes_in=counts[1],
                 )
             )
+
+
+async def _connect(endpoint: Endpoint) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection to the first of the endpoint's host addresses that accepts one."""
+    for host in endpoint.hosts():
+        try:
+            return await asyncio.open_connection(host, endpoint.port)
+        except OSError:
+            continue
+    return None
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, counts: list[int], i: int) -> None:

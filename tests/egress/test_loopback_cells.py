@@ -7,12 +7,22 @@ import json
 
 import pytest
 
+from pytest_maka.core import hostpattern
 from pytest_maka.egress import host
+from pytest_maka.egress.loopback import Endpoint, endpoints
 from pytest_maka.testing.servers import EGRESS_TOKEN, http_server
 
 from ..conftest import Cohort, needs_bwrap
 
-pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.needs("tinyproxy", "curl")]
+CELLS = [pytest.mark.sandbox, needs_bwrap, pytest.mark.needs("tinyproxy", "curl")]
+
+
+def cells(fn):  # type: ignore[no-untyped-def]
+    """The marks of a test that runs whole cells in bubblewrap behind the egress proxy."""
+    for mark in CELLS:
+        fn = mark(fn)
+    return fn
+
 
 LOCAL = {"kind": "local"}
 #: The subject: a server of its own on the sandbox's 127.0.0.1:8765, then both by URL (proxy variables set).
@@ -28,6 +38,19 @@ SUBJECT = (
 )
 
 
+def test_only_loopback_entries_are_tunnelled_and_localhost_listens_on_both_addresses() -> None:
+    allow = hostpattern.parse_all(["localhost:8000", "127.0.0.1:8000", "127.0.0.2:9", "api.test", "*.local.test:1"])
+    both = ("127.0.0.1", "::1")
+    assert endpoints(allow) == (
+        Endpoint("127.0.0.1", 8000, both),
+        Endpoint("::1", 8000, both),
+        Endpoint("127.0.0.2", 9),
+    )
+    names = {e.socket_name() for e in endpoints(allow)}
+    assert names == {"t7f000001-8000.sock", "t6-8000.sock", "t7f000002-9.sock"}
+
+
+@cells
 @pytest.mark.parametrize(
     "interpreter",
     [
@@ -60,3 +83,27 @@ def test_subject_serves_on_its_own_loopback_while_the_model_endpoint_is_allowlis
     assert events[0]["bytes_out"] > 0 and events[0]["bytes_in"] > 0, events
     agent = record["isolation"]["network"]["phases"]["agent"]
     assert agent["connections"] == {"allowed": 1, "refused": 0}, agent
+
+
+@cells
+@pytest.mark.needs("forwarder")
+def test_a_localhost_entry_answers_on_both_loopback_addresses(cohort: Cohort) -> None:
+    """``localhost:PORT`` listed, the host's server on 127.0.0.1 only: the sandbox reaches it by
+    ``localhost``, ``127.0.0.1`` and ``[::1]`` (each passed to whichever host address answers)."""
+    with http_server() as server:
+        port = server.port
+        curls = "; ".join(
+            f"curl -s -m 20 -w ' %{{http_code}}\\n' http://{h}:{port}/{n} >> $MAKA_LOGS_DIR/got.txt 2>&1"
+            for h, n in (("localhost", "name"), ("127.0.0.1", "v4"), ("[::1]", "v6"))
+        )
+        cohort.task("t", agent_timeout=60)
+        cohort.write(
+            subjects=[{"name": "a", "kind": "command", "command": curls}],
+            executor=LOCAL,
+            policy={"egress": [f"localhost:{port}"]},
+        )
+        cohort.run().assert_outcomes(failed=1)
+        assert sorted(server.paths) == ["/name", "/v4", "/v6"]
+    record = cohort.results()["t[a-r0]"]
+    got = (cohort.out / record["artifacts"]["agent_logs"] / "got.txt").read_text().splitlines()
+    assert got == [f"{EGRESS_TOKEN} /{n} 200" for n in ("name", "v4", "v6")], got

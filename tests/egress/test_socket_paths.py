@@ -61,7 +61,7 @@ def test_the_socket_directory_is_short_whatever_tmpdir_and_the_attempt_directory
         assert made.parent == Path(host.SOCKET_ROOT)
         assert stat_mode(made) == 0o700, "private to this user"
         assert made.name.startswith(f"{host.SOCKET_PREFIX}{os.getpid()}-") and "attempt-1" in made.name
-        for name in (host.SOCKET_NAME, host.DNS_SOCKET, host.FORWARDER_NAME):
+        for name in (host.SOCKET_NAME, host.DNS_SOCKET, host.FORWARDER_NAME, host.LONGEST_TUNNEL.socket_name()):
             assert len(str(made / name)) <= host.MAX_SOCKET_PATH
     finally:
         made.rmdir()
