@@ -107,3 +107,18 @@ def test_a_localhost_entry_answers_on_both_loopback_addresses(cohort: Cohort) ->
     record = cohort.results()["t[a-r0]"]
     got = (cohort.out / record["artifacts"]["agent_logs"] / "got.txt").read_text().splitlines()
     assert got == [f"{EGRESS_TOKEN} /{n} 200" for n in ("name", "v4", "v6")], got
+
+
+@cells
+def test_a_listed_loopback_port_the_proxy_uses_is_named(cohort: Cohort) -> None:
+    cohort.task("t", agent_timeout=60)
+    cohort.write(
+        subjects=[{"name": "a", "kind": "command", "command": "true"}],
+        executor=LOCAL,
+        policy={"egress": ["127.0.0.1:3128"]},
+        retries={"infra": 0},
+    )
+    cohort.run()
+    record = cohort.results()["t[a-r0]"]
+    assert record["status"] == "infra_failure", record
+    assert "loopback port 3128 is allow-listed, but the sandbox's egress proxy" in str(record["error"]), record

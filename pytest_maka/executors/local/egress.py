@@ -67,6 +67,12 @@ class LocalEgress:
             raise InfraError(f"the {name} phase needs an allowlist, which sandbox: none cannot enforce")
         dns = takes_dns()
         tunnels = loopback.endpoints(plan.allow)
+        taken = {PROXY_PORT} | ({53} if dns else set())
+        if clash := sorted({e.port for e in tunnels} & taken):
+            raise InfraError(
+                f"egress for the {name} phase: loopback port {clash[0]} is allow-listed, but the sandbox's "
+                f"egress proxy (3128) or DNS forwarder (53) listens there; serve the endpoint on another port"
+            )
         proxy = host.HostProxy(
             self._scratch / f"egress-{name}", plan.allow, self._hosts, name, dns=dns, tunnels=tunnels
         )
