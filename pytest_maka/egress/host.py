@@ -168,17 +168,11 @@ def _answers(path: str) -> bool:
     return True
 
 
-def proxy_env(
-    patterns: tuple[HostPattern, ...], url: str, loopback_names: tuple[str, ...], *, tunnels: bool = False
-) -> dict[str, str]:
-    """HTTP(S)_PROXY for ``url``; NO_PROXY keeps the sandbox's own loopback direct unless it is allow-listed.
-
-    With ``tunnels`` (allowlisted loopback endpoints are tunnelled into the sandbox), loopback
-    always stays direct.
-    """
+def proxy_env(url: str, loopback_names: tuple[str, ...]) -> dict[str, str]:
+    """HTTP(S)_PROXY for ``url``; NO_PROXY keeps the sandbox's own loopback direct (a listed loopback
+    endpoint is tunnelled in on its own where the executor can: ``egress.loopback``)."""
     env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")}
-    if tunnels or not any(p.host in loopback_names for p in patterns):
-        env["NO_PROXY"] = env["no_proxy"] = ",".join(loopback_names)
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(loopback_names)
     return env
 
 

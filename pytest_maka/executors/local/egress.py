@@ -86,7 +86,7 @@ class LocalEgress:
             args += ("--ro-bind", str(sock_dir / "resolv.conf"), RESOLV_CONF, "--cap-add", "CAP_NET_BIND_SERVICE")
         self.current = ProxiedExec(
             extra_args=args,
-            env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES, tunnels=True),
+            env=host.proxy_env(f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
             wrapper=host.wrapper(dns, tunnels),
         )
         why = tunguard.unavailable() if GUARD_PAST_PROXY else "switched off"
