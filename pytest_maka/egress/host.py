@@ -71,14 +71,14 @@ _SOCAT_DNS = _socat(
 )  # fmt: skip
 
 
-def _socat_tunnel(endpoint: Endpoint) -> str:
+def _socat_tunnel(index: int, endpoint: Endpoint) -> str:
     """socat on an IPv4 loopback endpoint, to its tunnel socket (the fallback skips IPv6 ones)."""
     if ":" in endpoint.address:
         return ""
     entry = "".join(f"{int(b):02X}" for b in reversed(endpoint.address.split("."))) + f":{endpoint.port:04X}"
     return _socat(
         f"socat TCP-LISTEN:{endpoint.port},bind={endpoint.address},fork,reuseaddr"
-        f" UNIX-CONNECT:{SANDBOX_DIR}/{endpoint.socket_name()}",
+        f" UNIX-CONNECT:{SANDBOX_DIR}/{loopback.socket_name(index)}",
         "tcp", f"{entry} 00000000:0000 0A", "loopback tunnel",
     )  # fmt: skip
 
@@ -98,7 +98,7 @@ def wrapper(dns: bool, tunnels: tuple[Endpoint, ...] = ()) -> str:
         f"if ! {{ [ -x {PYTHON} ] && {PYTHON} -I -S {SANDBOX_DIR}/{FORWARDER_NAME} --detach{flags}; }}; then\n"
         + (_SOCAT_DNS if dns else "")
         + _SOCAT_TCP
-        + "".join(_socat_tunnel(e) for e in tunnels)
+        + "".join(_socat_tunnel(i, e) for i, e in enumerate(tunnels))
         + "fi\n"
         'exec /bin/sh -c "$1"\n'
     )
@@ -118,8 +118,8 @@ SOCKET_ROOT = "/tmp"
 SOCKET_PREFIX = "maka-egress-"
 #: The longest path a unix socket can have (sun_path is 108 bytes with its terminating NUL).
 MAX_SOCKET_PATH = 107
-#: The endpoint whose tunnel socket has the longest name.
-LONGEST_TUNNEL = Endpoint("127.255.255.255", 65535)
+#: Loopback tunnels a phase may have (an allowlist entry is one, ``localhost`` two).
+MAX_TUNNELS = 1000
 
 
 def socket_dir(directory: Path) -> Path:
@@ -130,7 +130,7 @@ def socket_dir(directory: Path) -> Path:
     """
     root = SOCKET_ROOT if os.access(SOCKET_ROOT, os.W_OK | os.X_OK) else tempfile.gettempdir()
     _sweep(root)
-    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME), len(LONGEST_TUNNEL.socket_name()))
+    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME), len(loopback.socket_name(MAX_TUNNELS - 1)))
     head = f"{SOCKET_PREFIX}{os.getpid()}-"
     room = MAX_SOCKET_PATH - len(os.path.join(root, head)) - len("-12345678/") - longest
     if room < 0:

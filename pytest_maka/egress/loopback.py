@@ -48,10 +48,10 @@ class Endpoint:
     def text(self) -> str:
         return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
 
-    def socket_name(self) -> str:
-        """The unix socket's file name for this endpoint (short: the socket path has 107 bytes)."""
-        tag = "6" if ":" in self.address else ipaddress.ip_address(self.address).packed.hex()  # ::1 is IPv6's only
-        return f"t{tag}-{self.port}.sock"
+
+def socket_name(index: int) -> str:
+    """The unix socket of a phase's ``index``-th tunnel (short: a socket path has at most 107 bytes)."""
+    return f"t{index}.sock"
 
 
 def is_loopback(pattern: HostPattern) -> bool:
@@ -90,7 +90,7 @@ def endpoints(patterns: tuple[HostPattern, ...]) -> tuple[Endpoint, ...]:
 
 def forwarder_flags(tunnels: tuple[Endpoint, ...], directory: str) -> str:
     """The forwarder's ``--tunnel ADDRESS:PORT=SOCKET`` flags for ``tunnels`` (sockets in ``directory``)."""
-    return "".join(f" --tunnel {e.text}={directory}/{e.socket_name()}" for e in tunnels)
+    return "".join(f" --tunnel {e.text}={directory}/{socket_name(i)}" for i, e in enumerate(tunnels))
 
 
 class Tunnels:
@@ -108,7 +108,7 @@ class Tunnels:
         self._open: set[asyncio.Task[None]] = set()
 
     def paths(self) -> list[str]:
-        return [os.path.join(self.directory, e.socket_name()) for e in self.tunnels]
+        return [os.path.join(self.directory, socket_name(i)) for i in range(len(self.tunnels))]
 
     async def start(self) -> None:
         for endpoint, path in zip(self.tunnels, self.paths(), strict=True):

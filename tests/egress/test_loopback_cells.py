@@ -9,7 +9,7 @@ import pytest
 
 from pytest_maka.core import hostpattern
 from pytest_maka.egress import host
-from pytest_maka.egress.loopback import Endpoint, endpoints
+from pytest_maka.egress.loopback import Endpoint, endpoints, forwarder_flags
 from pytest_maka.testing.servers import EGRESS_TOKEN, http_server
 
 from ..conftest import Cohort, needs_bwrap
@@ -46,8 +46,9 @@ def test_only_loopback_entries_are_tunnelled_and_localhost_listens_on_both_addre
         Endpoint("::1", 8000, both),
         Endpoint("127.0.0.2", 9),
     )
-    names = {e.socket_name() for e in endpoints(allow)}
-    assert names == {"t7f000001-8000.sock", "t6-8000.sock", "t7f000002-9.sock"}
+    assert forwarder_flags(endpoints(allow), "/d") == (
+        " --tunnel 127.0.0.1:8000=/d/t0.sock --tunnel [::1]:8000=/d/t1.sock --tunnel 127.0.0.2:9=/d/t2.sock"
+    )
 
 
 @cells
