@@ -89,7 +89,7 @@ def pytest_maka_attempt_started(cell: Cell, attempt: int) -> None:
 @pytest.hookspec
 def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) -> None:
     """The running attempt entered ``phase``: one of core.progress.PROGRESS_PHASES ("setup",
-    "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
+    "waiting for a container slot", "building image", "agent", "freeze", "restore", "verify", "collect", "teardown", and
     "queued on the cluster" on a --maka-cluster controller, which then also receives the
     phases the Dask worker reports, on the Dask client's thread); ``detail`` says more where
     known (the current image build step)."""

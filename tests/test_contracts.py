@@ -30,6 +30,7 @@ from pytest_maka.executors.base import (
     ExecutorBase,
     ExecutorCapabilities,
     Sandbox,
+    SharedCapacity,
     VerifierEnvironments,
 )
 from pytest_maka.executors.local import LocalExecutor
@@ -54,7 +55,7 @@ class _NoOptions(BaseModel):
 
 def _capability_protocols() -> list[type]:
     """Every optional capability Protocol of the contract files."""
-    return [c.protocol for c in SANDBOX_CAPABILITIES] + [VerifierEnvironments, PlansExec]
+    return [c.protocol for c in SANDBOX_CAPABILITIES] + [VerifierEnvironments, SharedCapacity, PlansExec]
 
 
 def _contract_names() -> dict[str, set[str]]:
@@ -62,7 +63,10 @@ def _contract_names() -> dict[str, set[str]]:
     sandbox = {name for p in [Sandbox, *(c.protocol for c in SANDBOX_CAPABILITIES)] for name in protocol_members(p)}
     return {
         "subject": set(protocol_members(Subject)),
-        "executor": set(protocol_members(Executor)) | set(protocol_members(VerifierEnvironments)) | {"features"},
+        "executor": set(protocol_members(Executor))
+        | set(protocol_members(VerifierEnvironments))
+        | set(protocol_members(SharedCapacity))
+        | {"features"},
         "verifier": set(protocol_members(Verifier)) | set(protocol_members(PlansExec)),
         "sandbox": sandbox,
     }
@@ -149,6 +153,7 @@ def test_the_built_in_executors_declare_their_capabilities() -> None:
     from pytest_maka.executors.docker.executor import DockerExecutor
 
     assert DockerExecutor.capabilities.separate_verifier and issubclass(DockerExecutor, VerifierEnvironments)
+    assert issubclass(DockerExecutor, SharedCapacity) and not issubclass(LocalExecutor, SharedCapacity)
     assert DockerExecutor.capabilities.missing(FEATURES) == ["gpus"]
     assert contract_gaps(LocalExecutor(), Executor) == []
 

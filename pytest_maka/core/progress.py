@@ -21,11 +21,13 @@ from typing import Any, Protocol
 
 from .cell import Cell
 
-#: Phase names the kernel reports, in lifecycle order ("building image" comes from the Docker
-#: executor; "queued on the cluster" is what the controller shows of an attempt no Dask worker has started).
+#: Phase names the kernel reports, in lifecycle order ("building image" and "waiting for a
+#: container slot" come from the Docker executor; "queued on the cluster" is what the
+#: controller shows of an attempt no Dask worker has started).
 PROGRESS_PHASES = (
     "queued on the cluster",
     "installing agent",
+    "waiting for a container slot",
     "setup",
     "building image",
     "agent",
@@ -50,6 +52,10 @@ class AttemptObserver(Protocol):
 #: The phase of an attempt whose subject's agent is being installed into the cache (first use);
 #: the live view prints a line for it.
 INSTALL_PHASE = "installing agent"
+
+#: The phase of an attempt whose lease waits for a slot shared by every run on the host
+#: (``executors.capabilities.SharedCapacity``); the wait is ``timings.slot_wait``.
+SLOT_WAIT_PHASE = "waiting for a container slot"
 
 #: The phase in which an attempt waits on its subject (the harness itself is idle).
 WAITING_PHASE = "agent"

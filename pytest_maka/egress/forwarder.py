@@ -10,9 +10,11 @@ sandbox's pid namespace. The process the wrapper started exits once the sockets 
 only then does the wrapper ``exec`` the command (whose environment and signal dispositions
 the interpreter never touches). Each TCP connection is spliced to a new connection on the
 relay's socket; each DNS datagram goes to the DNS socket as one message per connection (the
-relay logs it and answers REFUSED), its answer back to the sender.
+relay logs it and answers REFUSED), its answer back to the sender. Each ``--tunnel`` adds a
+listener on an allowlisted loopback endpoint whose connections go to a unix socket of their
+own (``egress.loopback``); an IPv6 one is skipped where the sandbox has no ::1.
 
-    forwarder.py [--detach] [--listen H:P] [--unix PATH] [--dns H:P] [--dns-unix PATH]
+    forwarder.py [--detach] [--listen H:P] [--unix PATH] [--dns H:P] [--dns-unix PATH] [--tunnel H:P=PATH ...]
 
 Without ``--detach`` it serves in the foreground (the bench's hop timings).
 """
@@ -152,13 +154,23 @@ class _Pair:
 class Forwarder:
     """The listening sockets and what they serve."""
 
-    def __init__(self, listen: tuple[str, int], unix: str, dns: tuple[str, int] | None, dns_unix: str) -> None:
-        self.unix = unix
+    def __init__(
+        self,
+        listen: tuple[str, int],
+        unix: str,
+        dns: tuple[str, int] | None,
+        dns_unix: str,
+        tunnels: list[tuple[tuple[str, int], str]] | None = None,
+    ) -> None:
         self.dns_unix = dns_unix
-        self.tcp = Socket(_socket.AF_INET, _socket.SOCK_STREAM)
-        self.tcp.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-        self.tcp.bind(listen)
-        self.tcp.listen(256)
+        #: Listening TCP sockets and the unix socket each one's connections go to.
+        self.listeners: list[tuple[Socket, str]] = [(_listener(listen), unix)]
+        for address, path in tunnels or []:
+            try:
+                self.listeners.append((_listener(address), path))
+            except OSError as exc:  # no ::1 in this sandbox: nothing can connect there either
+                if ":" not in address[0] or exc.errno not in (97, 99):  # EAFNOSUPPORT, EADDRNOTAVAIL
+                    raise
         self.udp: Socket | None = None
         if dns is not None:
             self.udp = Socket(_socket.AF_INET, _socket.SOCK_DGRAM)
@@ -170,12 +182,13 @@ class Forwarder:
 
     def fds(self) -> set[int]:
         """The descriptors the forwarder serves on."""
-        return {s.fileno() for s in (self.tcp, self.udp) if s is not None}
+        return {s.fileno() for s, _ in self.listeners} | ({self.udp.fileno()} if self.udp is not None else set())
 
     def serve(self) -> None:
         self.loop = Loop()
-        self.tcp.setblocking(False)
-        self.loop.watch(self.tcp, IN, self._accept)
+        for sock, path in self.listeners:
+            sock.setblocking(False)
+            self.loop.watch(sock, IN, self._acceptor(sock, path))
         if self.udp is not None:
             self.udp.setblocking(False)
             self.loop.watch(self.udp, IN, self._question)
@@ -184,16 +197,19 @@ class Forwarder:
             if self._dns:
                 self._expire()
 
-    def _accept(self, _events: int) -> None:
+    def _acceptor(self, sock: Socket, path: str) -> Callable[[int], None]:
+        return lambda _events: self._accept(sock, path)
+
+    def _accept(self, sock: Socket, path: str) -> None:
         try:
-            fd, _ = self.tcp._accept()
+            fd, _ = sock._accept()
         except OSError:
             return
-        client = Socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        client = Socket(sock.family, _socket.SOCK_STREAM, 0, fd)
         client.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         relay = Socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            relay.connect(self.unix)
+            relay.connect(path)
         except OSError:  # the relay is gone (the phase ended): the client sees the connection close
             relay.close()
             client.close()
@@ -248,7 +264,28 @@ class Forwarder:
 
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    return host, int(port)
+    return host.strip("[]"), int(port)
+
+
+def _listener(address: tuple[str, int]) -> Socket:
+    """A listening TCP socket on ``address`` (IPv6 when the host part has a colon)."""
+    sock = Socket(_socket.AF_INET6 if ":" in address[0] else _socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(256)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _tunnel(text: str) -> tuple[tuple[str, int], str]:
+    """``H:P=PATH`` as the address to listen on and the unix socket to pass connections to."""
+    address, _, path = text.partition("=")
+    if not path:
+        raise ValueError(f"--tunnel wants ADDRESS:PORT=SOCKET, got {text!r}")
+    return _address(address), path
 
 
 def main(argv: list[str]) -> int:
@@ -259,13 +296,15 @@ def main(argv: list[str]) -> int:
     """
     detach = "--detach" in argv
     opts = [a for a in argv if a != "--detach"]
-    args = {opts[i]: opts[i + 1] for i in range(0, len(opts) - 1, 2)}
+    pairs = [(opts[i], opts[i + 1]) for i in range(0, len(opts) - 1, 2)]
+    args = {k: v for k, v in pairs if k != "--tunnel"}
     try:
         fwd = Forwarder(
             _address(args.get("--listen", "127.0.0.1:3128")),
             args.get("--unix", f"{HERE}/proxy.sock"),
             _address(args["--dns"]) if "--dns" in args else None,
             args.get("--dns-unix", f"{HERE}/dns.sock"),
+            [_tunnel(v) for k, v in pairs if k == "--tunnel"],
         )
         if detach and posix.fork() > 0:
             return 0

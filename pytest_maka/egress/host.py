@@ -30,9 +30,10 @@ from typing import IO
 
 from ..core.hostpattern import HostPattern
 from ..core.hostreqs import Need, missing_line
-from . import forwarder, relay, tinyproxy
+from . import forwarder, loopback, relay, tinyproxy
 from .join import joined
 from .log import EgressEvent
+from .loopback import Endpoint
 
 #: Where the socket directory appears inside the sandbox.
 SANDBOX_DIR = "/run/maka-egress"
@@ -70,20 +71,34 @@ _SOCAT_DNS = _socat(
 )  # fmt: skip
 
 
-def wrapper(dns: bool) -> str:
+def _socat_tunnel(index: int, endpoint: Endpoint) -> str:
+    """socat on an IPv4 loopback endpoint, to its tunnel socket (the fallback skips IPv6 ones)."""
+    if ":" in endpoint.address:
+        return ""
+    entry = "".join(f"{int(b):02X}" for b in reversed(endpoint.address.split("."))) + f":{endpoint.port:04X}"
+    return _socat(
+        f"socat TCP-LISTEN:{endpoint.port},bind={endpoint.address},fork,reuseaddr"
+        f" UNIX-CONNECT:{SANDBOX_DIR}/{loopback.socket_name(index)}",
+        "tcp", f"{entry} 00000000:0000 0A", "loopback tunnel",
+    )  # fmt: skip
+
+
+def wrapper(dns: bool, tunnels: tuple[Endpoint, ...] = ()) -> str:
     """The shell script started in front of every command of an allowlist phase (the command is "$1").
 
     It starts the forwarder on the sandbox's loopback (with ``dns``, also on its 127.0.0.1:53,
-    passing each question to the relay, which logs it), then the command. The forwarder
+    passing each question to the relay, which logs it; with ``tunnels``, also on each
+    allowlisted loopback endpoint), then the command. The forwarder
     (``egress.forwarder``, one process for every connection of the command) is run by the
     host's python and returns once it listens. Where that interpreter is missing or fails,
     socat takes its place (one fork per connection, and a wait until it listens).
     """
-    flags = " --dns 127.0.0.1:53" if dns else ""
+    flags = (" --dns 127.0.0.1:53" if dns else "") + loopback.forwarder_flags(tunnels, SANDBOX_DIR)
     return (
         f"if ! {{ [ -x {PYTHON} ] && {PYTHON} -I -S {SANDBOX_DIR}/{FORWARDER_NAME} --detach{flags}; }}; then\n"
         + (_SOCAT_DNS if dns else "")
         + _SOCAT_TCP
+        + "".join(_socat_tunnel(i, e) for i, e in enumerate(tunnels))
         + "fi\n"
         'exec /bin/sh -c "$1"\n'
     )
@@ -103,6 +118,8 @@ SOCKET_ROOT = "/tmp"
 SOCKET_PREFIX = "maka-egress-"
 #: The longest path a unix socket can have (sun_path is 108 bytes with its terminating NUL).
 MAX_SOCKET_PATH = 107
+#: Loopback tunnels a phase may have (an allowlist entry is one, ``localhost`` two).
+MAX_TUNNELS = 1000
 
 
 def socket_dir(directory: Path) -> Path:
@@ -113,7 +130,7 @@ def socket_dir(directory: Path) -> Path:
     """
     root = SOCKET_ROOT if os.access(SOCKET_ROOT, os.W_OK | os.X_OK) else tempfile.gettempdir()
     _sweep(root)
-    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME))
+    longest = max(len(SOCKET_NAME), len(DNS_SOCKET), len(FORWARDER_NAME), len(loopback.socket_name(MAX_TUNNELS - 1)))
     head = f"{SOCKET_PREFIX}{os.getpid()}-"
     room = MAX_SOCKET_PATH - len(os.path.join(root, head)) - len("-12345678/") - longest
     if room < 0:
@@ -151,11 +168,11 @@ def _answers(path: str) -> bool:
     return True
 
 
-def proxy_env(patterns: tuple[HostPattern, ...], url: str, loopback_names: tuple[str, ...]) -> dict[str, str]:
-    """HTTP(S)_PROXY for ``url``; NO_PROXY keeps the sandbox's own loopback direct unless it is allow-listed."""
+def proxy_env(url: str, loopback_names: tuple[str, ...]) -> dict[str, str]:
+    """HTTP(S)_PROXY for ``url``; NO_PROXY keeps the sandbox's own loopback direct (a listed loopback
+    endpoint is tunnelled in on its own where the executor can: ``egress.loopback``)."""
     env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")}
-    if not any(p.host in loopback_names for p in patterns):
-        env["NO_PROXY"] = env["no_proxy"] = ",".join(loopback_names)
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(loopback_names)
     return env
 
 
@@ -181,6 +198,7 @@ class HostProxy:
         phase: str,
         *,
         dns: bool = False,
+        tunnels: tuple[Endpoint, ...] = (),
     ):
         self.dir = directory
         #: Also take the sandbox's DNS questions (to log and refuse them) on ``dns.sock``.
@@ -196,6 +214,8 @@ class HostProxy:
         self._copiers: list[threading.Thread] = []
         self._relay: relay.Relay | None = None
         self._socket_dir = socket_dir(directory)
+        #: The allowlisted loopback endpoints' tunnels (``egress.loopback``).
+        self._tunnels = loopback.Tunnels(tunnels, str(self._socket_dir), phase)
 
     @property
     def socket_path(self) -> Path:
@@ -225,6 +245,7 @@ class HostProxy:
             if self.dns:
                 (self._socket_dir / "resolv.conf").write_text(RESOLV_CONF)
                 relay.run(self._relay.listen_unix_dns(str(self._socket_dir / DNS_SOCKET)))
+            relay.run(self._tunnels.start())
         except (OSError, TimeoutError) as exc:
             self.stop()
             raise EgressUnavailable(f"the relay in front of the egress proxy did not start: {exc}") from None
@@ -309,6 +330,8 @@ class HostProxy:
             with contextlib.suppress(Exception):
                 relay.run(self._relay.close())
             self._relay = None
+        with contextlib.suppress(Exception):
+            relay.run(self._tunnels.close())
         for proc in reversed(self._procs):
             self._stop(proc)
         self._procs.clear()
@@ -321,7 +344,10 @@ class HostProxy:
         with contextlib.suppress(OSError):
             self._socket_dir.rmdir()
         text = self._log.read_text(errors="replace") if self._log.exists() else ""
-        return joined(tinyproxy.parse_requests(text, self.phase, self.patterns), list(self._records), self.phase)
+        events = joined(tinyproxy.parse_requests(text, self.phase, self.patterns), list(self._records), self.phase)
+        if self._tunnels.events:
+            events = sorted(events + self._tunnels.events, key=lambda e: e.time)
+        return events
 
 
 @functools.cache

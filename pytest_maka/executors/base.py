@@ -16,7 +16,8 @@ Everything else is optional and declared here with what the kernel does without 
 - On the executor: ``capabilities`` (``ExecutorCapabilities``, all off by default: a task that
   needs one is skipped with the reason ``core.task_parts.FEATURES`` gives) and ``host_needs``
   (default: nothing). ``ExecutorBase`` holds these defaults. ``capabilities.separate_verifier``
-  means the executor also implements ``VerifierEnvironments``.
+  means the executor also implements ``VerifierEnvironments``; ``SharedCapacity``: its leases
+  take slots shared host-wide and report their wait (``LeaseRequest.slot_wait``).
 - On the sandbox: the Protocols of ``SANDBOX_CAPABILITIES`` below (declared in
   ``executors/capabilities.py``, re-exported here), each checked with ``isinstance`` and each
   with its default. ``EgressSandbox`` is the important one: inside its
@@ -51,6 +52,7 @@ from .capabilities import (
     ProtectedRestore,
     ReadOnlySystemView,
     ReportsFullDisk,
+    SharedCapacity,
     VerdictChannel,
     VerifierEnvironments,
 )
@@ -76,6 +78,7 @@ __all__ = [
     "ReportsFullDisk",
     "Sandbox",
     "SandboxCapability",
+    "SharedCapacity",
     "VerdictChannel",
     "VerifierEnvironments",
 ]
@@ -158,6 +161,9 @@ class LeaseRequest:
     #: A phase of the attempt's network plan is ``allowlist``: the executor may make its egress
     #: proxy ready while the lease starts, instead of in the first such phase (a hint only).
     egress: bool = False
+    #: Set by an executor with ``SharedCapacity``: seconds the lease waited for a slot (the
+    #: attempt's ``timings.slot_wait``, not part of its ``setup``); None when it took one at once.
+    slot_wait: float | None = None
 
 
 @runtime_checkable

@@ -208,3 +208,20 @@ class VerifierEnvironments(Protocol):
     def describe_verifier(self, sandbox: Sandbox) -> dict[str, Any]:
         """For the record: which environment verified (image digest, container)."""
         ...
+
+
+@runtime_checkable
+class SharedCapacity(Protocol):
+    """Optional executor capability: each lease holds one slot of a capacity every run on this
+    host shares (file locks under a host directory), waiters of all processes served in order
+    of arrival.
+
+    While a lease waits for a slot its attempt's phase is ``SLOT_WAIT_PHASE``; the lease puts
+    the seconds it waited in ``LeaseRequest.slot_wait``, which the kernel records as
+    ``timings.slot_wait`` (not as ``setup``). Without it, capacity is the executor's affair
+    and any wait counts as setup.
+    """
+
+    def shared_capacity(self) -> Mapping[str, int]:
+        """Slots per target (e.g. Docker engine URL), the same for every run on this host."""
+        ...

@@ -48,6 +48,8 @@ def run_attempt_steps(
                 work.budget_exceeded = deadline[1] if deadline else "cell_timeout_sec"
                 work.subject_outcome = SubjectOutcome(started=False)
                 return
+            finally:
+                _book_slot_wait(work, request)
             work.isolation = IsolationFacts(
                 sandbox.isolation(
                     agent_network=work.plan.agent.mode == "all", verifier_network=work.plan.verifier.mode == "all"
@@ -73,6 +75,15 @@ def run_attempt_steps(
         isolation = work.isolation
         if isolation.sandbox or isolation.teardown_error:
             isolation.network = network_record(work.plan, isolation.sandbox.get("network"), work.egress)
+
+
+def _book_slot_wait(work: AttemptWork, request: LeaseRequest) -> None:
+    """The lease's wait for a shared slot (``SharedCapacity``) is ``timings.slot_wait``, not setup:
+    it is taken out of the setup time running now (``work.timed`` adds the whole block at its end)."""
+    if request.slot_wait:
+        work.timings["slot_wait"] = work.timings.get("slot_wait", 0.0) + request.slot_wait
+        work.timings["setup"] = work.timings.get("setup", 0.0) - request.slot_wait
+        request.slot_wait = None
 
 
 def _close(stack: ExitStack, work: AttemptWork) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.egress import host
+from pytest_maka.egress import host, loopback
 from pytest_maka.testing.servers import EGRESS_TOKEN, HttpServer, http_server
 
 from ..conftest import Cohort
@@ -61,7 +61,8 @@ def test_the_socket_directory_is_short_whatever_tmpdir_and_the_attempt_directory
         assert made.parent == Path(host.SOCKET_ROOT)
         assert stat_mode(made) == 0o700, "private to this user"
         assert made.name.startswith(f"{host.SOCKET_PREFIX}{os.getpid()}-") and "attempt-1" in made.name
-        for name in (host.SOCKET_NAME, host.DNS_SOCKET, host.FORWARDER_NAME):
+        tunnel = loopback.socket_name(host.MAX_TUNNELS - 1)
+        for name in (host.SOCKET_NAME, host.DNS_SOCKET, host.FORWARDER_NAME, tunnel):
             assert len(str(made / name)) <= host.MAX_SOCKET_PATH
     finally:
         made.rmdir()

@@ -38,6 +38,7 @@ class TestLocalConformance(ExecutorConformance):
     egress_logs_dns = takes_dns()
     #: A TUN device per command, made and read by the harness, when it runs as root.
     egress_logs_past_proxy = tunguard.unavailable() is None
+    egress_tunnels_loopback = True
 
     @pytest.fixture
     def executor(self) -> Executor:
@@ -84,6 +85,7 @@ class TestLocalNoSandboxConformance(ExecutorConformance):
     test_egress_listed_host_is_reached_and_others_refused = None  # type: ignore[assignment]
     test_egress_without_the_proxy_reaches_nothing = None  # type: ignore[assignment]
     test_egress_each_phase_gets_only_its_own_allowlist = None  # type: ignore[assignment]
+    test_egress_own_loopback_stays_own_while_a_loopback_endpoint_is_listed = None  # type: ignore[assignment]
 
     def test_an_allowlist_phase_is_refused_not_opened(self, sandbox: Sandbox, tmp_path: Path) -> None:
         """With the host's network there is nothing to filter: the phase fails, it never runs open."""

@@ -206,7 +206,7 @@ class DockerEgress:
         self._phase = name
         self._note(log)
         url = f"http://{self.entry.proxy_ip}:{tinyproxy.PROXY_PORT}"
-        env = host.proxy_env(plan.allow, url, LOOPBACK_NAMES)
+        env = host.proxy_env(url, LOOPBACK_NAMES)
         if self.direct:
             names = [n for n in env.get("NO_PROXY", "").split(",") if n] + sorted(self.direct)
             env["NO_PROXY"] = env["no_proxy"] = ",".join(names)

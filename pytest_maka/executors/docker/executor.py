@@ -14,9 +14,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from ...core import progress
 from ...core.errors import DeadlineReached, ExecutorUnavailable, InfraError
 from ...core.hostreqs import Need
 from ...core.interrupts import sigint_deferred
+from ...core.progress import SLOT_WAIT_PHASE
 from ...core.task import Task
 from ..base import ExecutorCapabilities, LeaseRequest
 from . import labels as L
@@ -53,6 +55,8 @@ class DockerExecutor(SeparateVerifier, Containers):
         state = self.options.resolved_state_dir()
         self.images = ImageStore(state, self.options.image_prefix, self.options.default_image)
         self.pools = {e.key: SlotPool(state / "slots" / e.key, e.slots) for e in self.engines}
+        #: Where waiters for these engines' slots queue, every process on the host (leases.Ticket).
+        self.queue = state / "slots" / ("queue-" + "-".join(sorted(self.pools))[:120])
         self._swept: set[str] = set()
         self._orphans: list[tuple[Engine, str]] = []  # containers left while their engine was away
         self._ncpu: dict[str, float] = {}
@@ -122,6 +126,10 @@ class DockerExecutor(SeparateVerifier, Containers):
             engine.close()
 
     # --- leasing ----------------------------------------------------------------------
+    def shared_capacity(self) -> dict[str, int]:
+        """``SharedCapacity``: slots per engine URL, shared by every run on this host."""
+        return {e.url: e.slots for e in self.engines}
+
     def _candidates(self) -> list[tuple[Engine, SlotPool]]:
         return [(e, self.pools[e.key]) for e in self.engines if e.down_reason() is None]
 
@@ -136,18 +144,25 @@ class DockerExecutor(SeparateVerifier, Containers):
         bounded_by_deadline = request.deadline is not None and request.deadline - time.time() < timeout
         if request.deadline is not None:  # the whole-cell deadline bounds the wait for a slot
             timeout = max(0.0, min(timeout, request.deadline - time.time()))
+        waited = time.monotonic()
         try:
             choice = acquire(
                 self._candidates,
                 timeout_sec=timeout,
                 on_empty=self._no_engine,
                 wait_for_target_sec=min(self.options.engine_wait_sec, timeout),
+                queue=self.queue,
+                on_wait=lambda: progress.phase(SLOT_WAIT_PHASE, f"{len(self.engines)} engine(s) full"),
             )
         except TimeoutError as exc:
+            request.slot_wait = time.monotonic() - waited
             if bounded_by_deadline:  # the cell's own budget ran out first: the cell's result, not a retry
                 raise DeadlineReached(f"the deadline passed while waiting for a container slot ({exc})") from None
             raise InfraError(f"docker executor: {exc}") from None
         engine, slot = choice.target, choice.slot
+        if choice.queued:
+            request.slot_wait = choice.waited_s
+            progress.phase("setup")
         try:
             stack = contextlib.ExitStack()
             with stack:

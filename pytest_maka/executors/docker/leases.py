@@ -1,14 +1,22 @@
-"""Bounded container slots per engine, shared by every process on this host.
+"""Bounded container slots per engine, shared by every process on this host, taken in FIFO order.
 
 A slot is a file ``<state>/slots/<engine>/<n>.slot`` held with ``flock``: the kernel drops
 the lock when its process dies, so a crashed xdist worker never leaks capacity. The holder
 writes its container id into the file; whoever takes the slot next finds the id of a
 container its dead predecessor could not remove, and removes it.
+
+Whoever finds every slot taken queues: a ticket file ``<state>/slots/queue-<engines>/<ns>-<pid>-<n>``
+held with ``flock`` (a dead waiter's ticket is removed by the next one to look). The
+``k``-th live ticket in name order (its time of arrival) may take a slot only while more
+than ``k`` are free, so waiters of every process on the host are served first come, first
+served, and nobody who arrives later takes a slot ahead of one already waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import itertools
 import os
 import random
 import time
@@ -80,11 +88,71 @@ class SlotPool:
         return None
 
 
+class Ticket:
+    """One waiter's place in a host-wide queue (a directory of flocked files)."""
+
+    _numbers = itertools.count()
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.name = f"{time.time_ns():020d}-{os.getpid():08d}-{next(self._numbers):06d}"
+        hidden = directory / f".{self.name}"  # locked before it shows: never taken for a dead waiter's
+        self.fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.rename(hidden, directory / self.name)
+
+    def ahead(self) -> int:
+        """How many live waiters came before this one (the tickets of dead ones are removed)."""
+        count = 0
+        for name in sorted(os.listdir(self.directory)):
+            if name >= self.name:
+                break
+            if name.startswith("."):
+                continue
+            if _alive(self.directory / name):
+                count += 1
+        return count
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.directory / self.name)
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
+def _alive(path: Path) -> bool:
+    """True when a waiter holds the ticket at ``path``; a ticket nobody holds is removed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # it left the queue
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # its waiter died
+    return False
+
+
+def waiting(directory: Path) -> int:
+    """Live tickets in the queue at ``directory`` (a snapshot)."""
+    if not directory.is_dir():
+        return 0
+    return sum(1 for name in os.listdir(directory) if not name.startswith(".") and _alive(directory / name))
+
+
 @dataclass
 class Choice(Generic[T]):
     target: T
     slot: Slot
     waited_s: float = field(default=0.0)
+    #: Every slot was taken when it came: it waited in line (``waited_s`` is that wait).
+    queued: bool = False
 
 
 def acquire(
@@ -93,33 +161,53 @@ def acquire(
     timeout_sec: float,
     on_empty: Callable[[], Exception],
     wait_for_target_sec: float = 0.0,
+    queue: Path | None = None,
+    on_wait: Callable[[], None] | None = None,
 ) -> Choice[T]:
-    """Take a slot on the candidate with the most free slots; wait while all are full.
+    """Take a slot on the candidate with the most free slots; wait in line while all are full.
 
     ``candidates`` is called on every round (targets leave and rejoin rotation). While it
     returns nothing, the wait goes on for up to ``wait_for_target_sec`` (within
-    ``timeout_sec``) with growing, jittered pauses; then ``on_empty()`` is raised.
+    ``timeout_sec``) with growing, jittered pauses; then ``on_empty()`` is raised. With
+    ``queue`` (a directory shared by every process that uses these pools), a caller that
+    cannot take a slot at once takes a ticket there and is served in order of arrival;
+    ``on_wait`` is called once when it starts to wait. ``Choice.waited_s``: seconds waited.
     """
     start = time.monotonic()
-    delay = 0.02
-    empty_since: float | None = None
-    while True:
-        pools = list(candidates())
-        now = time.monotonic()
-        if not pools:
-            empty_since = now if empty_since is None else empty_since
-            if now - empty_since >= wait_for_target_sec or now - start > timeout_sec:
-                raise on_empty()
-            time.sleep(min(random.uniform(0.5, 1.5) * max(delay, 0.5), 5.0))
-            delay = min(delay * 2, 5.0)
-            continue
-        empty_since = None
-        ranked = sorted(pools, key=lambda tp: (-tp[1].free(), random.random()))
-        for target, pool in ranked:
-            slot = pool.try_acquire()
-            if slot is not None:
-                return Choice(target, slot, time.monotonic() - start)
-        if time.monotonic() - start > timeout_sec:
-            raise TimeoutError(f"no free container slot within {timeout_sec:.0f}s")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+    ticket: Ticket | None = None
+    queued = False
+    try:
+        delay = 0.02
+        empty_since: float | None = None
+        while True:
+            pools = list(candidates())
+            now = time.monotonic()
+            if not pools:
+                empty_since = now if empty_since is None else empty_since
+                if now - empty_since >= wait_for_target_sec or now - start > timeout_sec:
+                    raise on_empty()
+                time.sleep(min(random.uniform(0.5, 1.5) * max(delay, 0.5), 5.0))
+                delay = min(delay * 2, 5.0)
+                continue
+            empty_since = None
+            free = {id(pool): pool.free() for _, pool in pools}
+            ahead = ticket.ahead() if ticket is not None else waiting(queue) if queue is not None else 0
+            if ahead < sum(free.values()):  # as many free as wait before this one: its turn
+                ranked = sorted(pools, key=lambda tp: (-free[id(tp[1])], random.random()))
+                for target, pool in ranked:
+                    slot = pool.try_acquire()
+                    if slot is not None:
+                        return Choice(target, slot, time.monotonic() - start, queued=queued)
+            if time.monotonic() - start > timeout_sec:
+                raise TimeoutError(f"no free container slot within {timeout_sec:.0f}s")
+            if not queued:
+                queued = True
+                if queue is not None:
+                    ticket = Ticket(queue)
+                if on_wait is not None:
+                    on_wait()
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+    finally:
+        if ticket is not None:
+            ticket.close()

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...core.errors import MakaUserError
 from ...core.hostpattern import check_egress_hosts
 
 #: What agents need: file ownership and permissions, switching users, signalling their own
@@ -65,7 +66,7 @@ class DockerOptions(BaseModel):
     kill_grace_sec: float = Field(default=1.0, ge=0, le=60)
     #: Engine URLs (or ``{url, slots}``). Empty: ``$DOCKER_HOST`` or the local socket.
     engines: list[EngineOptions | str] = Field(default_factory=list)
-    #: Containers per engine at once, across all xdist workers (default: the worker count).
+    #: Containers per engine at once, across every run on this host (default: ``host_slots()``).
     slots_per_engine: int | None = Field(default=None, ge=1, le=1024)
     #: Limits used when the task gives none (None: unlimited).
     cpus: float | None = Field(default=None, gt=0)
@@ -129,12 +130,32 @@ class DockerOptions(BaseModel):
         return [e if isinstance(e, EngineOptions) else EngineOptions(url=e) for e in raw]
 
     def default_slots(self) -> int:
-        """``slots_per_engine``, else as many as the run's processes have cells at once (``-n`` x concurrency)."""
+        """``slots_per_engine``, else ``$MAKA_DOCKER_MAX_CONTAINERS``, else twice the host's CPUs (at least
+        4): one size for every run on the host, since they share the slots."""
         if self.slots_per_engine is not None:
             return self.slots_per_engine
-        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)) * (self.concurrency or 1)
+        return host_slots()
 
     def resolved_state_dir(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
         return Path(tempfile.gettempdir()) / f"pytest-maka-{os.getuid()}" / "docker"
+
+
+#: Containers per engine at once when the spec says nothing (every run on the host shares them).
+MAX_CONTAINERS_ENV = "MAKA_DOCKER_MAX_CONTAINERS"
+MIN_DEFAULT_SLOTS = 4
+
+
+def host_slots() -> int:
+    """``$MAKA_DOCKER_MAX_CONTAINERS``, else twice the host's CPUs with a minimum of 4.
+
+    MakaUserError (one line) when the variable is not a whole number from 1 to 1024."""
+    text = os.environ.get(MAX_CONTAINERS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or not 1 <= int(text) <= 1024:
+            raise MakaUserError(
+                None, f"${MAX_CONTAINERS_ENV}", f"expected a whole number of containers from 1 to 1024 (got {text!r})"
+            )
+        return int(text)
+    return max(MIN_DEFAULT_SLOTS, 2 * (os.cpu_count() or 1))

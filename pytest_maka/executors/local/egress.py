@@ -2,6 +2,8 @@
 
 The sandbox keeps ``--unshare-net``; only the proxy's unix socket directory is bound in
 (read-only), and every command starts behind the forwarder of ``egress.host.wrapper``.
+Allowlisted loopback endpoints are tunnelled in one by one (``egress.loopback``); the rest of
+the sandbox's loopback is its own, and ``NO_PROXY`` keeps it off the proxy.
 What a command sends past the proxy is refused and logged by ``egress.tunguard`` (a TUN
 device per command, read by the harness) where this host allows it.
 """
@@ -15,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InfraError
-from ...egress import host, tunguard
+from ...egress import host, loopback, tunguard
 from ...egress.log import EgressLog, PastProxyFlows
 from ...egress.plan import PhasePlan
 from ...egress.tinyproxy import PROXY_PORT
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+LOOPBACK_NAMES = loopback.LOOPBACK_NAMES
 #: Flows past the proxy logged per phase (the packets of further flows are only counted).
 MAX_FLOWS = 1000
 #: Log traffic past the proxy where the host allows it (a switch for benchmarks' A/B runs).
@@ -64,7 +66,16 @@ class LocalEgress:
         if not self._isolated:
             raise InfraError(f"the {name} phase needs an allowlist, which sandbox: none cannot enforce")
         dns = takes_dns()
-        proxy = host.HostProxy(self._scratch / f"egress-{name}", plan.allow, self._hosts, name, dns=dns)
+        tunnels = loopback.endpoints(plan.allow)
+        taken = {PROXY_PORT} | ({53} if dns else set())
+        if clash := sorted({e.port for e in tunnels} & taken):
+            raise InfraError(
+                f"egress for the {name} phase: loopback port {clash[0]} is allow-listed, but the sandbox's "
+                f"egress proxy (3128) or DNS forwarder (53) listens there; serve the endpoint on another port"
+            )
+        proxy = host.HostProxy(
+            self._scratch / f"egress-{name}", plan.allow, self._hosts, name, dns=dns, tunnels=tunnels
+        )
         try:
             proxy.start()
         except host.EgressUnavailable as exc:
@@ -75,8 +86,8 @@ class LocalEgress:
             args += ("--ro-bind", str(sock_dir / "resolv.conf"), RESOLV_CONF, "--cap-add", "CAP_NET_BIND_SERVICE")
         self.current = ProxiedExec(
             extra_args=args,
-            env=host.proxy_env(plan.allow, f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
-            wrapper=host.wrapper(dns),
+            env=host.proxy_env(f"http://127.0.0.1:{PROXY_PORT}", LOOPBACK_NAMES),
+            wrapper=host.wrapper(dns, tunnels),
         )
         why = tunguard.unavailable() if GUARD_PAST_PROXY else "switched off"
         self._flows = PastProxyFlows(MAX_FLOWS) if why is None else None

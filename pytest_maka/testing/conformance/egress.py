@@ -17,6 +17,7 @@ import pytest
 
 from ...core import hostpattern
 from ...egress.log import PAST_PROXY, EgressLog
+from ...egress.loopback import METHOD as TUNNEL
 from ...egress.plan import PhasePlan
 from ...executors.base import Sandbox
 from ..servers import EGRESS_TOKEN, http_server
@@ -36,6 +37,20 @@ try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"maka-udp", (host, port)); print("SENT")
     elif mode == "dns":
         print("RESOLVED", socket.getaddrinfo(host, port))
+    elif mode == "own-and-listed":  # a server of its own on loopback, then it and the listed endpoint by URL
+        import http.server, threading, urllib.request
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"own-" + self.path.encode())
+            def log_message(self, *a): pass
+        own = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=own.serve_forever, daemon=True).start()
+        for url in (f"http://127.0.0.1:{own.server_port}/mine", f"http://localhost:{own.server_port}/by-name",
+                    f"http://{host}:{port}/listed"):
+            try:
+                print("GOT", urllib.request.urlopen(url, timeout=10).read(200))
+            except Exception as e:
+                print("FAILED", url, type(e).__name__, e)
     else:
         p = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
         c = http.client.HTTPConnection(p.hostname, p.port, timeout=10)
@@ -67,6 +82,9 @@ class EgressTests(ConformanceBase):
     egress_logs_dns: ClassVar[bool] = True
     #: What a command sends past the proxy (here TCP connects to addresses) is logged, refused at once.
     egress_logs_past_proxy: ClassVar[bool] = False
+    #: An allowlisted endpoint on the host's loopback is tunnelled into the sandbox on its own
+    #: (reached directly, logged as ``TUNNEL``); the rest of the sandbox's loopback stays its own.
+    egress_tunnels_loopback: ClassVar[bool] = False
 
     @pytest.fixture
     def egress_target(self) -> Iterator[EgressTarget]:
@@ -122,10 +140,18 @@ class EgressTests(ConformanceBase):
             dns = self._egress_probe(sandbox, tmp_path, "dns", "unlisted.test", t.port)
             listed_name = self._egress_probe(sandbox, tmp_path, "dns", t.name, t.port)
             elsewhere = self._egress_probe(sandbox, tmp_path, "direct", TEST_NET, t.port, prefix="env -i PATH=$PATH ")
-        assert unset.stdout.startswith("FAILED") and elsewhere.stdout.startswith("FAILED"), (unset, elsewhere)
+        tunnelled = self.egress_tunnels_loopback and ipaddress.ip_address(t.ip).is_loopback
+        if tunnelled:  # the listed loopback endpoint is the one thing reached without the proxy
+            assert EGRESS_TOKEN in unset.stdout, unset
+        else:
+            assert unset.stdout.startswith("FAILED"), unset
+        assert elsewhere.stdout.startswith("FAILED"), elsewhere
         assert dns.stdout.startswith("FAILED"), f"DNS answered inside the sandbox: {dns.stdout}"
         assert listed_name.stdout.startswith("FAILED"), "names resolve only in the proxy, never in the sandbox"
         events = log.events()
+        tunnel = [(e.method, e.destination, e.allowed) for e in events if e.method == TUNNEL]
+        assert tunnel == ([(TUNNEL, f"{t.ip}:{t.port}", True)] if tunnelled else []), events
+        events = [e for e in events if e.method != TUNNEL]
         assert not any(e.allowed for e in events), events
         past = [e for e in events if e.method != "DNS"]
         assert all(e.reason == PAST_PROXY for e in past), "nothing else reached the proxy"
@@ -150,3 +176,23 @@ class EgressTests(ConformanceBase):
         assert offline.stdout.strip() == "0", "network=False commands get no proxy variables"
         assert EGRESS_TOKEN not in verifier.stdout and "403" in verifier.stdout, verifier
         assert [(e.phase, e.allowed) for e in log.events()] == [("agent", True), ("verifier", False)]
+
+    def test_egress_own_loopback_stays_own_while_a_loopback_endpoint_is_listed(
+        self, sandbox: Sandbox, tmp_path: Path
+    ) -> None:
+        """The command's own server on the sandbox's loopback (an agent's local service) answers it
+        while a loopback endpoint is listed. Where the executor tunnels loopback, the listed
+        endpoint on the host's loopback (a model stand-in) is reached too, logged as ``TUNNEL``."""
+        log = EgressLog(tmp_path / "egress.log")
+        with http_server() as server, self._phase(sandbox, [f"127.0.0.1:{server.port}"], log):  # type: ignore[attr-defined]
+            run = self._egress_probe(sandbox, tmp_path, "own-and-listed", "127.0.0.1", server.port)
+        got = [line for line in run.stdout.splitlines() if line.startswith("GOT")]
+        assert got[:2] == ["GOT b'own-/mine'", "GOT b'own-/by-name'"], run
+        events = [(e.method, e.destination, e.allowed) for e in log.events()]
+        if not self.egress_tunnels_loopback:
+            assert server.paths == [] and not any(allowed for _, _, allowed in events), (run, events)
+            return
+        assert len(got) == 3 and f"{EGRESS_TOKEN} /listed" in got[2], run
+        assert server.paths == ["/listed"]
+        assert events == [(TUNNEL, f"127.0.0.1:{server.port}", True)], events
+        assert all(e.bytes_out and e.bytes_in for e in log.events()), log.events()
