@@ -116,3 +116,17 @@ def test_cost_chart_labels_do_not_overlap(page: Any, tmp_path: Path) -> None:
     fb = figure.bounding_box()
     assert all(fb["x"] <= r[1] and r[3] <= fb["x"] + fb["width"] for r in rects)
     save_screenshot(figure, tmp_path, "report-cost-labels.png")  # a locator screenshots itself
+
+
+def test_cell_rows_show_tokens_beside_cost_and_limit_marks(page: Any) -> None:
+    page.select_option("#f-subject", "mini-swe")
+    headers = page.locator("#cells thead th").all_inner_texts()
+    assert [h.strip(" ↕") for h in headers[5:7]] == ["cost", "tokens"]
+    cells = page.locator("#cells tbody tr")
+    texts = [cells.nth(i).inner_text() for i in range(cells.count())]
+    assert sum("passed over budget: max_tokens" in t for t in texts) == 2
+    assert any("1.2M" in t for t in texts), texts  # the overrun's 1.19 M input tokens, beside its cost
+    page.select_option("#f-subject", "claude-sonnet")
+    page.fill("#f-text", "timeout")
+    page.wait_for_function("() => document.querySelector('#shown').textContent === '1 of 120 cells'", timeout=5_000)
+    assert "passed at its timeout" in page.locator("#cells tbody tr").first.inner_text()

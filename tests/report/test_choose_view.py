@@ -13,6 +13,7 @@ from pytest_maka.core.stats import summarize
 from pytest_maka.report import write_views
 from pytest_maka.report.agents import COMPACT_AFTER, ChoiceView, SubjectChoice, choice_view
 from pytest_maka.report.charts import cost_chart
+from pytest_maka.report.details import cell_tokens, row_note
 from pytest_maka.report.formatting import DASH
 from pytest_maka.report.labels import LINE_H, place_labels, text_width
 
@@ -170,3 +171,12 @@ def test_few_subjects_keep_the_full_matrix_open(tmp_path: Path) -> None:
     assert '<section id="choose">' in html
     assert 'id="compact-matrix"' not in html and 'id="pairwise-full"' not in html
     assert '<table class="matrix">' in html
+
+
+def test_cell_rows_carry_tokens_and_limit_marks(typed: list[AttemptRecord]) -> None:
+    mini = [r for r in typed if r.subject == "mini-swe"]
+    assert [row_note(r) for r in mini[:3]] == ["", "passed over budget: max_tokens", "passed over budget: max_tokens"]
+    assert cell_tokens(mini[1]) == 1_192_000
+    claude = next(r for r in typed if r.subject == "claude-sonnet" and r.task == "task-00")
+    assert row_note(claude) == "passed at its timeout"
+    assert cell_tokens(next(r for r in typed if r.subject == "oracle")) is None
