@@ -10,13 +10,14 @@ differences stands in for the full pairwise notes, which fold away.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core.record_model import AgentInfo, AttemptRecord, BudgetInfo
 from ..core.stats import REFERENCE, REFERENCE_KINDS, CohortSummary, Rate, SubjectSummary
 from ..core.taxonomy import Status
 from .formatting import DASH, money, p_text, pp
+from .terminal import format_duration
 
 #: More subjects than this: the compact matrix, and the full pairwise notes folded.
 COMPACT_AFTER = 5
@@ -231,3 +232,39 @@ def choice_view(summary: CohortSummary, records: Sequence[AttemptRecord]) -> Cho
     names = [r.subject for r in rows]
     compact = len(rows) > COMPACT_AFTER
     return ChoiceView(rows=rows, compact=compact, matrix=_matrix(summary, names) if compact else ())
+
+
+def _tokens(value: float | None) -> str:
+    if value is None:
+        return DASH
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+def markdown_lines(view: ChoiceView, md: Callable[[object], str]) -> list[str]:
+    """``summary.md``'s "Choosing an agent" table (``md`` escapes a table cell)."""
+    if not view.rows:
+        return []
+    out = [
+        "### Choosing an agent",
+        "",
+        "| subject | agent and version | official pass rate | cost / cell | tokens / cell (in, out) "
+        "| cost from | wall time (median) | limits met |",
+        "| --- | --- | --: | --: | --: | --- | --: | --- |",
+    ]
+    for r in view.rows:
+        tokens = f"{_tokens(r.input_per_cell)}, {_tokens(r.output_per_cell)}" if r.tokens_known else DASH
+        cells = [
+            md(r.subject),  # not bold: the subject table's rows are the ones that start with a bold name
+            md(r.agent_text),
+            f"{r.official.text} {r.official.interval_text}",
+            md(r.cost_text + (" (guess)" if r.guessed else "")),
+            tokens,
+            md(r.origin.text),
+            format_duration(r.wall_median),
+            md("; ".join(r.marks.texts) or "none"),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, "", "A cost marked ≈ (guess) is partly estimated; see report.html for the sources.", ""]

@@ -180,3 +180,15 @@ def test_cell_rows_carry_tokens_and_limit_marks(typed: list[AttemptRecord]) -> N
     claude = next(r for r in typed if r.subject == "claude-sonnet" and r.task == "task-00")
     assert row_note(claude) == "passed at its timeout"
     assert cell_tokens(next(r for r in typed if r.subject == "oracle")) is None
+
+
+def test_summary_md_has_the_choice_table(tmp_path: Path) -> None:
+    text = write_views(tmp_path, records(), cohort="choose")["markdown"].read_text()
+    section = text[text.index("### Choosing an agent") : text.index("### Paired comparisons")]
+    lines = section.splitlines()[4:14]
+    assert len(lines) == 10
+    assert [line.split(" | ")[0] for line in lines][:2] == ["| aider-unknown-model", "| claude-sonnet"]
+    aider = lines[0]
+    assert "| aider 0.86.1 |" in aider and "≈$0.25 (guess)" in aider and "45.5k, 2.0k" in aider
+    assert "command subject: no agent version" in section
+    assert "2 passed over budget: max\\_tokens" in section and "1 passed at its timeout" in section
