@@ -12,7 +12,7 @@ import pytest
 
 from pytest_maka.report import write_views
 
-from ..report.choose_cohort import records
+from ..report.choose_cohort import records, records_every_class
 from .conftest import save_screenshot
 
 WIDTH = 1280
@@ -130,3 +130,18 @@ def test_cell_rows_show_tokens_beside_cost_and_limit_marks(page: Any) -> None:
     page.fill("#f-text", "timeout")
     page.wait_for_function("() => document.querySelector('#shown').textContent === '1 of 120 cells'", timeout=5_000)
     assert "passed at its timeout" in page.locator("#cells tbody tr").first.inner_text()
+
+
+def test_subject_table_with_more_class_columns_fits(browser: Any, tmp_path: Path) -> None:
+    html = write_views(tmp_path, records_every_class(), cohort="choose")["html"]
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    page.goto(html.as_uri())
+    classes = page.locator("#headline thead th .sq").count()
+    assert classes >= 5
+    sizes = page.evaluate(
+        """() => { const t = document.querySelector('#headline');
+        return [document.documentElement.scrollWidth, t.scrollWidth, t.parentElement.clientWidth]; }"""
+    )
+    assert sizes[0] <= WIDTH and sizes[1] <= sizes[2], sizes
+    assert "budget_exhausted" in page.locator("#headline thead").inner_text()  # breaks only at the underscore
+    page.close()
