@@ -11,6 +11,7 @@ from html import escape
 
 from ..core.stats import SubjectSummary
 from ..core.taxonomy import Status
+from .labels import lowest, place_labels
 
 LABEL_W = 150
 PLOT_W = 440
@@ -141,6 +142,12 @@ def cost_chart(subjects: Sequence[SubjectSummary]) -> str | None:
         body.append(_label(px(c), top + ph + 16, f"${c:.3g}", "middle", 11, MUTED))
     body.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="{AXIS}"/>')
     body.append(_label(left + pw / 2, height - 4, "mean cost per cell (USD)", "middle", 11, MUTED))
+    labels = place_labels(
+        [(px(c), py(s.official.value or 0.0), _short(s.subject, 18)) for s, c in points],
+        right=width - 4,
+        top=top,
+        bottom=top + ph,
+    )
     for s, c in points:
         x, rate = px(c), s.official.value or 0.0
         lo, hi = py(s.official.low), py(s.official.high)
@@ -152,7 +159,18 @@ def cost_chart(subjects: Sequence[SubjectSummary]) -> str | None:
             f'<circle cx="{x:.1f}" cy="{py(rate):.1f}" r="5.5" fill="{BAR}" stroke="#fff" stroke-width="1.5"/>'
             f"</g>"
         )
-        body.append(_label(x + 9, py(rate) + 4, _short(s.subject, 18), "start", 12))
+    for (s, _), at in zip(points, labels, strict=True):
+        if at.moved:
+            edge = at.x - 2 if at.anchor == "start" else at.x + 2
+            body.append(
+                f'<path class="leader" d="M{at.px:.1f},{at.py:.1f}L{edge:.1f},{at.y - 4:.1f}" '
+                f'stroke="{AXIS}" stroke-width="0.8" fill="none"/>'
+            )
+        body.append(
+            f'<text class="point-label" x="{at.x:.1f}" y="{at.y:.1f}" text-anchor="{at.anchor}" font-size="12" '
+            f'fill="{INK}">{escape(_short(s.subject, 18))}<title>{escape(s.subject)}</title></text>'
+        )
+    height = max(height, int(lowest(labels)) + 8)
     return _svg(width, height, body, "Official pass rate against cost per cell")
 
 

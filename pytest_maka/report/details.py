@@ -54,6 +54,7 @@ ROW_FIELDS = (
     "layout",
     "resumed",
     "detail",
+    "tok",
 )
 NO_DETAIL, DETAIL, WITHHELD = 0, 1, 2
 
@@ -130,11 +131,22 @@ def usage_marks(record: AttemptRecord) -> dict[str, Any]:
 
 
 def row_note(record: AttemptRecord) -> str:
-    """The row's error column: the error, or for a pass that crossed a budget, that mark."""
+    """The row's error column: the error, or for a pass that met a limit (a budget crossed,
+    its timeout), that mark."""
     exceeded = usage_marks(record).get("budget_exceeded")
+    marks = []
+    if record.passed and record.agent is not None and record.agent.timed_out:
+        marks.append("passed at its timeout")
     if record.passed and exceeded:
-        return f"passed over budget: {exceeded}"
-    return record.error_text
+        marks.append(f"passed over budget: {exceeded}")
+    return "; ".join(marks) if marks else record.error_text
+
+
+def cell_tokens(record: AttemptRecord) -> int | None:
+    """Input plus output tokens of a cell (either alone when only one is known), or None."""
+    usage = record.usage
+    known = [t for t in ((usage.input_tokens, usage.output_tokens) if usage else ()) if t is not None]
+    return sum(known) if known else None
 
 
 def _budgeted(text: str | None, budget: list[int]) -> str | None:
@@ -231,6 +243,7 @@ def page_data(
                 layouts.setdefault(layout, len(layouts)),
                 1 if r.resumed else 0,
                 NO_DETAIL,
+                cell_tokens(r),
             ]
         )
     budget = [TEXT_BUDGET]
@@ -248,7 +261,7 @@ def page_data(
     for i in sorted(range(len(ordered)), key=lambda j: ordered[j].status is Status.AGENT_SUCCESS):
         detail, withheld = _drill(ordered[i], out_dir, budget)
         cells[i] = detail
-        rows[i][-1] = WITHHELD if withheld else DETAIL
+        rows[i][ROW_FIELDS.index("detail")] = WITHHELD if withheld else DETAIL
     health = {t_index[t]: [f.value for f in h.flags] for t, h in summary.health.items() if t in t_index}
     data = {
         "fields": list(ROW_FIELDS),

@@ -21,6 +21,7 @@ from ..core.record_model import AttemptRecord, as_records
 from ..core.stats import REFERENCE, WEAK_TASKS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, PYTEST_OUTCOME, Status
 from . import charts
+from .agents import choice_view
 from .artifacts import cap, read_tail, safe_rel_path
 from .details import error_text, page_data, script_json
 from .egress import RefusedRow
@@ -33,7 +34,7 @@ __all__ = ["CLASS_COLOURS", "error_text", "read_tail", "render_html", "safe_rel_
 
 TEMPLATE = "report.html.j2"
 #: The templates ``TEMPLATE`` includes (compiled ahead by ``report.warm``).
-INCLUDED_TEMPLATES = ("_style.css.j2", "_report.js.j2")
+INCLUDED_TEMPLATES = ("_style.css.j2", "_choose.css.j2", "_choose.html.j2", "_report.js.j2")
 TEMPLATES_DIR = Path(__file__).with_name("templates")
 #: Flagged tasks listed in the health table (the grid flags every one).
 MAX_HEALTH_ROWS = 200
@@ -157,6 +158,7 @@ def render_html(
             generated=datetime.now(tz=UTC).isoformat(timespec="seconds"),
             facts=header_facts(meta),
             summary=summary,
+            choose=choice_view(summary, records),
             present=present,
             with_reps=any(s.pass_k for s in subjects),
             ks=sorted({e.k for s in subjects for e in s.pass_k}),

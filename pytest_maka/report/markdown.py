@@ -9,6 +9,8 @@ from typing import Any
 from ..core.record_model import AttemptRecord
 from ..core.stats import CLUSTER, REFERENCE, REFERENCE_KINDS, CohortSummary, PairedComparison
 from ..core.taxonomy import MEANING, OFFICIAL, Status
+from .agents import choice_view
+from .agents import markdown_lines as choice_lines
 from .egress import RefusedRow
 from .egress import markdown_lines as egress_lines
 from .formatting import DASH, estimate, money, p_text, pp
@@ -254,6 +256,7 @@ def render_markdown(
         out += [f"**Weak:** {md(few)}.", ""]
     out += [f"**Weak rate:** {md(w)}." for w in rate_weak_lines(summary)]
     out += [""] if rate_weak_lines(summary) else []
+    out += choice_lines(choice_view(summary, records or []), md)
     out += pass_k_lines(summary) + variance_lines(summary) + comparison_lines(summary)
     out += egress_lines(refused or [], md)
 
