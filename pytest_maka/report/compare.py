@@ -253,7 +253,6 @@ def render_compare_html(result: RunComparison) -> str:
             strict=strict_text,
             ranking=RANKING_NOTE,
             tainted=tainted_lines(result),
-            score_mean=score_mean_text,
             score_note=SCORE_NOTE[0].upper() + SCORE_NOTE[1:],
         )
     )

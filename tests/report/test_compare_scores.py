@@ -65,8 +65,11 @@ def test_every_compare_view_shows_the_score_change_beside_the_pass_rates() -> No
     assert "### Score change (partial credit)" in markdown and change in markdown
     html = render_compare_html(result)
     assert 'id="score-change"' in html and f"{agent.score.paired.diff:+.3f}" in html
+    mean = agent.score.a
+    assert mean is not None
+    assert mean.text in terminal and mean.text in markdown
+    assert f"{mean.mean:.3f}<br>" in html and f"[{mean.low:.3f}, {mean.high:.3f}]</span>" in html
     for text in (terminal, markdown, html):
-        assert agent.score.a is not None and agent.score.a.text in text
         assert "0/10 = 0.0%" in text  # the pass rate is still there
 
 
