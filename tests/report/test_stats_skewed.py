@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.stats import compare_paired, t_interval
+from pytest_maka.core.stats import compare_paired, compare_scores, t_interval
 
 
 def _shift(p: float, logits: float = 4.0) -> float:
@@ -62,3 +62,19 @@ def test_the_inversion_bench_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytes
     # the inverted interval agrees with the test by construction
     row = next(line for line in out.splitlines() if line.strip().startswith("20 |"))
     assert row.split("|")[5].strip() == "100.0"
+
+
+def test_score_differences_rounded_to_nothing_never_turn_the_test_against_the_estimate() -> None:
+    # 100 tasks x 5 repetitions of scores: the differences are rounded to 1/50 for the exact test.
+    # 94 tasks differ by -0.0098 or +0.006 (both round to 0), 6 by +0.02: the rounded values are six
+    # wins for A (p = 2/64), the exact mean is negative and its interval holds 0.
+    a: dict[str, list[float]] = {}
+    b = {f"t{i:03d}": [0.5] * 5 for i in range(100)}
+    for i in range(100):
+        small = [0.5, 0.5, 0.5, 0.5, 0.451] if i % 2 else [0.53, 0.5, 0.5, 0.5, 0.5]
+        a[f"t{i:03d}"] = small if i < 94 else [0.6, 0.5, 0.5, 0.5, 0.5]
+    c = compare_scores(a, b)
+    assert c.diff == pytest.approx(-0.000586)
+    assert c.p_value is not None and c.low is not None and c.high is not None
+    assert (c.p_value < 0.05) == (c.low > 0 or c.high < 0)  # was p = 0.031 beside [-0.0024, +0.02]
+    assert c.low <= c.diff <= c.high and c.verdict == "even"
