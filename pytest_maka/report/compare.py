@@ -1,151 +1,33 @@
-"""``maka compare DIR_A DIR_B``: the same cohort run twice (say, before and after a prompt change).
+"""``maka compare DIR_A DIR_B``: the views (terminal, ``compare.md``, ``compare.html``) of two runs' change.
 
-Subjects are matched by name and tasks by id (a changed subject definition has new cell
-keys, but it is the same subject to the reader). For each subject present in both runs the
-change ``B - A`` is paired by task (:func:`core.stats.compare_paired`), and every task
-whose success rate moved is listed. Testing several subjects at once is a family: Holm
-adjusts the p-values of the non-reference subjects (:func:`core.stats.adjust_family`);
-oracle and nop keep theirs as a check of the tasks.
+What is computed (paired change per subject, strict and score views, Holm) is
+:mod:`.compare_data`; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from ..core.record_model import AttemptRecord, as_records
-from ..core.stats import (
-    REFERENCE,
-    REFERENCE_KINDS,
-    PairedComparison,
-    SubjectSummary,
-    adjust_family,
-    compare_paired,
-    graded_by_task,
-    strict_by_task,
-    summarize,
-)
-from .formatting import p_text, pct, pp
+from ..core.stats import REFERENCE, PairedComparison, ScoreMean
+from .compare_data import RunComparison, ScoreChange, SubjectChange, TaskChange, compare_runs
+from .formatting import DASH, p_text, pct, pp
 from .html import environment
 from .markdown import md
-from .taint import tainted_by_subject
+
+__all__ = [
+    "RunComparison",
+    "ScoreChange",
+    "SubjectChange",
+    "TaskChange",
+    "compare_lines",
+    "compare_runs",
+    "render_compare_html",
+    "render_compare_markdown",
+]
 
 #: Tasks listed per subject (largest changes first).
 MAX_TASK_ROWS = 200
-
-
-@dataclass(frozen=True)
-class TaskChange:
-    """One task of one subject in both runs."""
-
-    task: str
-    rate_a: float | None
-    rate_b: float | None
-    statuses_a: tuple[str, ...]
-    statuses_b: tuple[str, ...]
-
-    @property
-    def change(self) -> float | None:
-        return None if self.rate_a is None or self.rate_b is None else self.rate_b - self.rate_a
-
-
-@dataclass(frozen=True)
-class SubjectChange:
-    """A subject in run A and run B, and the paired change B - A over shared tasks."""
-
-    subject: str
-    a: SubjectSummary
-    b: SubjectSummary
-    paired: PairedComparison
-    tasks: tuple[TaskChange, ...]
-    #: The same change on every row, any non-pass = 0 (budget exhausted included).
-    strict: PairedComparison | None = None
-    #: Passes in each run that depended on code the subject changed outside the workdir.
-    tainted_a: int = 0
-    tainted_b: int = 0
-
-    @property
-    def moved(self) -> list[TaskChange]:
-        """Tasks whose success rate changed, largest change first."""
-        rows = [t for t in self.tasks if t.change]
-        return sorted(rows, key=lambda t: (-abs(t.change or 0.0), t.task))
-
-
-@dataclass(frozen=True)
-class RunComparison:
-    label_a: str
-    label_b: str
-    subjects: tuple[SubjectChange, ...]
-    only_a: tuple[str, ...]
-    only_b: tuple[str, ...]
-    cells_a: int
-    cells_b: int
-
-
-def _by_subject(records: Sequence[AttemptRecord]) -> dict[str, list[AttemptRecord]]:
-    out: dict[str, list[AttemptRecord]] = {}
-    for r in records:
-        out.setdefault(r.subject, []).append(r)
-    return out
-
-
-def _statuses(records: Sequence[AttemptRecord]) -> dict[str, tuple[str, ...]]:
-    out: dict[str, list[tuple[int, str]]] = {}
-    for r in records:
-        out.setdefault(r.task, []).append((r.repetition, r.status.value))
-    return {t: tuple(s for _, s in sorted(v)) for t, v in out.items()}
-
-
-def compare_runs(
-    a: Sequence[AttemptRecord | Mapping[str, Any]],
-    b: Sequence[AttemptRecord | Mapping[str, Any]],
-    *,
-    labels: tuple[str, str] = ("A", "B"),
-) -> RunComparison:
-    """Compare two runs' cell records subject by subject (paired by task)."""
-    a, b = as_records(a), as_records(b)
-    sa, sb = summarize(a, compare=False), summarize(b, compare=False)
-    by_a, by_b = _by_subject(a), _by_subject(b)
-    summaries_a = {s.subject: s for s in sa.subjects}
-    summaries_b = {s.subject: s for s in sb.subjects}
-    names = sorted(by_a.keys() & by_b.keys())
-    references = {n for n in names if REFERENCE_KINDS & {summaries_a[n].kind, summaries_b[n].kind}}
-    graded = {n: (graded_by_task(by_a[n]), graded_by_task(by_b[n])) for n in names}
-    tests = [compare_paired(graded[n][1], graded[n][0], names=(n, n)) for n in names]
-    family = adjust_family(tests, references.__contains__)
-    every = {n: (strict_by_task(by_a[n]), strict_by_task(by_b[n])) for n in names}
-    stricts = adjust_family(
-        [compare_paired(every[n][1], every[n][0], names=(n, n)) for n in names], references.__contains__
-    )
-    changes = []
-    for name, paired, strict in zip(names, family, stricts, strict=True):
-        ga, gb = graded[name]
-        paired = replace(paired, a=labels[1], b=labels[0])
-        strict = replace(strict, a=labels[1], b=labels[0])
-        st_a, st_b = _statuses(by_a[name]), _statuses(by_b[name])
-        tasks = tuple(
-            TaskChange(
-                task=t,
-                rate_a=sum(ga[t]) / len(ga[t]) if ga.get(t) else None,
-                rate_b=sum(gb[t]) / len(gb[t]) if gb.get(t) else None,
-                statuses_a=st_a.get(t, ()),
-                statuses_b=st_b.get(t, ()),
-            )
-            for t in sorted(st_a.keys() | st_b.keys())
-        )
-        taint = (tainted_by_subject(by_a[name]).get(name, 0), tainted_by_subject(by_b[name]).get(name, 0))
-        changes.append(SubjectChange(name, summaries_a[name], summaries_b[name], paired, tasks, strict, *taint))
-    return RunComparison(
-        label_a=labels[0],
-        label_b=labels[1],
-        subjects=tuple(changes),
-        only_a=tuple(sorted(by_a.keys() - by_b.keys())),
-        only_b=tuple(sorted(by_b.keys() - by_a.keys())),
-        cells_a=len(a),
-        cells_b=len(b),
-    )
 
 
 def _test(p: PairedComparison) -> str:
@@ -157,18 +39,67 @@ def adjusted_text(p: PairedComparison) -> str:
     return "reference, unadjusted" if p.family == REFERENCE else p_text(p.p_adjusted, prefix=False)
 
 
+def _views(result: RunComparison) -> list[tuple[str, PairedComparison]]:
+    """Each subject's pass-rate change, then (partial credit) its score change, named for the lists below."""
+    out = [(s.subject, s.paired) for s in result.subjects]
+    return out + [(f"{s.subject} (score)", s.score.paired) for s in result.subjects if s.score is not None]
+
+
 def weak_lines(result: RunComparison) -> list[str]:
-    """Why each weak subject's change is weak, with its power line."""
+    """Why each weak change is weak, with its power line."""
     return [
-        f"{s.subject}: {'; '.join(s.paired.weak_reasons)}" + (f"; {s.paired.power.text}" if s.paired.power else "")
-        for s in result.subjects
-        if s.paired.weak
+        f"{name}: {'; '.join(c.weak_reasons)}" + (f"; {c.power.text}" if c.power else "")
+        for name, c in _views(result)
+        if c.weak
     ]
 
 
 def power_lines(result: RunComparison) -> list[str]:
-    """The power line of every subject (the smallest change detectable at its size)."""
-    return [f"{s.subject}: {s.paired.power.text}" for s in result.subjects if s.paired.power and s.paired.tasks]
+    """The power line of every change (the smallest change detectable at its size)."""
+    return [f"{name}: {c.power.text}" for name, c in _views(result) if c.power and c.tasks]
+
+
+def score_diff_text(c: PairedComparison) -> str:
+    """A mean-score change with its interval (``+0.120 [+0.051, +0.190]``), or a dash."""
+    if c.diff is None or c.low is None or c.high is None:
+        return DASH
+    return f"{c.diff:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+
+
+def score_mean_text(m: ScoreMean | None) -> str:
+    """A mean score with its interval, or a dash (no scored row in that run)."""
+    return DASH if m is None else m.text
+
+
+SCORE_NOTE = (
+    "score change = mean score per task (official rows; a row without a score counts its pass as 1) "
+    "in B minus A, paired by task, Holm over the non-reference subjects; the pass rates count only a score of 1"
+)
+
+
+def score_rows(result: RunComparison) -> list[tuple[str, ...]]:
+    """Subject, mean score in A and in B, change [95% CI], p, p (Holm), better/worse/same, tasks."""
+    return [
+        (
+            s.subject,
+            score_mean_text(s.score.a),
+            score_mean_text(s.score.b),
+            score_diff_text(s.score.paired),
+            p_text(s.score.paired.p_value),
+            adjusted_text(s.score.paired),
+            f"{s.score.paired.wins_a}/{s.score.paired.wins_b}/{s.score.paired.ties}",
+            str(s.score.paired.tasks),
+        )
+        for s in result.subjects
+        if s.score is not None
+    ]
+
+
+def _fixed(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def strict_text(s: SubjectChange) -> str:
@@ -223,9 +154,12 @@ def compare_lines(result: RunComparison) -> list[str]:
                 strict_text(s),
             )
         )
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = _fixed(header, rows)
+    scores = score_rows(result)
+    if scores:
+        head = ("subject", f"{result.label_a} mean score", f"{result.label_b} mean score", "score change [95% CI]")
+        lines += ["", "partial credit:", *_fixed((*head, "p", "p (Holm)", "better/worse/same", "tasks"), scores)]
+        lines += [SCORE_NOTE, ""]
     for label, names in ((result.label_a, result.only_a), (result.label_b, result.only_b)):
         if names:
             lines.append(f"only in {label}: {', '.join(names)}")
@@ -260,6 +194,22 @@ def render_compare_markdown(result: RunComparison) -> str:
             f"{md(_test(p))} |"
         )
     out += ["", f"**Ranking:** {md(RANKING_NOTE)}.", ""]
+    scores = [(s.subject, s.score) for s in result.subjects if s.score is not None]
+    if scores:
+        out += [
+            "### Score change (partial credit)",
+            "",
+            f"| subject | {md(result.label_a)} mean score | {md(result.label_b)} mean score | score change (B - A) "
+            "[95% CI] | p | p (Holm) | tasks better / worse / same | test |",
+            "| --- | --: | --: | --: | --: | --: | --: | --- |",
+        ]
+        for name, score in scores:
+            c = score.paired
+            out.append(
+                f"| **{md(name)}** | {score_mean_text(score.a)} | {score_mean_text(score.b)} | {score_diff_text(c)} | "
+                f"{p_text(c.p_value)} | {adjusted_text(c)} | {c.wins_a} / {c.wins_b} / {c.ties} | {md(_test(c))} |"
+            )
+        out += ["", f"{md(SCORE_NOTE[0].upper() + SCORE_NOTE[1:])}.", ""]
     out += [f"**Tainted:** {md(t)}" for t in tainted_lines(result)] + ([""] if tainted_lines(result) else [])
     weak = weak_lines(result)
     if weak:
@@ -303,5 +253,6 @@ def render_compare_html(result: RunComparison) -> str:
             strict=strict_text,
             ranking=RANKING_NOTE,
             tainted=tainted_lines(result),
+            score_note=SCORE_NOTE[0].upper() + SCORE_NOTE[1:],
         )
     )

@@ -225,7 +225,8 @@ def on_lattice(diffs: Sequence[Fraction]) -> list[Fraction]:
     differences are then rounded to the finest lattice ``1/Q`` the budget allows, shifts of
     the inversion included (``Q`` >= :data:`MIN_LATTICE`). Rounding is odd (``round(-x) =
     -round(x)``), so the test on the rounded values is still an exact permutation test.
-    Rate differences (``c/n`` with small ``n``) fit and are never rounded.
+    Rate differences (``c/n`` with small ``n``) fit and are never rounded. The caller tests the
+    exact values when rounding changed the sign of the sum.
     """
     t = len(diffs)
     if not any(diffs):
@@ -237,6 +238,10 @@ def on_lattice(diffs: Sequence[Fraction]) -> list[Fraction]:
     if q >= scale:
         return list(diffs)
     return [Fraction(round(d * q), q) for d in diffs]
+
+
+def _sign(x: Fraction) -> int:
+    return (x > 0) - (x < 0)
 
 
 def _paired(
@@ -273,6 +278,10 @@ def _paired(
     }
 
     tested = on_lattice(exact_diffs)
+    if _sign(sum(tested, Fraction(0))) != _sign(mean):
+        # the rounding lost the direction (many small differences rounded to 0): the test of the
+        # rounded values could reject for the side the estimate is not on; test the exact ones
+        tested = list(exact_diffs)
 
     def bound() -> float:
         return inverted_bound(tested)

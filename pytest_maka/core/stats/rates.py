@@ -45,7 +45,7 @@ def corrected_score_interval(p: float, n: float, crit: float = Z95) -> tuple[flo
     Plain Wilson covers 95% on average over the rate but dips to 92-93% at some rates for every
     ``n`` (its coverage oscillates; Brown, Cai & DasGupta 2001). The correction keeps the
     pointwise coverage at or above 95% for n from 10 to 500 at every rate (exact binomial sums,
-    ``bench/calibration.py``), for 5-10% more width.
+    ``tests/report/test_stats_issue26.py``), for 5-10% more width.
     """
     z2 = crit * crit
     low = 0.0
