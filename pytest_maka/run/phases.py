@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SubjectFault
+from ..core.provider import ProviderEvidence, judge
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
@@ -137,6 +138,8 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
     agent.cost_source, agent.version = result.cost_source or None, result.agent_version or None
     agent.cost = result.cost.as_record() if result.cost is not None else None
     agent.usage_partial = bool(result.usage_partial)
+    if result.provider is not None:
+        judge_provider(work, result.provider)
     agent.handoff = dict(result.handoff)
     agent.telemetry = telemetry(result.trajectory, started) or None
     if result.policy_denied:
@@ -145,6 +148,16 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
         work.budget_exceeded = result.budget_exceeded
     if result.aborted:
         work.aborted = True
+
+
+def judge_provider(work: AttemptWork, evidence: ProviderEvidence) -> None:
+    """The provider's failures into the record; an unusable provider ends the attempt as not the agent's."""
+    judged = judge(evidence)
+    agent = work.agent_facts
+    agent.provider_answered, agent.provider_errors = evidence.answered, judged.errors or None
+    if judged.unusable:
+        agent.provider_unusable = work.provider_unusable = judged.unusable
+        work.retryable = False  # the same key or provider fails the same way
 
 
 def freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:

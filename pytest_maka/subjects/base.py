@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from ..core.hostreqs import Need
+from ..core.provider import ProviderEvidence
 from ..core.spec import SubjectSpec
 from ..core.task import Task
 from ..core.usage import CostProvenance
@@ -81,6 +82,8 @@ class SubjectResult:
     usage_partial: bool = False
     #: The agent's own version, as it reported it (or as installed).
     agent_version: str | None = None
+    #: What the agent reported of its model requests (None: it says nothing of them).
+    provider: ProviderEvidence | None = None
 
     @classmethod
     def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:

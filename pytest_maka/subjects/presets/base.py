@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ...core import hostpattern, subject_json
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
+from ...core.provider import ProviderEvidence
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
 from ...core.usage import provenance, tokens, with_cost
@@ -112,6 +113,8 @@ class Parsed:
     denied: str | None = None
     final_message: str | None = None
     trajectory: dict[str, Any] | None = None
+    #: What the agent reported of its model requests' failures (core/provider.py).
+    provider: ProviderEvidence = field(default_factory=ProviderEvidence)
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,7 @@ class PresetSubject(SubjectBase):
             usage_partial=partial,
             budget_exceeded=exceeded,
             agent_version=version,
+            provider=replace(parsed.provider, answered=parsed.provider.answered or bool(tokens(usage))),
         )
 
 
