@@ -50,9 +50,8 @@ def test_429_on_every_second_request_lets_a_retrying_client_through() -> None:
 def test_529_and_500_carry_the_protocols_error_types() -> None:
     for kind, expected in (("529", "overloaded_error"), ("500", "api_error")):
         with model_server(Script(fault=Fault(kind))) as server:
-            request = urllib.request.Request(
-                f"{server.url}/v1/messages", data=json.dumps({"model": "m", "messages": MESSAGES}).encode(), method="POST"
-            )
+            body = json.dumps({"model": "m", "messages": MESSAGES}).encode()
+            request = urllib.request.Request(f"{server.url}/v1/messages", data=body, method="POST")
             with pytest.raises(urllib.error.HTTPError) as caught:
                 urllib.request.urlopen(request, timeout=5)
             assert caught.value.code == int(kind)
