@@ -13,7 +13,10 @@ weather: the attempt stays official and the failures are counted (``agent.provid
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from . import hostpattern
 
 #: Statuses that reject the key itself.
 AUTH_STATUSES: frozenset[int] = frozenset({401, 403})
@@ -72,3 +75,27 @@ def judge(evidence: ProviderEvidence) -> ProviderJudgement:
     else:
         why = f"provider failed every request: {listed}"
     return ProviderJudgement(errors, why)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One connection of the agent phase as the egress proxy logged it."""
+
+    destination: str
+    allowed: bool
+    bytes_out: int | None
+    bytes_in: int | None
+
+
+def silent_connections(connections: Iterable[Connection], providers: Iterable[str]) -> int:
+    """Connections to a provider (an allowlist entry of the subject's) that carried a request and
+    got not one byte back: requests the provider never answered, as the egress proxy saw them."""
+    patterns = hostpattern.parse_all(list(providers))
+    count = 0
+    for c in connections:
+        host, _, port = c.destination.rpartition(":")
+        if not c.allowed or not port.isdigit() or not hostpattern.allowed(patterns, host, int(port)):
+            continue
+        if (c.bytes_out or 0) > 0 and not c.bytes_in:
+            count += 1
+    return count

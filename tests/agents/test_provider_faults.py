@@ -89,3 +89,19 @@ def test_codex_when_the_provider_hangs_up_is_infra_failure(cohort: Cohort, agent
     record = cohort.results()["t[agent-r0]"]
     assert record["status"] == "infra_failure", (record["error"], result.outlines[-20:])
     assert record["error"]["message"].startswith("provider never answered: no answer x"), record["error"]
+
+
+def test_claude_code_when_the_provider_hangs_is_infra_failure(cohort: Cohort, agent_cache, secret_env: str) -> None:  # type: ignore[no-untyped-def]
+    installed(agent_cache, "claude-code")
+    with model_server(Script(actions=WRITE, fault=Fault("hang"))) as server:
+        cohort.task("t", agent_timeout=10)
+        cohort.write(subjects=[_subject("claude-code", server.url, str(agent_cache.root))], retries={"infra": 1})
+        result = cohort.run()
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], result.outlines[-20:])
+    assert record["agent"]["timed_out"] is True and record["agent"]["provider_answered"] is False
+    assert record["error"]["message"].startswith("provider never answered: no answer x"), record["error"]
+    proxy = record["isolation"]["network"]["phases"]["agent"]["connections"]
+    assert proxy["allowed"] >= 1, proxy  # the request went out through the egress proxy, nothing came back

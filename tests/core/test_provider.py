@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_maka.core.provider import NO_ANSWER, ProviderEvidence, judge
+from pytest_maka.core.provider import NO_ANSWER, Connection, ProviderEvidence, judge, silent_connections
 from pytest_maka.core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome, classify
 
 
@@ -58,3 +58,18 @@ def test_an_unusable_provider_is_infra_failure_before_any_verdict() -> None:
     assert classify(AttemptFacts(subject=SubjectOutcome(exit_code=0), provider_unusable="x", aborted=True)) is (
         Status.AGENT_ABORTED
     )
+
+
+def test_silent_connections_are_requests_to_the_provider_that_got_nothing_back() -> None:
+    seen = [
+        Connection("127.0.0.1:4000", True, bytes_out=900, bytes_in=0),  # sent, never answered
+        Connection("127.0.0.1:4000", True, bytes_out=900, bytes_in=None),
+        Connection("127.0.0.1:4000", True, bytes_out=900, bytes_in=120),  # answered (a 401 is an answer)
+        Connection("127.0.0.1:4000", True, bytes_out=0, bytes_in=0),  # opened, nothing sent
+        Connection("127.0.0.1:5000", True, bytes_out=900, bytes_in=0),  # not the provider
+        Connection("api.anthropic.com:443", False, bytes_out=900, bytes_in=0),  # refused
+        Connection("api.anthropic.com:443", True, bytes_out=517, bytes_in=0),
+    ]
+    assert silent_connections(seen, ["127.0.0.1:4000"]) == 2
+    assert silent_connections(seen, ["api.anthropic.com"]) == 1
+    assert silent_connections(seen, []) == 0
