@@ -121,6 +121,7 @@ def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, li
         work.agent_facts.started = False
         work.subject_outcome = SubjectOutcome(started=False)
         work.infra_error = f"the subject could not start: {result.error}"
+        work.retryable = result.retryable
         return False
     take_facts(work, result, started)
     if result.timed_out and limit_name:

@@ -105,3 +105,28 @@ def test_claude_code_when_the_provider_hangs_is_infra_failure(cohort: Cohort, ag
     assert record["error"]["message"].startswith("provider never answered: no answer x"), record["error"]
     proxy = record["isolation"]["network"]["phases"]["agent"]["connections"]
     assert proxy["allowed"] >= 1, proxy  # the request went out through the egress proxy, nothing came back
+
+
+@pytest.mark.parametrize(
+    ("kind", "refused"),
+    [("claude-code", "error: unknown option '--maka-no-such-flag'"), ("codex", "error: unexpected argument")],
+)
+def test_a_cli_that_rejects_its_flags_is_a_setup_error(
+    cohort: Cohort, agent_cache, secret_env: str, kind: str, refused: str
+) -> None:  # type: ignore[no-untyped-def]
+    """As a CLI version without one of the preset's flags would: here ``args:`` adds one it does not take."""
+    installed(agent_cache, kind)
+    with model_server(Script(actions=WRITE)) as server:
+        cohort.task("t", agent_timeout=60)
+        subject = {**_subject(kind, server.url, str(agent_cache.root)), "args": ["--maka-no-such-flag"]}
+        cohort.write(subjects=[subject], retries={"infra": 2})
+        result = cohort.run()
+        assert not server.tool_requests(), "it never reached the model"
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried: it would fail the same way"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], result.outlines[-20:])
+    message = record["error"]["message"]
+    assert message.startswith(f"the subject could not start: setup error: {kind} "), message
+    assert refused in message and record["error"]["retryable"] is False
+    assert record["agent"]["started"] is False

@@ -34,6 +34,7 @@ from ..install.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
 from .mcp import McpFormat, McpPlan, merge_json, plan
 from .meter import StreamReader, UsageMeter, metered_exec
 from .prices import price_table
+from .setup_errors import setup_error
 
 #: The agent's $HOME: under the logs, so its transcript is frozen with them.
 HOME_DIR = f"{AGENT_LOGS_DIR}/home"
@@ -277,6 +278,9 @@ class PresetSubject(SubjectBase):
         if not meter.enforcing:
             meter.feed_text(stdout)
         parsed = self.preset.parse(stdout, lambda p: _read(sandbox, p))
+        setup = setup_error(f"{self.preset.kind} {self.install.version}", result, stderr + stdout, parsed.provider)
+        if setup is not None:
+            return SubjectResult.not_started(setup, retryable=False)
         return replace(self._result(result, parsed, inv, meter), handoff=handoff.as_record())
 
     def meter(self, ctx: RunContext, inv: Invocation) -> UsageMeter:
