@@ -211,6 +211,6 @@ def test_aider_usage_is_exact_from_its_event_log_and_rounded_only_without_it() -
         )
     ).encode()
     exact = aider.PRESET.parse(stdout, lambda path: events if path == aider.EVENTS_FILE else None)
-    assert exact.usage == {"input_tokens": 2509, "output_tokens": 30, "cost_usd": 0.0062}
+    assert exact.usage.as_dict() == {"input_tokens": 2509, "output_tokens": 30, "cost_usd": 0.0062}
     rounded = aider.PRESET.parse(stdout, lambda path: None)
-    assert rounded.usage == {"input_tokens": 2400, "output_tokens": 26, "cost_usd": 0.0062}
+    assert rounded.usage.as_dict() == {"input_tokens": 2400, "output_tokens": 26, "cost_usd": 0.0062}

@@ -26,7 +26,7 @@ from ...core.hostreqs import Need
 from ...core.provider import ProviderEvidence
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
-from ...core.usage import provenance, tokens, with_cost
+from ...core.usage import TokenUsage, provenance, tokens, with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills, resolve_headers
@@ -107,7 +107,7 @@ class Invocation:
 class Parsed:
     """What a parser read from the agent's output (None where it does not say)."""
 
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     model: str | None = None
     stop_reason: str | None = None
     error: str | None = None
@@ -297,7 +297,7 @@ class PresetSubject(SubjectBase):
 
     def _result(self, result: Any, parsed: Parsed, inv: Invocation, meter: UsageMeter | None = None) -> SubjectResult:
         table = price_table(self.opts.prices)
-        reported, partial = parsed.usage, False
+        reported, partial = parsed.usage.as_dict(), False
         metered = meter.total() if meter is not None else {}
         if tokens(reported) is None and tokens(metered) is not None:  # stopped before its total: the stream's sum
             reported, partial = metered, True

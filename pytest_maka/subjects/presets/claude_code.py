@@ -9,6 +9,7 @@ from typing import Any
 
 from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
@@ -87,7 +88,7 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
     if not result:
         return Parsed(error="the agent printed no result", trajectory=traj.to_json())
     raw = as_mapping(result.get("usage"))
-    usage: dict[str, Any] = {
+    reported: dict[str, Any] = {
         "input_tokens": raw.get("input_tokens"),
         "output_tokens": raw.get("output_tokens"),
         "cache_read_tokens": raw.get("cache_read_input_tokens"),
@@ -103,13 +104,11 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
         for name, m in as_mapping(result.get("modelUsage")).items()
         if isinstance(m, dict)
     }
-    if models:
-        usage["models"] = models
-    usage = {k: v for k, v in usage.items() if v is not None}
+    usage = TokenUsage.of({**reported, "models": models})
     error = None
     if result.get("is_error") or str(result.get("subtype", "")).startswith("error"):
         error = f"the agent reported an error ({result.get('subtype')}): {str(result.get('result') or '')[:300]}"
-    elif not (usage.get("input_tokens") or usage.get("output_tokens")):
+    elif not (usage.input_tokens or usage.output_tokens):
         error = "the agent reported success without any model tokens (no model reply reached it)"
     denials = result.get("permission_denials") or []
     denied = None
@@ -126,9 +125,9 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
         final_message=result.get("result") if isinstance(result.get("result"), str) else None,
         trajectory=traj.to_json(
             {
-                "total_prompt_tokens": usage.get("input_tokens"),
-                "total_completion_tokens": usage.get("output_tokens"),
-                "total_cost_usd": usage.get("cost_usd"),
+                "total_prompt_tokens": usage.input_tokens,
+                "total_completion_tokens": usage.output_tokens,
+                "total_cost_usd": usage.cost_usd,
             }
         ),
     )
