@@ -34,7 +34,7 @@ def _env(inv: Invocation) -> dict[str, str]:
 
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="opencode")
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     final = error = stop = None
     for event in json_lines(stdout):
         kind, part = event.get("type"), as_mapping(event.get("part"))
