@@ -136,6 +136,9 @@ class AgentInfo(RecordPart):
     cost_source: str | None = None
     cost: CostInfo | None = None
     usage_partial: bool | None = None
+    provider_answered: bool | None = None
+    provider_errors: dict[str, int] | None = None
+    provider_unusable: str | None = None
     claim_agrees_with_verdict: bool | None = None
 
 

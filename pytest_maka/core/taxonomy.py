@@ -112,6 +112,8 @@ class AttemptFacts:
     #: The verifier passed, but on code the subject changed outside the workdir, and the
     #: policy refuses such passes (``policy.refuse_tainted``): the subject's failure.
     tainted_refused: str | None = None
+    #: The model provider answered none of the subject's requests (core/provider.py): no fair result.
+    provider_unusable: str | None = None
 
 
 def classify(facts: AttemptFacts) -> Status:
@@ -128,7 +130,7 @@ def classify(facts: AttemptFacts) -> Status:
     measured_budget = facts.budget_exceeded if facts.budget_exceeded not in REPORTED_BUDGETS else None
     if facts.budget_exceeded and (facts.subject is None or not facts.subject.started):
         return Status.BUDGET_EXHAUSTED
-    if facts.infra_error or facts.subject is None or not facts.subject.started:
+    if facts.provider_unusable or facts.infra_error or facts.subject is None or not facts.subject.started:
         return Status.INFRA_FAILURE
     if facts.subject_fault:
         return Status.AGENT_FAILURE

@@ -5,8 +5,9 @@ Unknown stays None, never 0: a subject that reports no tokens has ``input_tokens
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
@@ -42,6 +43,43 @@ def normalise(data: Mapping[str, Any] | None) -> dict[str, Any]:
         if per:
             out["models"] = per
     return out
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """What a subject reported it spent, typed (None: it did not say). Parts add up field by field."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_usd: float | None = None
+    #: Per model, when the agent breaks it down.
+    models: dict[str, TokenUsage] = dataclasses.field(default_factory=dict)
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        def plus(a: Any, b: Any) -> Any:
+            return b if a is None else a if b is None else a + b
+
+        sums = {f.name: plus(getattr(self, f.name), getattr(other, f.name)) for f in fields(self) if f.name != "models"}
+        models = dict(self.models)
+        for name, part in other.models.items():
+            models[name] = models[name] + part if name in models else part
+        return TokenUsage(**sums, models=models)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> TokenUsage:
+        """The known fields of a usage mapping (``normalise``), typed."""
+        known = normalise(data)
+        models = {m: cls.of(v) for m, v in known.pop("models", {}).items()}
+        return cls(**known, models=models)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalised mapping the record keeps (unknown fields absent)."""
+        out: dict[str, Any] = {f: getattr(self, f) for f in (*TOKEN_KEYS, "cost_usd") if getattr(self, f) is not None}
+        if self.models:
+            out["models"] = {m: u.as_dict() for m, u in self.models.items()}
+        return out
 
 
 def add(total: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,11 @@ class AgentFacts:
     version: str | None = None
     cost: dict[str, Any] | None = None
     usage_partial: bool = False
+    #: The provider answered at least one model request; its failures by status (core/provider.py);
+    #: why it was unusable (then the attempt is infra_failure).
+    provider_answered: bool | None = None
+    provider_errors: dict[str, int] | None = None
+    provider_unusable: str | None = None
     #: What the subject handed over to the agent (its own keys, ``SubjectResult.handoff``).
     handoff: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
     telemetry: dict[str, Any] | None = None

@@ -29,6 +29,7 @@ from ..store.retries import RetryAllowance
 from ..subjects.base import Subject
 from ..verifiers.base import Verifier
 from .attempt import run_attempt_steps
+from .provider_down import ProviderDown
 from .record import agent_mapping, budget_mapping, isolation_mapping, steps_mapping, verifier_mapping
 from .settings import RunSettings
 from .spend import CohortSpend
@@ -81,6 +82,8 @@ class CellRunner:
         self._allowance: RetryAllowance | None = None
         #: The run's spend so far, from the shared ledger (only with ``budgets.cohort_max_cost_usd``).
         self.cohort_spend = CohortSpend(ledger.path, settings.cohort_started)
+        #: Subjects whose provider an attempt of this run found unusable (from the shared ledger).
+        self.provider_down = ProviderDown(ledger.path, settings.cohort_started)
         self.learn(ledger.read())
 
     def learn(self, records: list[Record]) -> None:
@@ -221,6 +224,11 @@ class CellRunner:
         budget = self._cohort_budget_left(started)
         if denied:
             work.policy_denied = denied
+            return
+        down = self.provider_down(cell.subject.name)
+        if down is not None:  # the same provider and key would fail this cell the same way
+            work.agent_facts.not_started = work.provider_unusable = f"not run: {down}"
+            work.subject_outcome, work.retryable = SubjectOutcome(started=False), False
             return
         if budget is not None and budget <= 0:
             work.budget_exceeded, work.subject_outcome = "cohort_timeout_sec", SubjectOutcome(started=False)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import SubjectFault
+from ..core.provider import Connection, ProviderEvidence, judge, silent_connections
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
@@ -119,6 +121,7 @@ def subject_phase(work: AttemptWork, sandbox: Sandbox, timeout: float | None, li
         work.agent_facts.started = False
         work.subject_outcome = SubjectOutcome(started=False)
         work.infra_error = f"the subject could not start: {result.error}"
+        work.retryable = result.retryable
         return False
     take_facts(work, result, started)
     if result.timed_out and limit_name:
@@ -137,6 +140,8 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
     agent.cost_source, agent.version = result.cost_source or None, result.agent_version or None
     agent.cost = result.cost.as_record() if result.cost is not None else None
     agent.usage_partial = bool(result.usage_partial)
+    if result.provider is not None:
+        judge_provider(work, result.provider)
     agent.handoff = dict(result.handoff)
     agent.telemetry = telemetry(result.trajectory, started) or None
     if result.policy_denied:
@@ -145,6 +150,20 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
         work.budget_exceeded = result.budget_exceeded
     if result.aborted:
         work.aborted = True
+
+
+def judge_provider(work: AttemptWork, evidence: ProviderEvidence) -> None:
+    """The provider's failures into the record; an unusable provider ends the attempt as not the agent's."""
+    if work.egress is not None:  # what the proxy saw: a request sent, nothing back
+        seen = [Connection(e.destination, e.allowed, e.bytes_out, e.bytes_in) for e in work.egress.events("agent")]
+        silent = silent_connections(seen, work.subject.egress())
+        evidence = replace(evidence, unanswered=max(evidence.unanswered, silent))
+    judged = judge(evidence)
+    agent = work.agent_facts
+    agent.provider_answered, agent.provider_errors = evidence.answered, judged.errors or None
+    if judged.unusable:
+        agent.provider_unusable = work.provider_unusable = judged.unusable
+        work.retryable = False  # the same key or provider fails the same way
 
 
 def freeze(work: AttemptWork, sandbox: Sandbox, scratch: Path) -> None:

@@ -264,6 +264,7 @@ def _fold(work: AttemptWork, done: Done, stopped: str | None) -> None:
             last_work.policy_denied,
             last_work.aborted,
         )
+        work.provider_unusable, work.retryable = last_work.provider_unusable, last_work.retryable
     else:
         verdict = cell_verdict([o for _, o in done], len(task.steps), task.multi_step_reward_strategy)
         decisive = done[verdict.decisive][0]

@@ -69,6 +69,8 @@ class AttemptWork:
     budget_exceeded: str | None = None
     aborted: bool = False
     subject_fault: str | None = None
+    #: The model provider was unusable (core/provider.py): why.
+    provider_unusable: str | None = None
     verdict: Verdict | None = None
     #: The subject's usage report, normalised (``core.usage`` keys).
     usage: dict[str, Any] = field(default_factory=dict)
@@ -119,6 +121,7 @@ class AttemptWork:
             budget_exceeded=self.budget_exceeded,
             aborted=self.aborted,
             subject_fault=self.subject_fault,
+            provider_unusable=self.provider_unusable,
             tainted_refused=self.taint.reason() if self.taint is not None and self.taint.refused else None,
         )
 
@@ -139,7 +142,7 @@ class AttemptWork:
         message = {
             Status.AGENT_ABORTED: "cancelled by the user or the system",
             Status.POLICY_DENIED: facts.policy_denied,
-            Status.INFRA_FAILURE: facts.infra_error or "the subject could not be started",
+            Status.INFRA_FAILURE: facts.infra_error or facts.provider_unusable or "the subject could not be started",
             Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}" + self._why_not_started(),
             Status.VERIFIER_FAILURE: self._verifier_problem(),
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from ..core.hostreqs import Need
+from ..core.provider import ProviderEvidence
 from ..core.spec import SubjectSpec
 from ..core.task import Task
 from ..core.usage import CostProvenance
@@ -81,6 +82,10 @@ class SubjectResult:
     usage_partial: bool = False
     #: The agent's own version, as it reported it (or as installed).
     agent_version: str | None = None
+    #: What the agent reported of its model requests (None: it says nothing of them).
+    provider: ProviderEvidence | None = None
+    #: False: another attempt would fail the same way (a setup error), so the cell is not retried.
+    retryable: bool = True
 
     @classmethod
     def from_exec(cls, result: ExecResult, **facts: Any) -> SubjectResult:
@@ -94,8 +99,8 @@ class SubjectResult:
         )
 
     @classmethod
-    def not_started(cls, missing: str) -> SubjectResult:
-        return cls(exit_code=None, timed_out=False, duration_s=0.0, started=False, error=missing)
+    def not_started(cls, missing: str, *, retryable: bool = True) -> SubjectResult:
+        return cls(exit_code=None, timed_out=False, duration_s=0.0, started=False, error=missing, retryable=retryable)
 
 
 def as_subject_result(value: SubjectResult | ExecResult) -> SubjectResult:

@@ -17,6 +17,8 @@ agent that never stops, for budgets and timeouts). A request that offers no tool
 the final text, or an aider-style SEARCH/REPLACE block when its prompt asks for one.
 
     python -m pytest_maka.testing.model_server --port 4000 --write /app/hello.txt=hi
+
+``Script.fault`` (``--fault KIND --fault-every K``) makes it a provider that fails: see model_faults.py.
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ import argparse
 import itertools
 import json
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .model_faults import KINDS, Fault, FaultPlan, error_body
 from .model_wire import WIRES, Reply, ToolCall, Wire
 
 PATH_KEYS = ("file_path", "path", "filePath", "absolute_path", "filename")
@@ -77,6 +81,8 @@ class Script:
     repeat: bool = False
     #: Seconds before each reply, as a real provider takes to answer (0: at once).
     reply_delay_sec: float = 0.0
+    #: How the provider fails instead of answering (None: it never does).
+    fault: Fault | None = None
 
 
 @dataclass
@@ -164,6 +170,7 @@ class ModelServer:
 
     def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0, requests_log: str | None = None) -> None:
         self.model = ScriptedModel(script)
+        self.faults = FaultPlan(script.fault)
         self.requests_log = requests_log
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
@@ -203,6 +210,7 @@ class ModelServer:
         return self
 
     def stop(self) -> None:
+        self.faults.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -256,6 +264,10 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             if wire is None or not isinstance(body, dict):
                 self._json(404, {"error": {"type": "not_found_error", "message": f"no endpoint {split.path}"}})
                 return
+            fault = server.faults.next()
+            if fault is not None:
+                self._fail(wire.name, fault)
+                return
             reply = server.model.reply(wire, body)
             model = wire.model(split.path, body) or "scripted-model"
             if wire.streams(split, body):
@@ -267,9 +279,23 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             server.note(SeenRequest(self.command, self.path, headers, body, wire))
 
-        def _json(self, status: int, payload: Any) -> None:
+        def _fail(self, wire: str, fault: Fault) -> None:
+            """Answer as a failing provider: its error body, no answer at all, or a closed connection."""
+            status = fault.status
+            if status is not None:
+                self._json(status, error_body(wire, status), retry_after=status in (429, 503, 529))
+                return
+            if fault.kind == "hang":
+                server.faults.stopping.wait()
+            self.close_connection = True
+            with suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+        def _json(self, status: int, payload: Any, retry_after: bool = False) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            if retry_after:
+                self.send_header("Retry-After", "1")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -303,12 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", action="store_true", help="start the actions over forever (a looping agent)")
     parser.add_argument("--script", metavar="FILE", help="the whole Script as JSON (replaces --write/--shell/--final)")
     parser.add_argument("--requests-log", metavar="FILE", help="append every request as one JSON line")
+    parser.add_argument("--fault", choices=KINDS, help="fail model requests: a status code, hang or no-answer")
+    parser.add_argument("--fault-every", type=int, default=1, metavar="K", help="only every K-th model request")
     args = parser.parse_args(argv)
+    if args.fault_every < 1:
+        parser.error(f"--fault-every: expected 1 or more (got {args.fault_every})")
     if args.script:
         script = script_from_json(Path(args.script).read_text(encoding="utf-8"))
     else:
         actions = [Action.write(*item.split("=", 1)) for item in args.write] + [Action.shell(c) for c in args.shell]
         script = Script(actions=actions, final_text=args.final, repeat=args.repeat)
+    if args.fault:
+        script = replace(script, fault=Fault(args.fault, args.fault_every))
     server = ModelServer(script, args.host, args.port, requests_log=args.requests_log).start()
     print(f"scripted model server on http://{args.host}:{server.port}", flush=True)
     try:
@@ -327,7 +359,8 @@ def script_to_json(script: Script) -> str:
 
 def script_from_json(text: str) -> Script:
     data = json.loads(text)
-    return Script(**{**data, "actions": [Action(**a) for a in data.get("actions", [])]})
+    fault = Fault(**data["fault"]) if data.get("fault") else None
+    return Script(**{**data, "actions": [Action(**a) for a in data.get("actions", [])], "fault": fault})
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ def docker_model_server(api, script: Script, workdir: Path) -> Iterator[DockerMo
     pkg = workdir / "srv" / "maka_model"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    for name in ("model_server.py", "model_wire.py"):
+    for name in ("model_server.py", "model_wire.py", "model_faults.py"):
         shutil.copy(Path(ms.__file__).with_name(name), pkg / name)
     out = workdir / "srv-out"
     out.mkdir()

@@ -58,3 +58,22 @@ def test_structured_claims_only() -> None:
     assert claimed_success({"passed": False}) is False
     assert claimed_success({"final_message": "I fixed everything!"}) is None
     assert claimed_success("done") is None
+
+
+def test_token_usage_adds_field_by_field_and_keeps_unknown_unknown() -> None:
+    from pytest_maka.core.usage import TokenUsage
+
+    total = TokenUsage(input_tokens=3) + TokenUsage(input_tokens=4, output_tokens=1, cost_usd=0.5)
+    total += TokenUsage(models={"m": TokenUsage(input_tokens=1)}) + TokenUsage(models={"m": TokenUsage(input_tokens=2)})
+    assert total.as_dict() == {
+        "input_tokens": 7,
+        "output_tokens": 1,
+        "cost_usd": 0.5,
+        "models": {"m": {"input_tokens": 3}},
+    }
+    assert total.cache_read_tokens is None
+    typed = TokenUsage.of(
+        {"input_tokens": 2, "cache_tokens": 3, "output_tokens": "9", "models": {"x": {"output_tokens": 1}}}
+    )
+    assert typed.as_dict() == {"input_tokens": 2, "cache_read_tokens": 3, "models": {"x": {"output_tokens": 1}}}
+    assert TokenUsage.of(None).as_dict() == {}

@@ -211,6 +211,16 @@ def test_aider_usage_is_exact_from_its_event_log_and_rounded_only_without_it() -
         )
     ).encode()
     exact = aider.PRESET.parse(stdout, lambda path: events if path == aider.EVENTS_FILE else None)
-    assert exact.usage == {"input_tokens": 2509, "output_tokens": 30, "cost_usd": 0.0062}
+    assert exact.usage.as_dict() == {"input_tokens": 2509, "output_tokens": 30, "cost_usd": 0.0062}
     rounded = aider.PRESET.parse(stdout, lambda path: None)
-    assert rounded.usage == {"input_tokens": 2400, "output_tokens": 26, "cost_usd": 0.0062}
+    assert rounded.usage.as_dict() == {"input_tokens": 2400, "output_tokens": 26, "cost_usd": 0.0062}
+
+
+def test_each_step_of_opencode_adds_up() -> None:
+    from pytest_maka.subjects.presets import opencode
+
+    step = {"type": "step_finish", "part": {"tokens": {"input": 10, "output": 2, "cache": {"read": 1}}, "cost": 0.5}}
+    stdout = "\n".join(json.dumps({**step, "part": {**step["part"], "reason": r}}) for r in ("tool-calls", "stop"))
+    parsed = opencode.PRESET.parse(stdout, lambda p: None)
+    assert parsed.usage.as_dict() == {"input_tokens": 20, "output_tokens": 4, "cache_read_tokens": 2, "cost_usd": 1.0}
+    assert parsed.stop_reason == "end_turn" and parsed.error is None

@@ -21,7 +21,7 @@ from ...core.hostreqs import Need
 from ...core.spec import SubjectSpec
 from ...core.task import Task
 from ...core.trajectory import Trajectory
-from ...core.usage import CostProvenance
+from ...core.usage import CostProvenance, TokenUsage
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills
@@ -133,9 +133,10 @@ class AcpSubject(SubjectBase):
     def _result(self, outcome: dict[str, Any], session: _Session, code: int | None, duration: float) -> SubjectResult:
         reason = outcome.get("stop_reason")
         denied = session.client.denials
-        usage = dict(outcome.get("usage") or {})
-        if usage.get("cost_usd") is None and session.budget.cost_usd is not None:  # the agent's usage_update.cost
-            usage["cost_usd"] = session.budget.cost_usd
+        typed = TokenUsage.of(outcome.get("usage"))
+        if typed.cost_usd is None and session.budget.cost_usd is not None:  # the agent's usage_update.cost
+            typed = replace(typed, cost_usd=session.budget.cost_usd)
+        usage = typed.as_dict()
         final = session.client.trajectory
         final.version = final.version or session.agent_version
         claim_text = next(

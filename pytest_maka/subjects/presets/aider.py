@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
 
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from .base import Invocation, Parsed, Preset, json_lines
 from .meter import StreamUsage
 
@@ -47,20 +47,17 @@ def _count(number: str, kilo: str) -> int:
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="aider")
     raw = read(EVENTS_FILE)
-    usage = _exact(raw.decode("utf-8", errors="replace")) if raw else {}
-    if not usage:  # no event log: the rounded "Tokens: 2.4k sent" lines
+    usage = _exact(raw.decode("utf-8", errors="replace")) if raw else TokenUsage()
+    if not usage.as_dict():  # no event log: the rounded "Tokens: 2.4k sent" lines
         for match in _TOKENS.finditer(stdout):
-            usage["input_tokens"] = usage.get("input_tokens", 0) + _count(match[1], match[2])
-            usage["output_tokens"] = usage.get("output_tokens", 0) + _count(match[3], match[4])
-            if match[5]:
-                usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(match[5])
+            usage += _rounded(match)
     edits = re.findall(r"Applied edit to (\S+)", stdout)
     body = stdout.strip()[-4000:]
     traj.say(body)
     for i, path in enumerate(edits):
         traj.call(f"edit-{i + 1}", "apply_edit", {"path": path, "content": "(SEARCH/REPLACE block)"})
         traj.result(f"edit-{i + 1}", f"Applied edit to {path}")
-    error = None if usage else "aider reported no token usage (no model reply reached it)"
+    error = None if usage.as_dict() else "aider reported no token usage (no model reply reached it)"
     return Parsed(
         usage=usage,
         stop_reason="end_turn" if not error else "error",
@@ -70,18 +67,22 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
-def _exact(events: str) -> dict[str, Any]:
+def _rounded(match: re.Match[str]) -> TokenUsage:
+    """One "Tokens: 2.4k sent, 26 received. Cost: ..." line."""
+    cost = float(match[5]) if match[5] else None
+    return TokenUsage(_count(match[1], match[2]), _count(match[3], match[4]), cost_usd=cost)
+
+
+def _exact(events: str) -> TokenUsage:
     """Exact tokens (and cost, when aider priced it) summed over the ``message_send`` events."""
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     for event in json_lines(events):
         props = event.get("properties")
         if event.get("event") != "message_send" or not isinstance(props, dict):
             continue
-        for ours, key in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
-            if isinstance(props.get(key), int):
-                usage[ours] = usage.get(ours, 0) + props[key]
-        if isinstance(props.get("cost"), (int, float)) and props["cost"] > 0:  # 0: aider could not price it
-            usage["cost_usd"] = usage.get("cost_usd", 0.0) + float(props["cost"])
+        cost = props.get("cost") if isinstance(props.get("cost"), (int, float)) and props["cost"] > 0 else None
+        reported = {"input_tokens": props.get("prompt_tokens"), "output_tokens": props.get("completion_tokens")}
+        usage += TokenUsage.of({**reported, "cost_usd": cost})  # cost 0: aider could not price it
     return usage
 
 
@@ -90,8 +91,7 @@ def stream_usage(line: str) -> StreamUsage | None:
     match = _TOKENS.search(line)
     if match is None:
         return None
-    usage = {"input_tokens": _count(match[1], match[2]), "output_tokens": _count(match[3], match[4])}
-    return StreamUsage({**usage, "cost_usd": float(match[5])} if match[5] else usage)
+    return StreamUsage(_rounded(match).as_dict())
 
 
 PRESET = Preset(

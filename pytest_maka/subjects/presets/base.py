@@ -23,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ...core import hostpattern, subject_json
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
+from ...core.provider import ProviderEvidence
 from ...core.spec import SubjectSpec
 from ...core.task import AGENT_LOGS_DIR, Task
-from ...core.usage import provenance, tokens, with_cost
+from ...core.usage import TokenUsage, provenance, tokens, with_cost
 from ...executors.base import Sandbox
 from ..base import RunContext, SubjectBase, SubjectResult
 from ..handoff import Handoff, hand_skills, resolve_headers
@@ -33,6 +34,7 @@ from ..install.cache import AGENT_DIR, NODE_VERSION, AgentCache, InstallSpec
 from .mcp import McpFormat, McpPlan, merge_json, plan
 from .meter import StreamReader, UsageMeter, metered_exec
 from .prices import price_table
+from .setup_errors import setup_error
 
 #: The agent's $HOME: under the logs, so its transcript is frozen with them.
 HOME_DIR = f"{AGENT_LOGS_DIR}/home"
@@ -105,13 +107,15 @@ class Invocation:
 class Parsed:
     """What a parser read from the agent's output (None where it does not say)."""
 
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     model: str | None = None
     stop_reason: str | None = None
     error: str | None = None
     denied: str | None = None
     final_message: str | None = None
     trajectory: dict[str, Any] | None = None
+    #: What the agent reported of its model requests' failures (core/provider.py).
+    provider: ProviderEvidence = field(default_factory=ProviderEvidence)
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,9 @@ class PresetSubject(SubjectBase):
         if not meter.enforcing:
             meter.feed_text(stdout)
         parsed = self.preset.parse(stdout, lambda p: _read(sandbox, p))
+        setup = setup_error(f"{self.preset.kind} {self.install.version}", result, stderr + stdout, parsed.provider)
+        if setup is not None:
+            return SubjectResult.not_started(setup, retryable=False)
         return replace(self._result(result, parsed, inv, meter), handoff=handoff.as_record())
 
     def meter(self, ctx: RunContext, inv: Invocation) -> UsageMeter:
@@ -290,7 +297,7 @@ class PresetSubject(SubjectBase):
 
     def _result(self, result: Any, parsed: Parsed, inv: Invocation, meter: UsageMeter | None = None) -> SubjectResult:
         table = price_table(self.opts.prices)
-        reported, partial = parsed.usage, False
+        reported, partial = parsed.usage.as_dict(), False
         metered = meter.total() if meter is not None else {}
         if tokens(reported) is None and tokens(metered) is not None:  # stopped before its total: the stream's sum
             reported, partial = metered, True
@@ -328,6 +335,7 @@ class PresetSubject(SubjectBase):
             usage_partial=partial,
             budget_exceeded=exceeded,
             agent_version=version,
+            provider=replace(parsed.provider, answered=parsed.provider.answered or bool(tokens(usage))),
         )
 
 

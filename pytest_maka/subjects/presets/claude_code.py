@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
@@ -28,6 +31,8 @@ def message_events(events: Iterable[Any], agent: str) -> Parsed:
     """Claude-style messages (also Qwen Code's): assistant/user content blocks, then one result object."""
     traj = Trajectory(agent=agent)
     result: dict[str, Any] = {}
+    retries: list[int | None] = []
+    answered = False
     for event in events:
         if not isinstance(event, dict):
             continue
@@ -35,7 +40,11 @@ def message_events(events: Iterable[Any], agent: str) -> Parsed:
         if kind == "system" and event.get("subtype") == "init":
             traj.model, traj.session_id = event.get("model"), event.get("session_id")
             traj.version = event.get("claude_code_version") or event.get("qwen_code_version")
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            status = event.get("error_status")
+            retries.append(status if isinstance(status, int) and not isinstance(status, bool) else None)
         elif kind == "assistant":
+            answered = True
             for block in as_mapping(event.get("message")).get("content") or []:
                 if block.get("type") == "text" and block.get("text"):
                     traj.say(block["text"], ts=ts)
@@ -48,7 +57,25 @@ def message_events(events: Iterable[Any], agent: str) -> Parsed:
                     traj.result(block.get("tool_use_id", ""), _text(block.get("content")))
         elif kind == "result":
             result = event
-    return _from_result(result, traj)
+    parsed = _from_result(result, traj)
+    parsed.provider = _provider(retries, result, answered)
+    return parsed
+
+
+#: How claude-code words a request that failed after its retries, in its result (``API Error: 401 ...``).
+_API_ERROR = re.compile(r"API Error: (\d{3})\b")
+
+
+def _provider(retries: list[int | None], result: dict[str, Any], answered: bool) -> ProviderEvidence:
+    """Each ``api_retry`` event is one failed request (a null status: no answer); a result that is an
+    API error is the last one."""
+    statuses = [s for s in retries if s is not None]
+    unanswered = len(retries) - len(statuses)
+    if result.get("is_error"):
+        final = _API_ERROR.search(str(result.get("result") or ""))
+        if final:
+            statuses.append(int(final[1]))
+    return ProviderEvidence(tuple(statuses), unanswered, answered)
 
 
 def _text(content: Any) -> str:
@@ -61,7 +88,7 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
     if not result:
         return Parsed(error="the agent printed no result", trajectory=traj.to_json())
     raw = as_mapping(result.get("usage"))
-    usage: dict[str, Any] = {
+    reported: dict[str, Any] = {
         "input_tokens": raw.get("input_tokens"),
         "output_tokens": raw.get("output_tokens"),
         "cache_read_tokens": raw.get("cache_read_input_tokens"),
@@ -77,13 +104,11 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
         for name, m in as_mapping(result.get("modelUsage")).items()
         if isinstance(m, dict)
     }
-    if models:
-        usage["models"] = models
-    usage = {k: v for k, v in usage.items() if v is not None}
+    usage = TokenUsage.of({**reported, "models": models})
     error = None
     if result.get("is_error") or str(result.get("subtype", "")).startswith("error"):
         error = f"the agent reported an error ({result.get('subtype')}): {str(result.get('result') or '')[:300]}"
-    elif not (usage.get("input_tokens") or usage.get("output_tokens")):
+    elif not (usage.input_tokens or usage.output_tokens):
         error = "the agent reported success without any model tokens (no model reply reached it)"
     denials = result.get("permission_denials") or []
     denied = None
@@ -100,9 +125,9 @@ def _from_result(result: dict[str, Any], traj: Trajectory) -> Parsed:
         final_message=result.get("result") if isinstance(result.get("result"), str) else None,
         trajectory=traj.to_json(
             {
-                "total_prompt_tokens": usage.get("input_tokens"),
-                "total_completion_tokens": usage.get("output_tokens"),
-                "total_cost_usd": usage.get("cost_usd"),
+                "total_prompt_tokens": usage.input_tokens,
+                "total_completion_tokens": usage.output_tokens,
+                "total_cost_usd": usage.cost_usd,
             }
         ),
     )

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
 
 PROVIDER = "maka"
+#: How codex words a model request the provider failed, or one that got no answer.
+_STATUS = re.compile(r"unexpected status (\d{3})\b")
+_NO_ANSWER = ("stream disconnected before completion", "error sending request", "timeout waiting")
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -25,11 +31,20 @@ def _argv(inv: Invocation) -> list[str]:
 
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="codex")
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     error = final = None
     stop = None
+    statuses: list[int] = []
+    unanswered = 0
     for event in json_lines(stdout):
         kind = event.get("type")
+        if kind == "error":  # one per failed request (its retries, then the last); turn.failed repeats the last
+            text = str(event.get("message") or "")
+            status = _STATUS.search(text)
+            if status:
+                statuses.append(int(status[1]))
+            elif any(s in text for s in _NO_ANSWER):
+                unanswered += 1
         item = as_mapping(event.get("item"))
         if kind == "thread.started":
             traj.session_id = event.get("thread_id")
@@ -48,21 +63,17 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
             traj.call(item.get("id", ""), name, args)
             traj.result(item.get("id", ""), item.get("aggregated_output") or item.get("status") or "")
         elif kind == "turn.completed":
-            raw = as_mapping(event.get("usage"))
-            for key, ours in (
-                ("input_tokens", "input_tokens"),
-                ("output_tokens", "output_tokens"),
-                ("cached_input_tokens", "cache_read_tokens"),
-            ):
-                if isinstance(raw.get(key), int):
-                    usage[ours] = usage.get(ours, 0) + raw[key]
+            usage += _turn_usage(as_mapping(event.get("usage")))
             stop = "end_turn"
-        elif kind in ("turn.failed", "error"):
+        elif kind in ("turn.failed", "error") and not str(event.get("message") or "").startswith("Reconnecting"):
             message = as_mapping(event.get("error")).get("message") or event.get("message")
             error, stop = f"the agent reported an error: {str(message)[:300]}", "error"
     if stop is None and error is None:
         error = "the agent never completed a turn"
-    return Parsed(usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json())
+    provider = ProviderEvidence(tuple(statuses), unanswered, answered=stop == "end_turn" or bool(usage.as_dict()))
+    return Parsed(
+        usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json(), provider=provider
+    )
 
 
 def stream_usage(line: str) -> StreamUsage | None:
@@ -72,13 +83,13 @@ def stream_usage(line: str) -> StreamUsage | None:
     event = json.loads(line)
     if event.get("type") != "turn.completed":
         return None
-    raw = as_mapping(event.get("usage"))
-    usage = {
-        "input_tokens": raw.get("input_tokens"),
-        "output_tokens": raw.get("output_tokens"),
-        "cache_read_tokens": raw.get("cached_input_tokens"),
-    }
-    return StreamUsage(usage)
+    return StreamUsage(_turn_usage(as_mapping(event.get("usage"))).as_dict())
+
+
+def _turn_usage(raw: Mapping[str, Any]) -> TokenUsage:
+    """A ``turn.completed`` event's usage."""
+    reported = {"input_tokens": raw.get("input_tokens"), "output_tokens": raw.get("output_tokens")}
+    return TokenUsage.of({**reported, "cache_read_tokens": raw.get("cached_input_tokens")})
 
 
 PRESET = Preset(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 
@@ -43,9 +44,8 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
         elif kind == "result":
             result = event
     stats = as_mapping(result.get("stats"))
-    usage = {k: stats[k] for k in ("input_tokens", "output_tokens") if isinstance(stats.get(k), int)}
-    if isinstance(stats.get("cached"), int):
-        usage["cache_read_tokens"] = stats["cached"]
+    reported = {"input_tokens": stats.get("input_tokens"), "output_tokens": stats.get("output_tokens")}
+    usage = TokenUsage.of({**reported, "cache_read_tokens": stats.get("cached")})
     error = None
     if not result:
         error = "the agent printed no result"

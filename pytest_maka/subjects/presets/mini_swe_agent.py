@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...core import subject_json
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from .base import Invocation, Parsed, Preset, as_mapping
 
 TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
@@ -31,7 +33,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     except ValueError:
         data = {}
     traj = Trajectory(agent="mini-swe-agent")
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     final = None
     for message in data.get("messages") or []:
         role = message.get("role")
@@ -42,13 +44,13 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
             for call in message.get("tool_calls") or []:
                 fn = as_mapping(call.get("function"))
                 traj.call(call.get("id", ""), fn.get("name", ""), _args(fn.get("arguments")))
-            _add(usage, as_mapping(as_mapping(as_mapping(message.get("extra")).get("response")).get("usage")))
+            usage += _reply_usage(as_mapping(as_mapping(as_mapping(message.get("extra")).get("response")).get("usage")))
         elif role == "tool":
             traj.result(message.get("tool_call_id", ""), message.get("content") or "")
     info = as_mapping(data.get("info"))
     cost = as_mapping(info.get("model_stats")).get("instance_cost")
     if isinstance(cost, (int, float)) and cost > 0:  # 0 means "not tracked" here, never "free"
-        usage["cost_usd"] = float(cost)
+        usage = replace(usage, cost_usd=float(cost))
     status = info.get("exit_status")
     error = None
     if not data:
@@ -72,10 +74,8 @@ def _args(value: Any) -> Any:
         return value
 
 
-def _add(total: dict[str, Any], raw: Any) -> None:
-    for ours, key in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
-        if isinstance(raw.get(key), int):
-            total[ours] = total.get(ours, 0) + raw[key]
+def _reply_usage(raw: Mapping[str, Any]) -> TokenUsage:
+    return TokenUsage.of({"input_tokens": raw.get("prompt_tokens"), "output_tokens": raw.get("completion_tokens")})
 
 
 PRESET = Preset(

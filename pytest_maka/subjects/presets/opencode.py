@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
@@ -33,7 +34,7 @@ def _env(inv: Invocation) -> dict[str, str]:
 
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="opencode")
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     final = error = stop = None
     for event in json_lines(stdout):
         kind, part = event.get("type"), as_mapping(event.get("part"))
@@ -47,17 +48,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
             traj.call(part.get("callID", ""), part.get("tool", ""), state.get("input"), ts=ts)
             traj.result(part.get("callID", ""), state.get("output") or state.get("error") or state.get("status") or "")
         elif kind == "step_finish":
-            tokens = as_mapping(part.get("tokens"))
-            cache = as_mapping(tokens.get("cache"))
-            for ours, value in (
-                ("input_tokens", tokens.get("input")),
-                ("output_tokens", tokens.get("output")),
-                ("cache_read_tokens", cache.get("read")),
-                ("cache_write_tokens", cache.get("write")),
-                ("cost_usd", part.get("cost")),
-            ):
-                if isinstance(value, (int, float)):
-                    usage[ours] = usage.get(ours, 0) + value
+            usage += _step_usage(part)
             stop = "end_turn" if part.get("reason") == "stop" else stop
         elif kind == "error":
             message = as_mapping(as_mapping(event.get("error")).get("data")).get("message") or event.get("error")
@@ -74,17 +65,16 @@ def stream_usage(line: str) -> StreamUsage | None:
     event = json.loads(line)
     if event.get("type") != "step_finish":
         return None
-    part = as_mapping(event.get("part"))
+    return StreamUsage(_step_usage(as_mapping(event.get("part"))).as_dict())
+
+
+def _step_usage(part: Mapping[str, Any]) -> TokenUsage:
+    """A ``step_finish`` part's tokens and cost."""
     tokens = as_mapping(part.get("tokens"))
     cache = as_mapping(tokens.get("cache"))
-    usage = {
-        "input_tokens": tokens.get("input"),
-        "output_tokens": tokens.get("output"),
-        "cache_read_tokens": cache.get("read"),
-        "cache_write_tokens": cache.get("write"),
-        "cost_usd": part.get("cost"),
-    }
-    return StreamUsage(usage)
+    reported = {"input_tokens": tokens.get("input"), "output_tokens": tokens.get("output")}
+    cached = {"cache_read_tokens": cache.get("read"), "cache_write_tokens": cache.get("write")}
+    return TokenUsage.of({**reported, **cached, "cost_usd": part.get("cost")})
 
 
 PRESET = Preset(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core.trajectory import Trajectory
+from ...core.usage import TokenUsage
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
 
@@ -24,7 +25,7 @@ def _files(inv: Invocation) -> dict[str, str]:
 
 def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="pi")
-    usage: dict[str, Any] = {}
+    usage = TokenUsage()
     final = stop = error = None
     for event in json_lines(stdout):
         kind = event.get("type")
@@ -35,7 +36,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
             ts = message["timestamp"] / 1000 if isinstance(message.get("timestamp"), (int, float)) else None
             if message.get("role") == "assistant":
                 traj.model = message.get("model") or traj.model
-                _add_usage(usage, as_mapping(message.get("usage")))
+                usage += _message_usage(as_mapping(message.get("usage")))
                 stop = message.get("stopReason")
                 if message.get("errorMessage"):
                     error = f"the agent reported an error: {str(message['errorMessage'])[:300]}"
@@ -56,18 +57,11 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
-def _add_usage(total: dict[str, Any], raw: Any) -> None:
-    for ours, key in (
-        ("input_tokens", "input"),
-        ("output_tokens", "output"),
-        ("cache_read_tokens", "cacheRead"),
-        ("cache_write_tokens", "cacheWrite"),
-    ):
-        if isinstance(raw.get(key), int):
-            total[ours] = total.get(ours, 0) + raw[key]
-    cost = as_mapping(raw.get("cost")).get("total")
-    if isinstance(cost, (int, float)):
-        total["cost_usd"] = total.get("cost_usd", 0) + cost
+def _message_usage(raw: Mapping[str, Any]) -> TokenUsage:
+    """An assistant message's tokens and cost."""
+    reported = {"input_tokens": raw.get("input"), "output_tokens": raw.get("output")}
+    cached = {"cache_read_tokens": raw.get("cacheRead"), "cache_write_tokens": raw.get("cacheWrite")}
+    return TokenUsage.of({**reported, **cached, "cost_usd": as_mapping(raw.get("cost")).get("total")})
 
 
 def stream_usage(line: str) -> StreamUsage | None:
@@ -78,9 +72,7 @@ def stream_usage(line: str) -> StreamUsage | None:
     message = as_mapping(event.get("message"))
     if event.get("type") != "message_end" or message.get("role") != "assistant":
         return None
-    usage: dict[str, Any] = {}
-    _add_usage(usage, as_mapping(message.get("usage")))
-    return StreamUsage(usage)
+    return StreamUsage(_message_usage(as_mapping(message.get("usage"))).as_dict())
 
 
 PRESET = Preset(
