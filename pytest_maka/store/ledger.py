@@ -212,10 +212,11 @@ class Ledger:
     def problems(self) -> list[str]:
         return [*self.repairs, *self.read_problems]
 
-    def append(self, record: AttemptRecord) -> AttemptRecord:
-        """Write ``record``, scrubbed of secrets, as one line; returns what was written, once it
-        is fsynced."""
-        record = self.redactor.record(record)  # a secret is scrubbed whatever its type
+    def append(self, record: AttemptRecord | Mapping[str, Any]) -> AttemptRecord:
+        """Write ``record`` (JSON is checked against :class:`AttemptRecord` first), scrubbed of
+        secrets, as one line; returns what was written, once it is fsynced. RecordError, before
+        anything is written, when a field does not have the schema's type."""
+        record = self.redactor.record(checked(record))  # a secret is scrubbed whatever its type
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = _dumps(record.to_json()) + "\n"
         with cancel.shielded():
