@@ -102,11 +102,6 @@ def describe(record: AttemptRecord, out_dir: str) -> str:
     return "\n".join(lines)
 
 
-def report_record(report: pytest.TestReport) -> AttemptRecord | None:
-    """The cell record a call report carries (as JSON, which xdist ships to the controller), typed."""
-    data = getattr(report, "maka", None)
-    return AttemptRecord.model_validate(data) if data is not None else None
-
 
 def collected_skips(items: Iterable[pytest.Item]) -> dict[str, str]:
     """The skip reason of each cell collected with one (``--collect-only`` evaluates no marker)."""

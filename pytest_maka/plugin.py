@@ -12,8 +12,9 @@ import pytest
 
 from . import builtins, compat, hookspecs, pid1
 from .cluster import plugin as cluster_plugin
-from .collect import CellItem, CohortFile, report_record
+from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
+from .core.records import report_record
 from .core.taxonomy import HARNESS_SIDE
 from .engine.registry import ENTRY_POINT_GROUP
 from .fixtures import executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from . import __version__
-from .collect import collected_skips, report_record, skip_lines
+from .collect import collected_skips, skip_lines
 from .core.cell import Cell
 from .core.record_model import AttemptRecord
-from .core.records import attempt_record, cell_record, has_result, next_run, utc_iso
+from .core.records import attempt_record, cell_record, has_result, next_run, report_record, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .engine.tasks import ignored_key_lines, ignored_keys
 from .run.lifecycle import attempt_dir_for

@@ -348,26 +348,20 @@ class AttemptRecord(RecordPart):
         return bool(self.passed) and self.taint is not None and bool(self.taint.tainted)
 
     def updated(self, **changes: Any) -> Self:
-        """A copy with top-level ``changes`` (by JSON key; ``schema_`` for ``schema``): a key it
-        has keeps its place, a new one goes last; checked like any record (RecordError)."""
-        values = self.to_json()
-        values.update({key.rstrip("_"): _plain(value) for key, value in changes.items()})
-        return type(self)._checked(values)
+        """A copy with top-level ``changes`` (``schema_`` for ``schema``): a key it has keeps its
+        place, a new one goes last; checked like any record (RecordError)."""
+        return type(self)._checked({**self.to_json(), **{k.rstrip("_"): _plain(v) for k, v in changes.items()}})
 
     def annotated(self, keys: Mapping[str, Any], plugin: str) -> Self:
-        """A copy with the NEW top-level ``keys`` a ``pytest_maka_record`` hook of ``plugin``
-        returned; RecordError when one is a key the record already has (a built-in one, or
-        another plugin's)."""
+        """A copy with the NEW top-level ``keys`` a ``pytest_maka_record`` hook of ``plugin`` returned;
+        RecordError for a key the record already has (a built-in one, or another plugin's)."""
         if not isinstance(keys, Mapping):
             raise RecordError(f"plugin {plugin!r} returned {type(keys).__name__}, not a mapping of new keys")
-        values = self.to_json()
-        builtin = set(_fields(type(self))[0].values())
+        values, builtin = self.to_json(), set(_fields(type(self))[0].values())
         for key in keys:
             if not isinstance(key, str) or key in builtin or key in values:
                 what = "a built-in key of the record" if key in builtin else "a key the record already has"
-                raise RecordError(
-                    f"plugin {plugin!r} returned key {key!r}, {what}; a hook may only add new top-level keys"
-                )
+                raise RecordError(f"plugin {plugin!r} returned key {key!r}, {what}; a hook adds new keys only")
         return type(self)._checked({**values, **keys})
 
     @classmethod

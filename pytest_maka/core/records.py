@@ -248,6 +248,13 @@ def cells_of(attempts: Iterable[AttemptRecord]) -> list[AttemptRecord]:
     return [cell_record(group) for group in group_by_cell(attempts).values()]
 
 
+def report_record(report: object) -> AttemptRecord | None:
+    """The cell record a pytest call report carries (``report.maka``: JSON, which xdist ships to
+    the controller), typed again; None for a report without one."""
+    data = getattr(report, "maka", None)
+    return AttemptRecord.model_validate(data) if data is not None else None
+
+
 def is_tainted(record: AttemptRecord | Mapping[str, Any]) -> bool:
     """The record's pass depended on code the subject changed outside the workdir (``taint``,
     core/taint.py); refused ones are failures and not counted here."""

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from ..collect import report_record
 from ..core.progress import INSTALL_PHASE
-from ..core.records import group_by_cell, has_result
+from ..core.records import group_by_cell, has_result, report_record
 from ..scale.strategy import WAIT_CALLBACKS_KEY
 from ..session import MAKA_KEY
 from .status import LIVE_DIR, RunningCells, read_published
