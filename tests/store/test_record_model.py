@@ -217,3 +217,17 @@ def test_updated_keeps_a_keys_place_and_checks_its_type() -> None:
     assert list(rerun.to_json()) == [*record.to_json(), "resumed"] and rerun.run == 3
     with pytest.raises(RecordError, match=r"attempt: "):
         record.updated(attempt="two")
+
+
+def test_the_ledger_reads_typed_and_names_a_line_that_does_not_fit(tmp_path: Path) -> None:
+    lines = _lines(DATA / "records-b33469a" / ATTEMPTS_FILE)
+    bad = json.loads(lines[1])
+    bad["verifier"]["reward"] = "1.0"
+    (tmp_path / ATTEMPTS_FILE).write_text(lines[0] + json.dumps(bad) + "\n" + lines[2])
+    ledger = Ledger(tmp_path)
+    records = ledger.read()
+    assert [r.to_json() for r in records] == [json.loads(lines[0]), json.loads(lines[2])]
+    (problem,) = ledger.read_problems
+    where = f"{tmp_path / ATTEMPTS_FILE} record 2: record of cell {bad['cell_key']!r}"
+    assert problem.startswith(f"{where}: verifier.reward")
+    assert problem.endswith("; skipped")
