@@ -10,8 +10,8 @@ the cohorts in this repository. For example, to log every lease:
             return executor_lease(request)
         return lease
 
-and to annotate every record:
+and to add a key to every record (the hook returns new top-level keys):
 
     def pytest_maka_record(record, cell):
-        record["team"] = "evals"
+        return {"team": "evals"}
 """

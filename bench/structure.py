@@ -26,25 +26,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGE = "pytest_maka"
-
-# Lowest first. A module belongs to the entry that names the first part of its dotted name below
-# `pytest_maka.`; `""` is the top-level package's own `__init__` (the version). A module no entry
-# names is printed as not placed (a new package: add it here).
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("core", "")),
-    ("infrastructure", ("egress", "store", "compose", "pid1")),
-    ("seams", ("executors", "subjects", "benchmarks", "verifiers", "report")),
-    ("run", ("run",)),
-    ("engine", ("engine", "contracts", "hostcheck", "scale", "cluster", "live")),
-    ("glue", ("plugin", "collect", "fixtures", "session", "reporter", "compat", "hookspecs", "builtins")),
-    ("entry points", ("cli", "testing")),
-)
+from structure_imports import PACKAGE, Edge, module_name, report_cycles, report_layers, resolve, short
 
 FACT_DICTS = frozenset({"agent_info", "verifier_info", "isolation", "budget_info", "usage", "timings"})
 RECORD_NAMES = frozenset({"record", "rec", "r", "row"})
@@ -60,18 +48,10 @@ FACT_KEYS = frozenset((
     "usage_problems", "workspace_changes",
 ))
 # fmt: on
+#: The typed facts classes whose new field is a new recorded fact (issue 23's "files a new fact touches").
+NEW_FACT_CLASSES = ("AgentFacts", "CarriedArtifact", "StepsVerdict", "VerifierRun")
 TOP = 10
 BIG_FILE = 400
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One import of module `dst` by module `src` (`deferred`: inside a function or TYPE_CHECKING)."""
-
-    src: str
-    dst: str
-    line: int
-    deferred: bool
 
 
 @dataclass
@@ -85,47 +65,8 @@ class Code:
     fact_writes: list[tuple[str, int, str]] = field(default_factory=list)  # module, line, key
     record_reads: list[tuple[str, int, str]] = field(default_factory=list)
     names: dict[str, set[str]] = field(default_factory=dict)  # module -> string constants, keywords, attributes
-
-
-def module_name(root: Path, path: Path) -> str:
-    """`pytest_maka/run/steps.py` -> `pytest_maka.run.steps`; a package's `__init__.py` is the package."""
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def is_package(code: Code, module: str) -> bool:
-    return code.files[module].name == "__init__.py"
-
-
-def package_of(code: Code, module: str) -> str:
-    return module if is_package(code, module) else module.rpartition(".")[0]
-
-
-def unit_of(code: Code, module: str) -> str:
-    """A module's package, except that a top-level module (`plugin`, `cli`, ...) is a unit of its own."""
-    package = package_of(code, module)
-    return module if package == PACKAGE else package
-
-
-def top_of(module: str) -> str:
-    """The first name below `pytest_maka.` (`run`, `executors`, `plugin`, ...)."""
-    return short(module).split(".")[0]
-
-
-def resolve(code: Code, module: str, node: ast.ImportFrom) -> list[str]:
-    """The modules of this repository that `from ... import ...` names (relative imports resolved)."""
-    if node.level:
-        base = package_of(code, module).split(".")
-        base = base[: len(base) - (node.level - 1)]
-        target = ".".join(base + ([node.module] if node.module else []))
-    else:
-        target = node.module or ""
-    found = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in code.files]
-    if len(found) < len(node.names) and target in code.files:
-        found.append(target)
-    return found
+    calls: dict[str, set[str]] = field(default_factory=dict)  # module -> names called (`X(...)`, `m.X(...)`)
+    classes: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # class -> (module, annotated fields)
 
 
 class Reader(ast.NodeVisitor):
@@ -150,6 +91,8 @@ class Reader(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        fields = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+        self.code.classes.setdefault(node.name, (self.module, fields))
         self.scope.append(node.name)
         self.generic_visit(node)
         self.scope.pop()
@@ -193,6 +136,8 @@ class Reader(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        self.code.calls.setdefault(self.module, set()).add(called)
         if isinstance(func, ast.Attribute):
             first = node.args[0] if node.args else None
             literal = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
@@ -244,71 +189,6 @@ def _names_in(tree: ast.AST):
             yield node.attr
 
 
-def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative; only components of more than one node, largest first."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return sorted(found, key=lambda c: (-len(c), c))
-
-
-def graph_of(edges: list[Edge], key=lambda module: module) -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = defaultdict(set)
-    for edge in edges:
-        src, dst = key(edge.src), key(edge.dst)
-        graph[dst]
-        if src != dst:
-            graph[src].add(dst)
-    return graph
-
-
-def layer_of(module: str) -> tuple[int, str] | None:
-    """The layer of a module (index, name), or None when LAYERS does not place it."""
-    first = module.removeprefix(PACKAGE).removeprefix(".").split(".")[0]
-    for position, (name, members) in enumerate(LAYERS):
-        if first in members:
-            return position, name
-    return None
-
-
-def short(module: str) -> str:
-    return module.removeprefix(PACKAGE + ".") if module != PACKAGE else PACKAGE
-
-
 def report(code: Code, out=sys.stdout) -> None:
     """Print every figure as plain text (pasteable into bench/RESULTS.md)."""
 
@@ -326,41 +206,9 @@ def report(code: Code, out=sys.stdout) -> None:
     for lines, module in big:
         say(f"  {lines:5}  {code.files[module].relative_to(code.files[PACKAGE].parent.parent)}")
     say()
-    for title, edges in (("all imports", code.edges), ("module-level imports only", _eager(code.edges))):
-        files = strongly_connected(graph_of(edges))
-        packages = strongly_connected(graph_of(edges, lambda m: unit_of(code, m)))
-        say(f"import cycles, {title}: {len(files)} between files, {len(packages)} between packages")
-        for component in files:
-            say(f"  files ({len(component)}): " + " ".join(short(m) for m in component))
-        for component in packages:
-            say(f"  packages ({len(component)}): " + " ".join(short(m) for m in component))
-        say()
-    _report_layers(code, say)
+    report_cycles(code, say)
+    report_layers(code, say)
     _report_facts(code, say)
-
-
-def _eager(edges: list[Edge]) -> list[Edge]:
-    return [edge for edge in edges if not edge.deferred]
-
-
-def _report_layers(code: Code, say) -> None:
-    say("layers, lowest first (an arrow points up when a lower layer imports a higher one):")
-    for position, (name, members) in enumerate(LAYERS):
-        say(f"  {position} {name}: " + ", ".join(m or "__init__" for m in members))
-    unplaced = sorted({short(m) for m in code.files if layer_of(m) is None})
-    if unplaced:
-        say("  not placed by LAYERS: " + ", ".join(unplaced))
-    up = []
-    for edge in code.edges:
-        src, dst = layer_of(edge.src), layer_of(edge.dst)
-        if src and dst and src[0] < dst[0]:
-            up.append(edge)
-    pairs = Counter((top_of(e.src), top_of(e.dst)) for e in up)
-    deferred = sum(e.deferred for e in up)
-    say(f"arrows that point up: {len(up)} imports ({deferred} deferred) in {len(pairs)} package pairs")
-    for (src, dst), count in sorted(pairs.items(), key=lambda p: (-p[1], p[0])):
-        say(f"  {count:4}  {src} -> {dst}")
-    say()
 
 
 def _report_facts(code: Code, say) -> None:
@@ -375,6 +223,7 @@ def _report_facts(code: Code, say) -> None:
             say(f"  {count:4}  {short(module)}")
         say()
     _report_fact_reach(code, say)
+    _report_new_fact(code, say)
 
 
 def _report_fact_reach(code: Code, say) -> None:
@@ -394,6 +243,26 @@ def _report_fact_reach(code: Code, say) -> None:
         "file using it)"
     )
     say("  " + ", ".join(f"{key} {count}" for count, key in reach))
+    say()
+
+
+def _report_new_fact(code: Code, say) -> None:
+    """The files a new recorded field of each facts class touches (see NEW_FACT_CLASSES)."""
+    found = [name for name in NEW_FACT_CLASSES if name in code.classes]
+    if not found:
+        return
+    root = code.files[PACKAGE].parent.parent
+    others = [*sorted((root / "tests").rglob("*.py")), *sorted((root / "docs").glob("*.md")), root / "README.md"]
+    own_test = "test_bench_structure.py"  # names the classes to test this figure: not a file a new fact touches
+    texts = {path: path.read_text(encoding="utf-8") for path in others if path.is_file() and path.name != own_test}
+    say("files a new recorded fact touches (a field of a facts class; source: the file defining the class and the")
+    say("files constructing it, which pass every field without a default; tests/docs: files naming the class):")
+    for name in found:
+        home, _fields = code.classes[name]
+        source = {home} | {m for m, called in code.calls.items() if name in called}
+        pattern = re.compile(rf"\b{name}\b")
+        rest = sum(bool(pattern.search(text)) for text in texts.values())
+        say(f"  {name}: {len(source)} + {rest}  ({', '.join(sorted(short(m) for m in source))})")
     say()
 
 

@@ -23,7 +23,6 @@ ADAPTER_PLUGINS = {
     "maka-terminal-bench": "pytest_maka.benchmarks.plugin_terminal_bench",
     "maka-swe-bench": "pytest_maka.benchmarks.swebench.plugin",
     "maka-test-log-verifiers": "pytest_maka.verifiers.plugin",
-    "maka-subject-handoff": "pytest_maka.subjects.handoff",
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from . import compat
 from .core.cell import Cell
+from .core.record_model import AttemptRecord
 from .core.taxonomy import MEANING, PYTEST_OUTCOME, Status
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class CellItem(pytest.Item):
         super().__init__(name=cell.id, parent=parent, nodeid=nodeid, **kw)
         self.cell = cell
         self.maka: MakaSession = parent.maka
-        self.maka_record: dict[str, Any] | None = None
+        self.maka_record: AttemptRecord | None = None
         self.extra_keyword_matches.update({cell.task.id, cell.subject.name, cell.subject.kind, f"r{cell.repetition}"})
         self.add_marker(pytest.mark.usefixtures(*CELL_FIXTURES))
         compat.setup_fixtures(self, fixtureinfo or compat.fixture_info(self))
@@ -66,8 +67,7 @@ class CellItem(pytest.Item):
         stop = self.maka.runner.stop_reason()
         if stop:
             self.session.shouldstop = stop
-        status = Status(record["status"])
-        outcome = PYTEST_OUTCOME[status]
+        outcome = PYTEST_OUTCOME[record.status]
         if outcome == "failed":
             raise CellFailed(record)
         if outcome == "error":
@@ -85,22 +85,22 @@ class CellItem(pytest.Item):
         return self.path, 0, f"maka cell {self.cell.id}"
 
 
-def describe(record: dict[str, Any], out_dir: str) -> str:
+def describe(record: AttemptRecord, out_dir: str) -> str:
     """The few lines a reader needs to know whose fault a red cell is and where to look."""
-    status = Status(record["status"])
-    error = (record.get("error") or {}).get("message") or ""
+    status = record.status
+    error = (record.error.message if record.error is not None else None) or ""
     lines = [f"{status.value}: {error}" if error else status.value, f"  meaning: {MEANING[status]}"]
-    if record.get("score") is not None:
-        lines.append(f"  score: {record['score']}")
-    if record.get("attempt_count", 1) > 1:
-        history = ", ".join(f"#{a['attempt']} {a['status']}" for a in record.get("attempts", []))
+    if record.score is not None:
+        lines.append(f"  score: {record.score}")
+    if (record.attempt_count or 1) > 1:
+        history = ", ".join(f"#{a.attempt} {a.status}" for a in record.attempts or [])
         lines.append(f"  attempts: {history}")
-    if record.get("resumed"):
+    if record.resumed:
         lines.append("  (reported from the ledger of an earlier run into this output directory)")
-    artifacts = record.get("artifacts") or {}
-    if artifacts.get("dir"):
-        lines.append(f"  artifacts: {out_dir}/{artifacts['dir']}")
+    if record.artifacts is not None and record.artifacts.dir:
+        lines.append(f"  artifacts: {out_dir}/{record.artifacts.dir}")
     return "\n".join(lines)
+
 
 
 def collected_skips(items: Iterable[pytest.Item]) -> dict[str, str]:
@@ -131,18 +131,18 @@ AGENT_OUTPUTS = (("agent_stderr", "agent stderr"), ("agent_log", "agent stdout")
 
 
 def output_tails(
-    record: dict[str, Any], out_dir: Path, out_display: str, redact: Callable[[str], str] = str
+    record: AttemptRecord, out_dir: Path, out_display: str, redact: Callable[[str], str] = str
 ) -> list[str]:
     """The last lines of the verifier's (and, for an incomplete cell, the agent's) stderr and
     stdout, redacted: the cause of a red cell where the user looks, not only in a file."""
     from .report.artifacts import read_tail  # safe reading: below out_dir, no symlinks, no escapes
 
-    status = Status(record["status"])
-    artifacts = record.get("artifacts") or {}
+    status = record.status
+    artifacts = record.artifacts
     wanted = (*AGENT_OUTPUTS, *VERIFIER_OUTPUTS) if status is Status.AGENT_INCOMPLETE else VERIFIER_OUTPUTS
     lines: list[str] = []
     for key, label in wanted:
-        rel = artifacts.get(key)
+        rel = artifacts.get(key) if artifacts is not None else None
         text = read_tail(out_dir, rel, TAIL_READ_BYTES) if isinstance(rel, str) else None
         if not text or not text.strip():
             continue

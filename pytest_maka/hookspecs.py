@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from contextlib import AbstractContextManager
 
     from .core.cell import Cell
     from .core.cohort import Cohort
+    from .core.record_model import AttemptRecord
     from .core.spec import TaskSource
     from .core.task import Task
     from .core.taxonomy import AttemptFacts, Status
@@ -68,12 +70,14 @@ def pytest_maka_classify(facts: AttemptFacts, cell: Cell) -> Status | None:
 
 
 @pytest.hookspec
-def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
-    """Annotate an attempt record (add keys; never rename the schema's) before it is written."""
+def pytest_maka_record(record: AttemptRecord, cell: Cell) -> Mapping[str, Any] | None:
+    """Add facts to an attempt's record before it is written: return a mapping of NEW top-level
+    keys (JSON values), or None. The record is read-only; a returned key the record already has
+    (a built-in one, or another plugin's) makes the attempt infra_failure, naming the plugin."""
 
 
 @pytest.hookspec
-def pytest_maka_report(out_dir: Path, records: list[dict[str, Any]], cohort: Cohort) -> None:
+def pytest_maka_report(out_dir: Path, records: list[AttemptRecord], cohort: Cohort) -> None:
     """The derived files have been written for ``records`` (controller only): add your own views."""
 
 
@@ -96,5 +100,5 @@ def pytest_maka_phase(cell: Cell, phase: str, attempt: int, detail: str | None) 
 
 
 @pytest.hookspec
-def pytest_maka_attempt_finished(cell: Cell, record: dict[str, Any]) -> None:
-    """The attempt's record is in the ledger (``record["status"]`` is its taxonomy class)."""
+def pytest_maka_attempt_finished(cell: Cell, record: AttemptRecord) -> None:
+    """The attempt's record is in the ledger (``record.status`` is its taxonomy class)."""

@@ -14,7 +14,8 @@ from . import builtins, compat, hookspecs, pid1
 from .cluster import plugin as cluster_plugin
 from .collect import CellItem, CohortFile
 from .core.interrupts import first_ctrl_c_only
-from .core.taxonomy import HARNESS_SIDE, Status
+from .core.records import report_record
+from .core.taxonomy import HARNESS_SIDE
 from .engine.registry import ENTRY_POINT_GROUP
 from .fixtures import executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
 from .live import plugin as live_plugin
@@ -165,21 +166,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if isinstance(item, CellItem) and call.when == "call" and item.maka_record is not None:
         record = item.maka_record
-        report.maka = record  # type: ignore[attr-defined]  # xdist ships report.__dict__ to the controller
+        report.maka = record.to_json()  # type: ignore[attr-defined]  # JSON: xdist ships report.__dict__
         item.user_properties.extend(
-            [
-                ("maka_status", record["status"]),
-                ("maka_score", record.get("score")),
-                ("maka_cell_key", record["cell_key"]),
-            ]
+            [("maka_status", record.status.value), ("maka_score", record.score), ("maka_cell_key", record.cell_key)]
         )
     return report
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
     """Verifier, infra and policy failures show as errors: not the subject's fault."""
-    record = getattr(report, "maka", None)
-    if record and report.when == "call" and report.failed and Status(record["status"]) in HARNESS_SIDE:
+    record = report_record(report) if report.when == "call" and report.failed else None
+    if record is not None and record.status in HARNESS_SIDE:
         return "error", "E", "ERROR"
     return None
 

@@ -15,7 +15,8 @@ import pytest
 from . import __version__
 from .collect import collected_skips, skip_lines
 from .core.cell import Cell
-from .core.records import attempt_record, cell_record, has_result, next_run, utc_iso
+from .core.record_model import AttemptRecord
+from .core.records import attempt_record, cell_record, has_result, next_run, report_record, utc_iso
 from .core.taxonomy import HARNESS_SIDE, Status
 from .engine.tasks import ignored_key_lines, ignored_keys
 from .run.lifecycle import attempt_dir_for
@@ -37,7 +38,7 @@ class MakaReporter:
     def __init__(self, config: pytest.Config, maka: MakaSession) -> None:
         self.config = config
         self.maka = maka
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, AttemptRecord] = {}
         self.expected: set[str] | None = None  # cell node ids collected by xdist workers
         self.other_failures = 0
         self.not_run: dict[str, str] = {}  # cells of this run that never started, and why
@@ -72,7 +73,7 @@ class MakaReporter:
 
     # -- reports -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = getattr(report, "maka", None)
+        record = report_record(report)
         if record is not None:
             self.records[report.nodeid] = record
             return
@@ -104,8 +105,8 @@ class MakaReporter:
           run into this directory runs it.
         """
         with self.maka.ledger.locked():
-            mine = [r for r in self.maka.ledger.read() if r["cell_key"] == cell.key]
-            number = max((r["attempt"] for r in mine), default=0) + 1
+            mine = [r for r in self.maka.ledger.read() if r.cell_key == cell.key]
+            number = max((r.attempt for r in mine), default=0) + 1
             attempt_dir = attempt_dir_for(self.maka.out_dir, cell, number)
             if _made_since(attempt_dir, self.run_started):
                 status = Status.AGENT_ABORTED if interrupted else Status.INFRA_FAILURE
@@ -114,22 +115,18 @@ class MakaReporter:
                     if interrupted
                     else "the worker running this attempt crashed before recording it"
                 )
-                record = self._lost_attempt(cell, number, status, why, attempt_dir, mine)
-                self.maka.ledger.append(record)
-                mine.append(record)
-            elif not any(r["finished_at"] >= utc_iso(self.run_started) for r in mine):
+                mine.append(self.maka.ledger.append(self._lost_attempt(cell, number, status, why, attempt_dir, mine)))
+            elif not any(r.finished_at >= utc_iso(self.run_started) for r in mine):
                 if self.rerun or not has_result(mine):  # a rerun's cell that never started: not run
                     self.not_run[nodeid] = "interrupted" if interrupted else "worker lost"
                     return
-                standing = cell_record(mine)  # a resumed cell whose report was lost
-                standing["resumed"] = True
-                self.records[nodeid] = standing
+                self.records[nodeid] = cell_record(mine).updated(resumed=True)  # a resumed cell whose report was lost
                 return
         self.records[nodeid] = cell_record(mine)
 
     def _lost_attempt(
-        self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path, previous: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+        self, cell: Cell, number: int, status: Status, why: str, attempt_dir: Path, previous: list[AttemptRecord]
+    ) -> AttemptRecord:
         started = attempt_dir.stat().st_mtime
         return attempt_record(
             cell,
@@ -166,7 +163,7 @@ class MakaReporter:
             return current
         if policy == "never":
             return pytest.ExitCode.OK
-        statuses = [Status(r["status"]) for r in self.records.values()]
+        statuses = [r.status for r in self.records.values()]
         if self.not_run or any(s in HARNESS_SIDE for s in statuses):
             return EXIT_NO_OFFICIAL_RESULT
         if self.skipped or not self.records:
@@ -175,15 +172,15 @@ class MakaReporter:
             return EXIT_NOT_ALL_PASSED
         return pytest.ExitCode.OK
 
-    def cohort_records(self) -> list[dict[str, Any]]:
+    def cohort_records(self) -> list[AttemptRecord]:
         """One record per cell of the current cohort definition that has any attempt."""
         keys = [c.key for c in self.maka.cohort.cells]
-        by_key = {r["cell_key"]: r for r in self.maka.ledger.cell_records(keys)}
+        by_key = {r.cell_key: r for r in self.maka.ledger.cell_records(keys)}
         for record in self.records.values():  # resumed cells carry their flag
-            if record.get("resumed") and record["cell_key"] in by_key:
-                by_key[record["cell_key"]]["resumed"] = True
+            if record.resumed and record.cell_key in by_key:
+                by_key[record.cell_key] = by_key[record.cell_key].updated(resumed=True)
         order = {k: i for i, k in enumerate(keys)}
-        return sorted(by_key.values(), key=lambda r: order.get(r["cell_key"], 0))
+        return sorted(by_key.values(), key=lambda r: order.get(r.cell_key, 0))
 
     def write_outputs(self) -> None:
         from .report import write_views
@@ -257,7 +254,7 @@ class MakaReporter:
             return
         for line in terminal_lines(records):
             terminalreporter.write_line(line)
-        resumed = sum(1 for r in records if r.get("resumed"))
+        resumed = sum(1 for r in records if r.resumed)
         if resumed:
             terminalreporter.write_line(
                 f"{resumed} cell(s) reported from the ledger of an earlier run (not re-executed)"

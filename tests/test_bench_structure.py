@@ -34,6 +34,7 @@ def _tree(root: Path) -> None:
     _write(root, "pytest_maka/run/b.py", "from . import c\n")
     body = "".join(f"    x{i} = {i}\n" for i in range(30))
     _write(root, "pytest_maka/run/c.py", f"from pytest_maka.core.a import small\n\n\ndef huge():\n{body}")
+    _write(root, "pytest_maka/run/facts.py", "class VerifierRun:\n    exit_code: int\n")
     _write(root, "pytest_maka/store/__init__.py", "")
     _write(root, "pytest_maka/store/big.py", "x = 1\n" * 401)
     _write(
@@ -45,7 +46,7 @@ def _tree(root: Path) -> None:
         def write(work, record):
             work.agent_info["version"] = 1
             work.facts_update(exit=0, timed_out=False)
-            return record["status"], record.get("cell")
+            return record["status"], record.get("cell"), VerifierRun(exit_code=0)
         """,
     )
 
@@ -75,6 +76,7 @@ def test_finds_the_cycle_the_largest_function_and_the_arrow_up(tmp_path: Path) -
     assert "record reads by literal key (r, rec, record, row): 2 places, 2 keys, 1 files" in out
     assert "over 3 keys (FACT_KEYS and those written by literal key): median 1, max 1" in out
     assert "  version 1, timed_out 1, exit 1\n" in out
+    assert "  VerifierRun: 2 + 0  (run.facts, store.d)\n" in out, "defined in one file, constructed in another"
 
 
 def test_a_directory_without_the_package_is_one_clear_line(tmp_path: Path) -> None:

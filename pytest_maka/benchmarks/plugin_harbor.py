@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ..core.cell import Cell
+from ..core.record_model import AttemptRecord
 from ..core.spec import TaskSource
 from ..core.task import Task
 from . import detect, harbor
@@ -24,21 +25,24 @@ def pytest_maka_load_tasks(source: TaskSource, path: Path, spec_path: Path) -> l
     return harbor.discover(path, harbor.parse_options(source.adapter_options, spec_path))
 
 
-def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
+def pytest_maka_record(record: AttemptRecord, cell: Cell) -> dict[str, Any]:
     """State, per phase, the network the task declared beside the one the attempt had."""
     task = cell.task
-    granted = (record.get("isolation") or {}).get("network") or {}
+    network = record.isolation.network if record.isolation is not None else None
+    granted = network.to_json() if network is not None else {}
     declared = {"agent": task.network, "verifier": task.verifier_declared}
-    record["network"] = {
+    phases = {
         phase: {"declared": declared[phase], "granted": granted.get(phase, "none" if granted else None)}
         for phase in ("agent", "verifier")
     }
     hosts = task.grading_options.get("allowed_hosts")
     if hosts:
-        record["network"]["agent"]["allowed_hosts"] = list(hosts)
-    declared = _declared(task)
-    if declared:
-        record["task_declares"] = declared
+        phases["agent"]["allowed_hosts"] = list(hosts)
+    keys: dict[str, Any] = {"network": phases}
+    offered = _declared(task)
+    if offered:
+        keys["task_declares"] = offered
+    return keys
 
 
 def _declared(task: Task) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import cancel
+from ..core.record_model import AttemptRecord
 from ..engine import Engine
 from . import boot, ship, transfer
 
@@ -62,7 +63,7 @@ class _Relay:
             with suppress(Exception):  # a view's update must never cost the attempt
                 worker.log_event(PHASE_TOPIC, {"token": token, "phase": phase, "detail": detail})
 
-    def attempt_finished(self, cell: Any, record: dict[str, Any]) -> None:
+    def attempt_finished(self, cell: Any, record: AttemptRecord) -> None:
         self.inner.attempt_finished(cell, record)
 
 
@@ -176,9 +177,9 @@ def run_attempt_remote(
         with scope:
             watcher.start()
             record = runner.run_attempt(cell, number, engine.lease(), scratch)
-        record["worker"] = address
-        data, record["transfer"] = transfer.pack(attempt_dir, cap)
-        return {"record": record, "artifacts": data}
+        data, facts = transfer.pack(attempt_dir, cap)
+        record = record.updated(worker=address, transfer=facts)
+        return {"record": record.to_json(), "artifacts": data}  # JSON on the wire
     except KeyboardInterrupt:
         return {"error": "cancelled by the controller"}
     finally:

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..core import cancel, progress
 from ..core.cell import Cell
-from ..core.records import Record, attempt_record
+from ..core.record_model import AttemptRecord
+from ..core.records import attempt_record
 from ..core.spec import ClusterEntry
 from ..core.taxonomy import Status
 from ..run.lifecycle import CellRunner, LeaseFn
@@ -84,7 +85,7 @@ class ClusterRunner(CellRunner):
             if running is not None and self.observer is not None:
                 self.observer.phase(*running, str(msg.get("phase")), msg.get("detail"))
 
-    def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
+    def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> AttemptRecord:
         with progress.attempt_scope(self.observer, cell, number):
             progress.phase("queued on the cluster")
             started = time.time()
@@ -115,13 +116,13 @@ class ClusterRunner(CellRunner):
                 progress.attempt_finished(record)
                 raise KeyboardInterrupt from None
             self._done(token)
-            if "record" in outcome:
-                record = outcome["record"]
-                self._unpack(cell, number, outcome["artifacts"], record)
+            if "record" in outcome:  # JSON on the wire: typed again here
+                record = AttemptRecord.model_validate(outcome["record"])
+                record = self._unpack(cell, number, outcome["artifacts"], record)
             else:
                 record = self._local(cell, number, started, Status.INFRA_FAILURE, outcome["error"])
-                record["worker"] = outcome.get("worker")
-            record["run"] = self.target_run(cell)  # the worker's runner knows nothing of earlier runs
+                record = record.updated(worker=outcome.get("worker"))
+            record = record.updated(run=self.target_run(cell))  # the worker's runner knows nothing of earlier runs
             self.ledger.append(record)
             progress.attempt_finished(record)
             return record
@@ -171,7 +172,7 @@ class ClusterRunner(CellRunner):
             return {"error": f"the Dask worker {lost} running this attempt was lost", "worker": lost}
         return result
 
-    def _local(self, cell: Cell, number: int, started: float, status: Status, message: str) -> Record:
+    def _local(self, cell: Cell, number: int, started: float, status: Status, message: str) -> AttemptRecord:
         """An attempt record made on the controller (the attempt produced none)."""
         self.attempt_dir(cell, number).mkdir(parents=True, exist_ok=True)
         return attempt_record(
@@ -186,16 +187,18 @@ class ClusterRunner(CellRunner):
             run=self.target_run(cell),
         )
 
-    def _unpack(self, cell: Cell, number: int, data: bytes, record: Record) -> None:
-        """Place the worker's attempt directory where a local attempt would have written it."""
+    def _unpack(self, cell: Cell, number: int, data: bytes, record: AttemptRecord) -> AttemptRecord:
+        """Place the worker's attempt directory where a local attempt would have written it; the
+        record with what the unpacking met in its ``transfer``."""
         target = self.attempt_dir(cell, number)
         shutil.rmtree(target, ignore_errors=True)
-        facts = record.setdefault("transfer", {})
+        facts = dict(record.extra("transfer") or {})
         try:
             refused = transfer.unpack(data, target)
         except (tarfile.TarError, OSError, EOFError) as exc:  # the record stands; its files did not arrive
             facts["error"] = f"the attempt's files could not be unpacked: {type(exc).__name__}: {exc}"
             target.mkdir(parents=True, exist_ok=True)
-            return
+            return record.updated(transfer=facts)
         if refused:
             facts["refused"] = refused
+        return record.updated(transfer=facts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from ..core.records import Record
+from ..core.record_model import AttemptRecord
 from ..scale.strategy import InProcessPool, Serial
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ class DaskCluster(InProcessPool):
 
     name: ClassVar[str] = "dask"
 
-    def run(self, item: CellItem) -> Record:
+    def run(self, item: CellItem) -> AttemptRecord:
         if self.size <= 1:  # --maka-concurrency 1: one cell at a time, waited for on pytest's thread
             return Serial(self.maka).run(item)
         return super().run(item)

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from .cell import Cell
+from .record_model import AttemptRecord
 
 #: Phase names the kernel reports, in lifecycle order ("building image" and "waiting for a
 #: container slot" come from the Docker executor; "queued on the cluster" is what the
@@ -46,7 +47,7 @@ class AttemptObserver(Protocol):
 
     def phase(self, cell: Cell, attempt: int, phase: str, detail: str | None) -> None: ...
 
-    def attempt_finished(self, cell: Cell, record: dict[str, Any]) -> None: ...
+    def attempt_finished(self, cell: Cell, record: AttemptRecord) -> None: ...
 
 
 #: The phase of an attempt whose subject's agent is being installed into the cache (first use);
@@ -91,7 +92,7 @@ def attempt_scope(observer: AttemptObserver | None, cell: Cell, attempt: int) ->
         _current.reset(token)
 
 
-def attempt_finished(record: dict[str, Any]) -> None:
+def attempt_finished(record: AttemptRecord) -> None:
     """The current attempt's record has been written to the ledger."""
     scope = _current.get()
     if scope is not None and scope.observer is not None:

@@ -140,6 +140,7 @@ class AgentInfo(RecordPart):
     provider_errors: dict[str, int] | None = None
     provider_unusable: str | None = None
     claim_agrees_with_verdict: bool | None = None
+    started: bool | None = None
 
 
 class VerifierInfo(RecordPart):
@@ -348,6 +349,30 @@ class AttemptRecord(RecordPart):
     def is_tainted(self) -> bool:
         """A pass that depended on code the subject changed outside the workdir (refused ones are failures)."""
         return bool(self.passed) and self.taint is not None and bool(self.taint.tainted)
+
+    def updated(self, **changes: Any) -> Self:
+        """A copy with top-level ``changes`` (``schema_`` for ``schema``): a key it has keeps its
+        place, a new one goes last; checked like any record (RecordError)."""
+        return type(self)._checked({**self.to_json(), **{k.rstrip("_"): _plain(v) for k, v in changes.items()}})
+
+    def annotated(self, keys: Mapping[str, Any], plugin: str) -> Self:
+        """A copy with the NEW top-level ``keys`` a ``pytest_maka_record`` hook of ``plugin`` returned;
+        RecordError for a key the record already has (a built-in one, or another plugin's)."""
+        if not isinstance(keys, Mapping):
+            raise RecordError(f"plugin {plugin!r} returned {type(keys).__name__}, not a mapping of new keys")
+        values, builtin = self.to_json(), set(_fields(type(self))[0].values())
+        for key in keys:
+            if not isinstance(key, str) or key in builtin or key in values:
+                what = "a built-in key of the record" if key in builtin else "a key the record already has"
+                raise RecordError(f"plugin {plugin!r} returned key {key!r}, {what}; a hook adds new keys only")
+        return type(self)._checked({**values, **keys})
+
+    @classmethod
+    def _checked(cls, values: Mapping[str, Any]) -> Self:
+        try:
+            return cls.model_validate(values)
+        except ValidationError as e:
+            raise RecordError(describe(e, values)) from None
 
     def network_phases(self) -> dict[str, PhaseNetwork]:
         """``isolation.network.phases`` (empty when the record has none)."""

@@ -17,9 +17,9 @@ SCHEMA_PREFIX = "pytest-maka/result/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 
-#: A record as JSON (what a line of the ledger holds, what ``pytest_maka_record`` hooks annotate);
-#: every view reads it as an :class:`~.record_model.AttemptRecord` (:func:`read_record`).
-Record = dict[str, Any]
+#: A record as JSON: what a line of the ledger holds and what crosses the wire (an xdist report,
+#: a Dask result), read back with :func:`read_record` or ``AttemptRecord.model_validate``.
+JsonRecord = dict[str, Any]
 
 
 def utc_iso(ts: float) -> str:
@@ -52,9 +52,10 @@ def attempt_record(
     run: int = 1,
     taint: TaintRecord | None = None,
     read_only_system: ReadOnlySystem | None = None,
-) -> Record:
-    """One attempt, in the shape every reader of the ledger expects."""
-    return {
+) -> AttemptRecord:
+    """One attempt, in the shape every reader of the ledger expects (RecordError when a part does
+    not fit its type)."""
+    return AttemptRecord._checked({
         "schema": SCHEMA,
         "cohort": cohort,
         "cell_id": cell.id,
@@ -88,22 +89,25 @@ def attempt_record(
         **({"steps": steps} if steps is not None else {}),
         **({"taint": taint.as_record()} if taint is not None else {}),
         **({"read_only_system": read_only_system.as_record()} if read_only_system is not None else {}),
-    }
+    })
 
 
-def is_final(record: Mapping[str, Any]) -> bool:
+def is_final(record: AttemptRecord) -> bool:
     """A final record is never re-executed by a resume into the same output directory."""
-    return Status(record["status"]) in FINAL
+    return record.status in FINAL
 
 
-def run_of(record: Mapping[str, Any]) -> int:
+def run_of(record: AttemptRecord) -> int:
     """The run of the cell an attempt belongs to: 1, then one more per ``--maka-rerun``
     (attempts written before reruns existed carry no ``run``: they are run 1)."""
-    run = record.get("run")
+    return _run_value(record.run)
+
+
+def _run_value(run: object) -> int:
     return run if isinstance(run, int) and not isinstance(run, bool) and run >= 1 else 1
 
 
-def next_run(previous: Iterable[Mapping[str, Any]], *, rerun: bool, session_started: float) -> int:
+def next_run(previous: Iterable[AttemptRecord], *, rerun: bool, session_started: float) -> int:
     """The run a cell's new attempts belong to: the latest one recorded, or under
     ``--maka-rerun`` one past the latest run recorded before the session started (so a
     replacement xdist worker, started later, picks the same run)."""
@@ -112,27 +116,31 @@ def next_run(previous: Iterable[Mapping[str, Any]], *, rerun: bool, session_star
     return max((run_of(r) for r in previous if _finished_before(r, session_started)), default=0) + 1
 
 
-def _finished_before(record: Mapping[str, Any], ts: float) -> bool:
+def _finished_before(record: AttemptRecord, ts: float) -> bool:
     """Whether ``record`` finished before ``ts`` (an unreadable time counts as before: an old line)."""
     try:
-        return datetime.fromisoformat(str(record["finished_at"])).timestamp() < ts
-    except (KeyError, ValueError):
+        return datetime.fromisoformat(record.finished_at).timestamp() < ts
+    except ValueError:
         return True
 
 
-def latest_run(attempts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _ordered(attempts: Iterable[AttemptRecord]) -> list[AttemptRecord]:
+    return sorted(attempts, key=lambda r: (r.attempt, r.finished_at))
+
+
+def latest_run(attempts: Iterable[AttemptRecord]) -> list[AttemptRecord]:
     """The attempts of the cell's latest run, in attempt order."""
-    ordered = sorted(attempts, key=lambda r: (r["attempt"], r["finished_at"]))
+    ordered = _ordered(attempts)
     last = max((run_of(r) for r in ordered), default=1)
     return [r for r in ordered if run_of(r) == last]
 
 
-def has_result(attempts: Iterable[Mapping[str, Any]]) -> bool:
+def has_result(attempts: Iterable[AttemptRecord]) -> bool:
     """Whether the cell's latest run has a final attempt (a resume reports it, not runs it)."""
     return any(is_final(r) for r in latest_run(attempts))
 
 
-def cell_record(attempts: Iterable[Mapping[str, Any]]) -> Record:
+def cell_record(attempts: Iterable[AttemptRecord]) -> AttemptRecord:
     """The record that stands for a cell: the earliest final attempt of its latest run, else
     that run's latest attempt.
 
@@ -141,40 +149,42 @@ def cell_record(attempts: Iterable[Mapping[str, Any]]) -> Record:
     cell before any of its outcomes was known; it stands whatever it gives, and the record
     lists every earlier run's result in ``runs`` (nothing of them is hidden or deleted).
     """
-    ordered = sorted(attempts, key=lambda r: (r["attempt"], r["finished_at"]))
+    ordered = _ordered(attempts)
     if not ordered:
         raise ValueError("a cell record needs at least one attempt")
-    runs: dict[int, list[Mapping[str, Any]]] = {}
+    runs: dict[int, list[AttemptRecord]] = {}
     for r in ordered:
         runs.setdefault(run_of(r), []).append(r)
     standing = {n: next((r for r in group if is_final(r)), group[-1]) for n, group in sorted(runs.items())}
     last = max(runs)
     chosen = standing[last]
-    out = dict(chosen)
+    out = chosen.to_json()
     out["attempt_count"] = len(ordered)
     out["attempts"] = [
-        {"attempt": r["attempt"], "status": r["status"], "error": r.get("error"), **_run_key(r, last)} for r in ordered
+        {
+            "attempt": r.attempt,
+            "status": r.status.value,
+            "error": r.error.to_json() if r.error is not None else None,
+            **({"run": run_of(r)} if last > 1 else {}),
+        }
+        for r in ordered
     ]
     out.pop("attempt", None)
-    out["attempt"] = chosen["attempt"]
+    out["attempt"] = chosen.attempt
     out["run"] = last
     if last > 1:
         out["runs"] = [
-            {"run": n, "status": r["status"], "passed": r["status"] == Status.AGENT_SUCCESS, "attempt": r["attempt"]}
+            {"run": n, "status": r.status.value, "passed": r.status is Status.AGENT_SUCCESS, "attempt": r.attempt}
             for n, r in standing.items()
         ]
-    return out
+    return AttemptRecord.model_validate(out)
 
 
-def _run_key(record: Mapping[str, Any], last: int) -> dict[str, int]:
-    return {"run": run_of(record)} if last > 1 else {}
-
-
-def group_by_cell(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+def group_by_cell(records: Iterable[AttemptRecord]) -> dict[str, list[AttemptRecord]]:
     """Attempts grouped by cell key, in ledger order."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[AttemptRecord]] = {}
     for r in records:
-        groups.setdefault(r["cell_key"], []).append(r)
+        groups.setdefault(r.cell_key, []).append(r)
     return groups
 
 
@@ -187,10 +197,10 @@ def schema_version(value: object) -> int | None:
 
 
 #: One step per schema bump: ``UPGRADES[n]`` turns a record of version n into version n + 1.
-UPGRADES: dict[int, Callable[[Record], Record]] = {}
+UPGRADES: dict[int, Callable[[JsonRecord], JsonRecord]] = {}
 
 
-def upgrade(record: Mapping[str, Any]) -> Record:
+def upgrade(record: Mapping[str, Any]) -> JsonRecord:
     """A record of any version this package ever wrote, in the shape of the current version.
 
     Version 1 was written with two shapes of ``isolation.network`` (releases before the
@@ -207,7 +217,7 @@ def upgrade(record: Mapping[str, Any]) -> Record:
     isolation = out.get("isolation")
     if isinstance(isolation, dict) and "network" in isolation:
         out["isolation"] = {**isolation, "network": _network_v1(isolation["network"])}
-    out["run"] = run_of(out)
+    out["run"] = _run_value(out.get("run"))
     out["schema"] = SCHEMA
     return out
 
@@ -233,17 +243,16 @@ def read_record(record: Mapping[str, Any]) -> AttemptRecord:
     return AttemptRecord.model_validate(upgrade(record))
 
 
-def cell_of(attempts: Iterable[AttemptRecord]) -> AttemptRecord:
-    """The typed record that stands for a cell (:func:`cell_record` of its typed attempts)."""
-    return AttemptRecord.model_validate(cell_record([a.to_json() for a in attempts]))
-
-
 def cells_of(attempts: Iterable[AttemptRecord]) -> list[AttemptRecord]:
-    """One typed record per cell (:func:`cell_of`), cells in the order of their first attempt."""
-    groups: dict[str, list[AttemptRecord]] = {}
-    for attempt in attempts:
-        groups.setdefault(attempt.cell_key, []).append(attempt)
-    return [cell_of(group) for group in groups.values()]
+    """One record per cell (:func:`cell_record`), cells in the order of their first attempt."""
+    return [cell_record(group) for group in group_by_cell(attempts).values()]
+
+
+def report_record(report: object) -> AttemptRecord | None:
+    """The cell record a pytest call report carries (``report.maka``: JSON, which xdist ships to
+    the controller), typed again; None for a report without one."""
+    data = getattr(report, "maka", None)
+    return AttemptRecord.model_validate(data) if data is not None else None
 
 
 def is_tainted(record: AttemptRecord | Mapping[str, Any]) -> bool:

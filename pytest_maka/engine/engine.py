@@ -19,7 +19,7 @@ from ..contracts import contract_problem
 from ..core.cell import Cell
 from ..core.cohort import Cohort
 from ..core.errors import ExecutorUnavailable
-from ..core.records import Record
+from ..core.record_model import AttemptRecord
 from ..core.steps import step_views
 from ..core.task import FEATURES
 from ..executors.base import Executor, LeaseRequest
@@ -206,7 +206,7 @@ class Engine:
 
         return lease
 
-    def run_cell(self, cell: Cell, lease: LeaseFn | None = None, workspace: Path | None = None) -> Record:
+    def run_cell(self, cell: Cell, lease: LeaseFn | None = None, workspace: Path | None = None) -> AttemptRecord:
         """Run one cell (its attempts, retries and resume rules) and return its cell record."""
         return self.runner.run_cell(cell, lease or self.lease(), workspace or self.workspace(cell))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.cell import Cell
 from ..core.progress import AttemptObserver
+from ..core.record_model import AttemptRecord
 from ..core.spec import TaskSource
 from ..core.task import Task
 from ..core.taxonomy import AttemptFacts, Status
@@ -46,8 +47,30 @@ class HookObserver:
     def phase(self, cell: Cell, attempt: int, phase: str, detail: str | None) -> None:
         self.hook.pytest_maka_phase(cell=cell, phase=phase, attempt=attempt, detail=detail)
 
-    def attempt_finished(self, cell: Cell, record: dict[str, Any]) -> None:
+    def attempt_finished(self, cell: Cell, record: AttemptRecord) -> None:
         self.hook.pytest_maka_attempt_finished(cell=cell, record=record)
+
+
+def annotated(hook: Any, record: AttemptRecord, cell: Cell) -> AttemptRecord:
+    """``record`` with the new top-level keys every ``pytest_maka_record`` implementation returns,
+    called in pluggy's order; RecordError naming the plugin when one returns a key the record
+    already has."""
+    for impl in reversed(hook.pytest_maka_record.get_hookimpls()):
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            continue
+        given = {"record": record, "cell": cell}
+        keys = impl.function(**{name: given[name] for name in impl.argnames})
+        if keys is not None:
+            record = record.annotated(keys, _plugin_name(impl.plugin_name))
+    return record
+
+
+def _plugin_name(name: str) -> str:
+    """A plugin's name as a user knows it (a conftest's path relative to the current directory)."""
+    try:
+        return str(Path(name).relative_to(Path.cwd()))
+    except ValueError:
+        return name
 
 
 @dataclass(frozen=True)
@@ -61,7 +84,7 @@ class Registries:
     task_formats: Sequence[str]
     load_tasks: LoadTasksFn
     classify: Callable[[AttemptFacts, Cell], Status]
-    annotate: Callable[[dict[str, Any], Cell], None]
+    annotate: Callable[[AttemptRecord, Cell], AttemptRecord]
     acquire_lease: AcquireLeaseFn
     observer: AttemptObserver
 
@@ -75,8 +98,8 @@ class Registries:
         def classify(facts: AttemptFacts, cell: Cell) -> Status:
             return hook.pytest_maka_classify(facts=facts, cell=cell)
 
-        def annotate(record: dict[str, Any], cell: Cell) -> None:
-            hook.pytest_maka_record(record=record, cell=cell)
+        def annotate(record: AttemptRecord, cell: Cell) -> AttemptRecord:
+            return annotated(hook, record, cell)
 
         def acquire_lease(executor: Executor, request: LeaseRequest) -> AbstractContextManager[Sandbox]:
             return hook.pytest_maka_acquire_lease(executor=executor, request=request)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ..core.progress import INSTALL_PHASE
-from ..core.records import group_by_cell, has_result
+from ..core.records import group_by_cell, has_result, report_record
 from ..scale.strategy import WAIT_CALLBACKS_KEY
 from ..session import MAKA_KEY
 from .status import LIVE_DIR, RunningCells, read_published
@@ -148,8 +148,8 @@ class LiveView:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._clear()
-        record = getattr(report, "maka", None)
-        if record is not None and report.when == "call":
+        record = report_record(report) if report.when == "call" else None
+        if record is not None:
             self.progress.add(record)
 
     @pytest.hookimpl(trylast=True)

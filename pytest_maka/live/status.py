@@ -15,9 +15,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.cell import Cell
+from ..core.record_model import AttemptRecord
 
 LIVE_DIR = ".live"
 
@@ -54,9 +54,9 @@ class RunningCells:
                 running.phase, running.detail = phase, detail
                 self._publish()
 
-    def pytest_maka_attempt_finished(self, cell: Cell, record: dict[str, Any]) -> None:
+    def pytest_maka_attempt_finished(self, cell: Cell, record: AttemptRecord) -> None:
         with self._lock:
-            self._running.pop((cell.key, record.get("attempt", 0)), None)
+            self._running.pop((cell.key, record.attempt), None)
             self._publish()
 
     def snapshot(self) -> list[Running]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ..core.record_model import AttemptRecord
 from .status import Running
 
 #: Running cells shown by name; the rest are counted.
@@ -31,15 +32,15 @@ class Progress:
     retries: int = 0
     per_subject: dict[str, list[int]] = field(default_factory=dict)  # name -> [passes, official]
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: AttemptRecord) -> None:
         self.done += 1
-        if not record.get("resumed"):
+        if not record.resumed:
             self.executed += 1
-            self.retries += max(int(record.get("attempt_count") or 1) - 1, 0)
-        tally = self.per_subject.setdefault(str(record.get("subject")), [0, 0])
-        if record.get("official"):
+            self.retries += max((record.attempt_count or 1) - 1, 0)
+        tally = self.per_subject.setdefault(record.subject, [0, 0])
+        if record.official:
             tally[1] += 1
-            tally[0] += bool(record.get("passed"))
+            tally[0] += bool(record.passed)
 
     def eta(self, now: float) -> float | None:
         """Seconds left at the rate cells have been finishing in this run."""

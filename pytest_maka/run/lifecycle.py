@@ -19,7 +19,8 @@ from ..core import progress
 from ..core.cell import Cell
 from ..core.errors import ExecutorUnavailable, InfraError
 from ..core.interrupts import sigint_deferred
-from ..core.records import Record, attempt_record, cell_record, is_final, next_run, run_of
+from ..core.record_model import AttemptRecord
+from ..core.records import attempt_record, cell_record, is_final, next_run, run_of
 from ..core.steps import step_views
 from ..core.taxonomy import AttemptFacts, Status, SubjectOutcome, classify
 from ..executors.base import Executor, LeaseRequest, Sandbox
@@ -39,7 +40,7 @@ __all__ = ["AnnotateFn", "CellRunner", "ClassifyFn", "LeaseFn", "RunSettings", "
 
 LeaseFn = Callable[[LeaseRequest], AbstractContextManager[Sandbox]]
 ClassifyFn = Callable[[AttemptFacts, Cell], Status]
-AnnotateFn = Callable[[dict[str, Any], Cell], None]
+AnnotateFn = Callable[[AttemptRecord, Cell], AttemptRecord]
 
 
 def attempt_dir_for(out_dir: Path, cell: Cell, number: int) -> Path:
@@ -78,7 +79,7 @@ class CellRunner:
         self.cells_per_subject: dict[str, int] = {}
         self._starts: dict[str, list[int]] = {}  # subject -> [cells that could not start, cells that did]
         self._last_start_error = ""
-        self._previous: dict[str, list[Record]] = {}
+        self._previous: dict[str, list[AttemptRecord]] = {}
         self._allowance: RetryAllowance | None = None
         #: The run's spend so far, from the shared ledger (only with ``budgets.cohort_max_cost_usd``).
         self.cohort_spend = CohortSpend(ledger.path, settings.cohort_started)
@@ -86,31 +87,29 @@ class CellRunner:
         self.provider_down = ProviderDown(ledger.path, settings.cohort_started)
         self.learn(ledger.read())
 
-    def learn(self, records: list[Record]) -> None:
+    def learn(self, records: list[AttemptRecord]) -> None:
         """Take in ledger lines (also ones other processes appended since, e.g. a lost worker's)."""
         for record in records:
-            known = self._previous.setdefault(record["cell_key"], [])
-            if all(r.get("attempt") != record.get("attempt") for r in known):
+            known = self._previous.setdefault(record.cell_key, [])
+            if all(r.attempt != record.attempt for r in known):
                 known.append(record)
 
-    def previous(self, cell: Cell) -> list[Record]:
+    def previous(self, cell: Cell) -> list[AttemptRecord]:
         return list(self._previous.get(cell.key, []))
 
     def target_run(self, cell: Cell) -> int:
         """The run of ``cell`` this process's attempts belong to (``next_run``)."""
         return next_run(self.previous(cell), rerun=self.settings.rerun, session_started=self.settings.cohort_started)
 
-    def resumable(self, cell: Cell) -> Record | None:
+    def resumable(self, cell: Cell) -> AttemptRecord | None:
         """The cell's standing record if the ledger already holds a final result of its current run."""
         prev = self.previous(cell)
         target = self.target_run(cell)
         if any(is_final(r) for r in prev if run_of(r) == target):
-            record = cell_record(prev)
-            record["resumed"] = True
-            return record
+            return cell_record(prev).updated(resumed=True)
         return None
 
-    def run_cell(self, cell: Cell, lease: LeaseFn, scratch: Path) -> Record:
+    def run_cell(self, cell: Cell, lease: LeaseFn, scratch: Path) -> AttemptRecord:
         """Run attempts until one is not an infra (or retryable verifier) failure.
 
         Infra retries pause first (exponential backoff with jitter), and every retry is
@@ -121,7 +120,7 @@ class CellRunner:
         if resumed is not None:
             return resumed
         attempts = self.previous(cell)
-        number = max((r["attempt"] for r in attempts), default=0)
+        number = max((r.attempt for r in attempts), default=0)
         retries = self.settings.retries
         left = {Status.INFRA_FAILURE: retries.infra, Status.VERIFIER_FAILURE: retries.verifier}
         pauses = 0
@@ -129,7 +128,7 @@ class CellRunner:
             number += 1
             record = self.run_attempt(cell, number, lease, scratch)
             attempts.append(record)
-            status = Status(record["status"])
+            status = record.status
             if not retryable(record) or left.get(status, 0) <= 0 or not self.allowance.take():
                 break
             left[status] -= 1
@@ -153,12 +152,12 @@ class CellRunner:
         base = min(retries.backoff_max_sec, retries.backoff_sec * 2**pauses)
         return base * random.uniform(0.5, 1.5)
 
-    def _note_start(self, subject: str, record: Record) -> None:
+    def _note_start(self, subject: str, record: AttemptRecord) -> None:
         counts = self._starts.setdefault(subject, [0, 0])
-        started = (record.get("agent") or {}).get("started", True)
+        started = record.agent.started if record.agent is not None else None
         counts[0 if started is False else 1] += 1
         if started is False:
-            self._last_start_error = (record.get("error") or {}).get("message") or "it could not start"
+            self._last_start_error = (record.error.message if record.error else None) or "it could not start"
 
     def stop_reason(self) -> str | None:
         """One line when a subject failed to start in every cell tried (at least its first two)."""
@@ -172,7 +171,7 @@ class CellRunner:
     def attempt_dir(self, cell: Cell, number: int) -> Path:
         return attempt_dir_for(self.settings.out_dir, cell, number)
 
-    def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> Record:
+    def run_attempt(self, cell: Cell, number: int, lease: LeaseFn, scratch: Path) -> AttemptRecord:
         """One attempt, always ending in exactly one ledger line (also on Ctrl-C, a second
         Ctrl-C while recording, a failing hook or any harness error)."""
         settings = self.settings
@@ -190,7 +189,7 @@ class CellRunner:
         with progress.attempt_scope(self.observer, cell, number):
             return self._run_attempt(work, number, lease, scratch)
 
-    def _run_attempt(self, work: AttemptWork, number: int, lease: LeaseFn, scratch: Path) -> Record:
+    def _run_attempt(self, work: AttemptWork, number: int, lease: LeaseFn, scratch: Path) -> AttemptRecord:
         attempt_dir = work.attempt_dir
         started = time.time()
         aborted = False
@@ -276,7 +275,7 @@ class CellRunner:
             options.append((started + cohort_left, "cohort_timeout_sec"))
         return min(options) if options else None
 
-    def _record(self, work: AttemptWork, number: int, started: float) -> Record:
+    def _record(self, work: AttemptWork, number: int, started: float) -> AttemptRecord:
         """The attempt's ledger line; a failing classify or record hook makes it infra_failure."""
         facts = work.facts()
         try:
@@ -284,17 +283,16 @@ class CellRunner:
         except Exception as e:
             _note_traceback(work.attempt_dir)
             return self._build(work, number, started, _hook_failure(work, "pytest_maka_classify", e))
-        record = self.ledger.redactor.value(self._build(work, number, started, status))  # hooks never see a secret
+        record = self.ledger.redactor.record(self._build(work, number, started, status))  # hooks never see a secret
         if self.annotate_fn is None:
             return record
         try:
-            self.annotate_fn(record, work.cell)
+            return self.annotate_fn(record, work.cell)
         except Exception as e:
             _note_traceback(work.attempt_dir)
             return self._build(work, number, started, _hook_failure(work, "pytest_maka_record", e))
-        return record
 
-    def _build(self, work: AttemptWork, number: int, started: float, status: Status) -> Record:
+    def _build(self, work: AttemptWork, number: int, started: float, status: Status) -> AttemptRecord:
         """The one place the attempt's typed facts become the record (run/record.py)."""
         facts = work.facts()
         return attempt_record(
@@ -306,7 +304,7 @@ class CellRunner:
             finished=time.time(),
             score=work.verdict.score if work.verdict else None,
             usage=work.usage,
-            agent=agent_mapping(work.agent_facts),
+            agent=agent_mapping(work.agent_facts, work.cell),
             verifier=verifier_mapping(work.verifier_facts),
             subject_claim=work.claim,
             isolation=isolation_mapping(work.isolation),
@@ -325,9 +323,9 @@ def _with_retry(error: dict[str, Any] | None, retryable: bool) -> dict[str, Any]
     return {**error, "retryable": False} if error is not None and not retryable else error
 
 
-def retryable(record: Record) -> bool:
+def retryable(record: AttemptRecord) -> bool:
     """False when the attempt's error says another attempt would fail the same way."""
-    return (record.get("error") or {}).get("retryable", True) is not False
+    return record.error is None or record.error.retryable is not False
 
 
 def _hook_failure(work: AttemptWork, hook: str, exc: Exception) -> Status:

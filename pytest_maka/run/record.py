@@ -1,9 +1,10 @@
-"""The one place where an attempt's typed facts (``run/facts.py``) become the record's mappings.
+"""The one place where an attempt's typed facts (``run/facts.py``) become the record's parts.
 
 The lifecycle's record building (``CellRunner._build``) passes these to
-``core.records.attempt_record``. A facts record's fields are its keys (``record_of``); the
-``verifier``'s order, a step's budget and the ``steps`` list are spelled out here. The
-record's shape is the ledger's contract: same keys, same values, absent stays absent.
+``core.records.attempt_record``, which returns the typed ``AttemptRecord``. A facts record's
+fields are its keys (``record_of``); the ``verifier``'s order, a step's budget and the
+``steps`` list are spelled out here. The record's shape is the ledger's contract: same keys,
+same values, absent stays absent.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
+from ..core.cell import Cell
 from ..core.network import NETWORK_PHASES
 from .facts import AgentFacts, BudgetFacts, IsolationFacts, Tamper, VerifierFacts
 from .work import AttemptWork, StepsRun
@@ -44,9 +46,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def agent_mapping(facts: AgentFacts) -> dict[str, Any]:
-    """The record's ``agent``."""
-    return record_of(facts)
+def agent_mapping(facts: AgentFacts, cell: Cell) -> dict[str, Any]:
+    """The record's ``agent``; the task's MCP servers and skills the subject handed nothing of
+    (it takes none, or never ran) noted as offered and not handed."""
+    out = record_of(facts)
+    task = cell.task
+    if not (task.mcp_servers or task.skills_dir):
+        return out
+    why = (
+        "the subject did not run"
+        if "exit_code" not in out
+        else f"subject kind {cell.subject.kind!r} takes no MCP servers or skills"
+    )
+    if task.mcp_servers and "mcp_servers" not in out:
+        out["mcp_servers"] = [
+            {"name": m.name, "transport": m.transport, "handed": False, "reason": why} for m in task.mcp_servers
+        ]
+    if task.skills_dir and "skills" not in out:
+        out["skills"] = {"dir": task.skills_dir, "handed": False, "reason": why}
+    return out
 
 
 def _tamper(tamper: Tamper | None) -> dict[str, Any] | None:
@@ -111,7 +129,7 @@ def steps_mapping(work: AttemptWork, steps: StepsRun) -> list[dict[str, Any]]:
     out_dir, declared = work.settings.out_dir, work.cell.task.steps
     entries: list[dict[str, Any]] = []
     for i, (step_work, outcome) in enumerate(steps.done):
-        agent, verifier = agent_mapping(step_work.agent_facts), verifier_mapping(step_work.verifier_facts)
+        agent, verifier = record_of(step_work.agent_facts), verifier_mapping(step_work.verifier_facts)
         entries.append(
             {
                 "index": i + 1,

@@ -23,13 +23,14 @@ import pytest
 
 from .. import compat
 from ..collect import CELL_FIXTURES, CellItem
+from ..core.record_model import AttemptRecord
+from ..core.records import read_record
 from ..store.ledger import Ledger
 from .pool import CellPool, Job
 
 if TYPE_CHECKING:
     from ..engine import Engine
 
-Record = dict[str, Any]
 #: How long a waiting item sleeps between looks at the pool (also the live view's tick).
 TICK_SEC = 0.5
 #: How long Ctrl-C waits for the interrupted cells to record themselves and clean up.
@@ -72,7 +73,7 @@ class LedgerFollower:
         self.path = ledger.path
         self.offset = 0
 
-    def new_records(self) -> list[Record]:
+    def new_records(self) -> list[AttemptRecord]:
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
@@ -84,9 +85,9 @@ class LedgerFollower:
         out = []
         for line in data[:end].splitlines():
             try:
-                out.append(json.loads(line))
+                out.append(read_record(json.loads(line)))
             except ValueError:
-                continue  # a torn line from a crash
+                continue  # a torn line from a crash (the ledger's own read names it)
         return out
 
 
@@ -114,7 +115,7 @@ class Lookahead:
         self.on_wait: list[Callable[[], None]] = []
 
     # -- the item being run -------------------------------------------------------------
-    def record_for(self, item: CellItem) -> Record:
+    def record_for(self, item: CellItem) -> AttemptRecord:
         """Start (if not yet started) and wait for ``item``'s cell; start upcoming ones meanwhile."""
         engine = self.engine
         job = self.jobs.pop(item.nodeid, None)

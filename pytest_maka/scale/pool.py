@@ -19,11 +19,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..core.cancel import Scope
-
-Record = dict[str, Any]
+from ..core.record_model import AttemptRecord
 
 
 @dataclass(eq=False)
@@ -31,14 +29,14 @@ class Job:
     """One cell submitted to the pool."""
 
     key: str
-    fn: Callable[[], Record]
+    fn: Callable[[], AttemptRecord]
     scope: Scope = field(default_factory=Scope)
     done: threading.Event = field(default_factory=threading.Event)
-    result: Record | None = None
+    result: AttemptRecord | None = None
     error: BaseException | None = None
     started_at: float | None = None
 
-    def outcome(self) -> Record:
+    def outcome(self) -> AttemptRecord:
         """The cell's record, or the exception that ended it (KeyboardInterrupt when cancelled)."""
         if self.error is not None:
             raise self.error
@@ -70,7 +68,7 @@ class CellPool:
         with self._lock:
             return list(self._running)
 
-    def submit(self, key: str, fn: Callable[[], Record]) -> Job:
+    def submit(self, key: str, fn: Callable[[], AttemptRecord]) -> Job:
         job = Job(key, fn)
         with self._lock:
             if self._closed:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
-from ..core.records import Record
+from ..core.record_model import AttemptRecord
 from .lookahead import Lookahead, SessionItems
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class ExecutionStrategy(Protocol):
 
     name: ClassVar[str]
 
-    def run(self, item: CellItem) -> Record:
+    def run(self, item: CellItem) -> AttemptRecord:
         """The cell record of ``item``'s cell (run now, or started earlier and waited for)."""
         ...
 
@@ -47,7 +47,7 @@ class Serial:
     def __init__(self, maka: MakaSession) -> None:
         self.maka = maka
 
-    def run(self, item: CellItem) -> Record:
+    def run(self, item: CellItem) -> AttemptRecord:
         funcargs = item.funcargs  # type: ignore[attr-defined]
         return self.maka.engine.run_cell(item.cell, funcargs["executor_lease"], funcargs["maka_workspace"])
 
@@ -66,7 +66,7 @@ class InProcessPool:
         self.size = size
         self.lookahead: Lookahead | None = None
 
-    def run(self, item: CellItem) -> Record:
+    def run(self, item: CellItem) -> AttemptRecord:
         if self.lookahead is None:
             self.lookahead = self._make(item)
         return self.lookahead.record_for(item)
@@ -108,7 +108,7 @@ class XdistController:
             )
         config.pluginmanager.register(XdistScheduler(concurrency), "maka-xdist-scheduler")
 
-    def run(self, item: CellItem) -> Record:
+    def run(self, item: CellItem) -> AttemptRecord:
         return self.local.run(item)
 
     def finish(self, interrupted: bool) -> None:

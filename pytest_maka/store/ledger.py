@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from ..core import cancel
 from ..core.record_model import AttemptRecord, RecordError, describe
-from ..core.records import SCHEMA_VERSION, Record, cell_record, group_by_cell, schema_version, upgrade
+from ..core.records import SCHEMA_VERSION, JsonRecord, cell_record, group_by_cell, schema_version, upgrade
 from .redact import Redactor
 
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -66,12 +66,12 @@ def record_line(record: AttemptRecord | Mapping[str, Any]) -> str:
 class JsonlScan:
     """What a JSONL file holds: its records and one line per problem found."""
 
-    records: list[Record] = field(default_factory=list)
+    records: list[JsonRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     torn_tail: bool = False
 
 
-def _problem(raw: bytes, required: tuple[str, ...]) -> tuple[Record | None, str | None]:
+def _problem(raw: bytes, required: tuple[str, ...]) -> tuple[JsonRecord | None, str | None]:
     try:
         value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -114,7 +114,7 @@ def scan_jsonl(path: Path, *, required: tuple[str, ...] = ()) -> JsonlScan:
     return scan
 
 
-def read_jsonl(path: Path) -> list[Record]:
+def read_jsonl(path: Path) -> list[JsonRecord]:
     """Every valid line of ``path`` (see :func:`scan_jsonl` for what is skipped and reported)."""
     return scan_jsonl(path).records
 
@@ -212,13 +212,13 @@ class Ledger:
     def problems(self) -> list[str]:
         return [*self.repairs, *self.read_problems]
 
-    def append(self, record: AttemptRecord | Mapping[str, Any]) -> Record:
-        """Write ``record``, checked against :class:`AttemptRecord` then scrubbed of secrets, as
-        one line; returns what was written, once it is fsynced. RecordError, before anything
-        is written, when a field does not have the schema's type."""
-        record = self.redactor.value(checked(record).to_json())  # a secret is scrubbed whatever its type
+    def append(self, record: AttemptRecord | Mapping[str, Any]) -> AttemptRecord:
+        """Write ``record`` (JSON is checked against :class:`AttemptRecord` first), scrubbed of
+        secrets, as one line; returns what was written, once it is fsynced. RecordError, before
+        anything is written, when a field does not have the schema's type."""
+        record = self.redactor.record(checked(record))  # a secret is scrubbed whatever its type
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        line = _dumps(record) + "\n"
+        line = _dumps(record.to_json()) + "\n"
         with cancel.shielded():
             if getattr(self._shared.owner, "depth", 0):  # the caller holds the lock: write now
                 self._write([line])
@@ -279,24 +279,39 @@ class Ledger:
             finally:
                 owner.depth -= 1
 
-    def scan(self) -> JsonlScan:
-        """Every line of the ledger; lines an earlier version wrote are read in today's shape."""
-        scan = scan_jsonl(self.path, required=REQUIRED_FIELDS)
-        scan.records = [_current(r) for r in scan.records]
+    def scan(self) -> LedgerScan:
+        """Every line of the ledger, typed; lines an earlier version wrote are read in today's
+        shape; a line that fits no version's schema is skipped and named in ``problems``."""
+        raw = scan_jsonl(self.path, required=REQUIRED_FIELDS)
+        scan = LedgerScan(problems=raw.problems)
+        for number, record in enumerate(raw.records, start=1):
+            try:
+                scan.records.append(AttemptRecord.model_validate(_current(record)))
+            except (ValueError, ValidationError) as e:
+                why = describe(e, record) if isinstance(e, ValidationError) else str(e)
+                scan.problems.append(f"{self.path} record {number}: {why}; skipped")
         self.read_problems = scan.problems
         return scan
 
-    def read(self) -> list[Record]:
+    def read(self) -> list[AttemptRecord]:
         return self.scan().records
 
-    def cell_records(self, keys: Iterable[str] | None = None) -> list[Record]:
+    def cell_records(self, keys: Iterable[str] | None = None) -> list[AttemptRecord]:
         """One record per cell (earliest final attempt wins), optionally only for ``keys``."""
         wanted = set(keys) if keys is not None else None
         groups = group_by_cell(self.read())
         return [cell_record(attempts) for key, attempts in groups.items() if wanted is None or key in wanted]
 
 
-def _current(record: Record) -> Record:
+@dataclass
+class LedgerScan:
+    """The ledger's attempts, typed, and one line per problem found."""
+
+    records: list[AttemptRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _current(record: JsonRecord) -> JsonRecord:
     """``record`` in the current schema's shape when it is of a version this one reads (else as it is)."""
     version = schema_version(record.get("schema"))
     return upgrade(record) if version is not None and version <= SCHEMA_VERSION else record

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..core.record_model import AttemptRecord
 from .tree import walk_bottom_up
 
 MARK = "[REDACTED]"
@@ -72,18 +73,26 @@ class Redactor:
     def text(self, value: str) -> str:
         return self._text.sub(MARK, value) if self._text is not None else value
 
-    def value(self, value: Any) -> Any:
-        """A copy of a JSON-like value with every string (keys included) scrubbed."""
+    def record(self, record: AttemptRecord) -> AttemptRecord:
+        """``record`` with every string (keys included) scrubbed; a number holding a secret
+        becomes null (a record's numbers stay numbers)."""
+        if self._text is None:
+            return record
+        return AttemptRecord.model_validate(self.value(record.to_json(), number_mark=None))
+
+    def value(self, value: Any, number_mark: str | None = MARK) -> Any:
+        """A copy of a JSON-like value with every string (keys included) scrubbed; a number
+        holding a secret becomes ``number_mark``."""
         if self._text is None:
             return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {self.value(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+            return {self.value(k) if isinstance(k, str) else k: self.value(v, number_mark) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.value(v) for v in value]
+            return [self.value(v, number_mark) for v in value]
         if isinstance(value, (int, float)) and not isinstance(value, bool) and self._text.search(str(value)):
-            return MARK
+            return number_mark
         if value is not None and not isinstance(value, (bool, int, float)) and self._text.search(str(value)):
             return self.text(str(value))  # anything else is written with str() (json default)
         return value

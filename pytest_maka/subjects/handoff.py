@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.cell import Cell
 from ..core.task_parts import McpServer
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -97,25 +96,3 @@ def _tail(path: Path, limit: int = 400) -> str:
         return path.read_text(encoding="utf-8", errors="replace").strip()[-limit:]
     except OSError:
         return ""
-
-
-# -- from the subject run to the attempt's record -----------------------------------------------
-
-
-def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
-    """Say on the record what a subject that handed nothing (it takes nothing, or never ran)
-    was offered: the subject's own ``SubjectResult.handoff`` is already in ``record["agent"]``."""
-    if not (cell.task.mcp_servers or cell.task.skills_dir):
-        return
-    agent = record.setdefault("agent", {})
-    why = (
-        "the subject did not run"
-        if "exit_code" not in agent
-        else f"subject kind {cell.subject.kind!r} takes no MCP servers or skills"
-    )
-    if cell.task.mcp_servers and "mcp_servers" not in agent:
-        agent["mcp_servers"] = [
-            {"name": m.name, "transport": m.transport, "handed": False, "reason": why} for m in cell.task.mcp_servers
-        ]
-    if cell.task.skills_dir and "skills" not in agent:
-        agent["skills"] = {"dir": cell.task.skills_dir, "handed": False, "reason": why}

@@ -49,7 +49,7 @@ def test_killed_worker_on_docker_is_recorded_replaced_and_leaves_no_container(
         AGENTS_CONFTEST.format(agents=str(agents))
         + f"""
 def pytest_maka_attempt_finished(cell, record):
-    if side["controller"] and record["status"] == "infra_failure":  # the loss arrived: the victim's containers?
+    if side["controller"] and record.status == "infra_failure":  # the loss arrived: the victim's containers?
         import docker
 
         api = docker.APIClient(version="auto")

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from pytest_maka.core.record_model import AttemptRecord
 from pytest_maka.core.records import attempt_record, cell_record, is_tainted
 from pytest_maka.core.taint import TAINT_SCHEMA, Touched, code_like, judge
 from pytest_maka.core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome, classify
@@ -73,7 +74,7 @@ def test_classify_refuses_a_tainted_pass_only_when_told() -> None:
     assert classify(rejected) is Status.AGENT_FAILURE
 
 
-def _record(task: str, subject: str, status: Status, taint: Any = None) -> dict[str, Any]:
+def _record(task: str, subject: str, status: Status, taint: Any = None) -> AttemptRecord:
     attempt = attempt_record(
         make_cell(task, subject), cohort="demo", attempt=1, status=status, started=0.0, finished=1.0, taint=taint
     )

@@ -14,6 +14,7 @@ import pytest
 from pytest_maka.core.cell import Cell
 from pytest_maka.core.errors import DeadlineReached, InfraError
 from pytest_maka.core.spec import Budgets, Policy, Retries, SubjectSpec
+from pytest_maka.core.taxonomy import Status
 from pytest_maka.run.lifecycle import CellRunner, RunSettings
 from pytest_maka.store.ledger import Ledger
 from pytest_maka.subjects.reference import NoOptions, Nop
@@ -190,7 +191,8 @@ def test_cell_whose_build_outlasts_its_deadline_is_budget_exhausted(make_executo
     executor = make_executor()
     runner = CellRunner(settings, executor, {"nop": Nop(spec)}, {"reward": RewardVerifier()}, Ledger(out))
     record = runner.run_cell(Cell(task=task, subject=spec, repetition=1), executor.lease, tmp_path)
-    assert record["status"] == "budget_exhausted" and record["official"] is False, record
-    assert record["error"]["message"].startswith("budget exhausted: cell_timeout_sec (task docker-task: the deadline")
-    assert "while building its image" in record["error"]["message"]
-    assert record["agent"]["not_started"]
+    assert record.status is Status.BUDGET_EXHAUSTED and record.official is False, record
+    assert record.error is not None and record.error.message is not None and record.agent is not None
+    assert record.error.message.startswith("budget exhausted: cell_timeout_sec (task docker-task: the deadline")
+    assert "while building its image" in record.error.message
+    assert record.agent.extra("not_started")

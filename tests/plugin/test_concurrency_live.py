@@ -103,7 +103,7 @@ def test_attempt_and_phase_hooks_in_order(cohort: Cohort) -> None:
             log("phase", cell.id, phase)
 
         def pytest_maka_attempt_finished(cell, record):
-            log("finished", cell.id, record["status"])
+            log("finished", cell.id, record.status.value)
         """
     )
     cohort.run("--maka-concurrency", "2").assert_outcomes(passed=1)

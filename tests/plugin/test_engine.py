@@ -89,11 +89,11 @@ def _project(root: Path) -> tuple[Path, Path]:
     """A project with an ini file, conftest hooks at its root and in tests/, one above it that must not
     load, and a cohort of one task; returns (the anchor directory, the spec)."""
     (root / "outer").mkdir()
-    (root / "outer" / "conftest.py").write_text("def pytest_maka_record(record, cell):\n    record['outer'] = 1\n")
+    (root / "outer" / "conftest.py").write_text("def pytest_maka_record(record, cell):\n    return {'outer': 1}\n")
     project = root / "outer" / "project"
     (project / "tests").mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\n")
-    hook = "def pytest_maka_record(record, cell):\n    record[{key!r}] = cell.subject.name\n"
+    hook = "def pytest_maka_record(record, cell):\n    return {{{key!r}: cell.subject.name}}\n"
     (project / "conftest.py").write_text(hook.format(key="root_hook"))
     (project / "tests" / "conftest.py").write_text(hook.format(key="tests_hook"))
     (project / "sub").mkdir()
@@ -120,11 +120,11 @@ def test_an_engine_built_without_pytest_runs_cells_with_the_projects_hooks(tmp_p
     try:
         assert isinstance(engine, Engine) and engine.out_dir == (tmp_path / "out").resolve()
         records = {cell.subject.name: engine.run_cell(cell) for cell in engine.cohort.cells}
-        assert {name: r["status"] for name, r in records.items()} == {
+        assert {name: r.status for name, r in records.items()} == {
             "oracle": "agent_success",
             "nop": "agent_failure",
         }
-        attempts = engine.ledger.read()
+        attempts = [a.to_json() for a in engine.ledger.read()]
         assert sorted(a["root_hook"] for a in attempts) == ["nop", "oracle"], "the project's conftest hook ran"
         assert all(a["tests_hook"] == a["root_hook"] for a in attempts), "tests/conftest.py, as pytest loads it"
         assert not any("outer" in a for a in attempts), "no conftest above the ini file's directory"

@@ -199,8 +199,10 @@ def test_failing_record_hook_ends_in_one_infra_failure_line(cohort: Cohort) -> N
     cohort.pytester.makeconftest(
         """
         def pytest_maka_record(record, cell):
-            record["half"] = "written"
-            raise RuntimeError("annotator broke")
+            keys = {"half": "written"}
+            if keys:
+                raise RuntimeError("annotator broke")
+            return keys
         """
     )
     result = cohort.run()
@@ -210,6 +212,26 @@ def test_failing_record_hook_ends_in_one_infra_failure_line(cohort: Cohort) -> N
     assert attempt["status"] == "infra_failure" and "half" not in attempt
     assert attempt["error"]["message"] == "the pytest_maka_record hook failed: RuntimeError: annotator broke"
     assert "annotator broke" in (cohort.out / attempt["artifacts"]["harness_error"]).read_text()
+
+
+def test_a_record_hook_returning_a_built_in_key_ends_in_one_infra_failure_line_naming_it(cohort: Cohort) -> None:
+    cohort.task("t")
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}], retries={"infra": 0})
+    cohort.pytester.makeconftest(
+        """
+        def pytest_maka_record(record, cell):
+            assert record.cell_key == cell.key and record.status == "agent_success"
+            return {"status": "agent_success", "note": "mine"}
+        """
+    )
+    result = cohort.run()
+    assert result.ret == 7
+    result.assert_outcomes(errors=1)
+    [attempt] = cohort.attempts()
+    assert attempt["status"] == "infra_failure" and "note" not in attempt
+    message = attempt["error"]["message"]
+    assert message.startswith("the pytest_maka_record hook failed: RecordError: "), message
+    assert "plugin 'conftest.py' returned key 'status', a built-in key" in message
 
 
 def test_failing_classify_hook_ends_in_one_infra_failure_line(cohort: Cohort) -> None:

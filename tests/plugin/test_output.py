@@ -129,7 +129,7 @@ def test_conftest_can_extend_the_cell_fixtures(cohort: Cohort) -> None:
             request.node.user_properties.append(("stamped", True))
 
         def pytest_maka_record(record, cell):
-            record["team"] = "evals"
+            return {"team": "evals"}
         """
     )
     result = cohort.run(f"--junitxml={cohort.root / 'junit.xml'}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maka.core.cell import Cell
 from pytest_maka.run.facts import (
     AgentFacts,
     BudgetFacts,
@@ -27,7 +28,10 @@ from pytest_maka.run.facts import (
 )
 from pytest_maka.run.record import agent_mapping, budget_mapping, isolation_mapping, verifier_mapping
 
+from ..report.builders import make_cell
+
 RUN = Path(__file__).resolve().parents[2] / "pytest_maka" / "run"
+CELL = make_cell("t", "s")
 SUBJECT = SubjectRun(
     exit_code=0, timed_out=False, timeout_sec=30.0, duration_s=1.5, output_truncated=False, env_passed=[]
 )
@@ -50,7 +54,7 @@ VERIFIED = VerifierRun(
 
 def test_a_subject_that_ran_has_its_measured_keys_then_its_own_report() -> None:
     facts = AgentFacts(run=SUBJECT, version="1.2", handoff={"mcp": []}, freeze_notes=["x"], usage_problems=[])
-    assert list(agent_mapping(facts)) == [
+    assert list(agent_mapping(facts, CELL)) == [
         "exit_code",
         "timed_out",
         "timeout_sec",
@@ -61,15 +65,27 @@ def test_a_subject_that_ran_has_its_measured_keys_then_its_own_report() -> None:
         "mcp",
         "freeze_notes",
     ]
-    assert agent_mapping(replace(facts, decisive_step="two"))["decisive_step"] == "two"
+    assert agent_mapping(replace(facts, decisive_step="two"), CELL)["decisive_step"] == "two"
 
 
 def test_a_subject_that_never_started_has_only_why() -> None:
-    assert agent_mapping(AgentFacts(not_started="the run spent 2 USD")) == {"not_started": "the run spent 2 USD"}
-    assert agent_mapping(AgentFacts(setup=StepSetup(1, 0.25))) == {"setup": {"exit_code": 1, "duration_s": 0.25}}
+    assert agent_mapping(AgentFacts(not_started="the run spent 2 USD"), CELL) == {"not_started": "the run spent 2 USD"}
+    assert agent_mapping(AgentFacts(setup=StepSetup(1, 0.25)), CELL) == {"setup": {"exit_code": 1, "duration_s": 0.25}}
     could_not = AgentFacts(run=SUBJECT, limits_hit=["memory"], started=False)
-    assert list(agent_mapping(could_not))[-2:] == ["limits_hit", "started"]
-    assert agent_mapping(could_not)["started"] is False
+    assert list(agent_mapping(could_not, CELL))[-2:] == ["limits_hit", "started"]
+    assert agent_mapping(could_not, CELL)["started"] is False
+
+
+def test_skills_offered_and_not_handed_are_noted_after_the_subjects_own_keys() -> None:
+    cell = Cell(replace(CELL.task, skills_dir="skills"), CELL.subject, 1)
+    ran = agent_mapping(AgentFacts(run=SUBJECT), cell)
+    assert list(ran)[-1] == "skills"
+    reason = "subject kind 'command' takes no MCP servers or skills"
+    assert ran["skills"] == {"dir": "skills", "handed": False, "reason": reason}
+    never = agent_mapping(AgentFacts(not_started="no"), cell)
+    assert never["skills"]["reason"] == "the subject did not run"
+    handed = {"skills": {"dir": "skills", "handed": True}}
+    assert agent_mapping(AgentFacts(run=SUBJECT, handoff=handed), cell)["skills"]["handed"] is True
 
 
 def test_a_misspelt_fact_is_an_error_not_a_new_key() -> None:

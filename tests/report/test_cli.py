@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.core.cell import Cell
+from pytest_maka.core.record_model import AttemptRecord
 from pytest_maka.core.records import attempt_record
 from pytest_maka.core.taxonomy import Status
 from pytest_maka.store.ledger import Ledger
@@ -33,7 +34,7 @@ def run_maka(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*_maka(), *args], capture_output=True, text=True, timeout=120)
 
 
-def attempt(cell: Cell, n: int, status: Status, offset: float = 0.0) -> dict:
+def attempt(cell: Cell, n: int, status: Status, offset: float = 0.0) -> AttemptRecord:
     return attempt_record(
         cell,
         cohort="nightly",

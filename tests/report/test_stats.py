@@ -36,7 +36,7 @@ def rec(task: str, subject: str, status: Status, *, kind: str = "command", rep: 
         finished=1_700_000_000.0 + duration,
         **kw,
     )
-    return cell_record([attempt])
+    return cell_record([attempt]).to_json()  # as results.jsonl holds it
 
 
 # --- Wilson --------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def make_record(
         artifacts=artifacts,
         **kw,
     )
-    return cell_record([attempt])
+    return cell_record([attempt]).to_json()  # as results.jsonl holds it
 
 
 @pytest.fixture

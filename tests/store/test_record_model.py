@@ -52,7 +52,7 @@ def test_a_real_line_appended_to_the_ledger_is_the_same_line(tmp_path: Path) -> 
     ledger = Ledger(tmp_path)
     for line in lines[:3]:
         written = ledger.append(json.loads(line))
-        assert written == json.loads(line)
+        assert written.to_json() == json.loads(line)
     ledger.append(AttemptRecord.model_validate_json(lines[3]))
     assert _lines(tmp_path / ATTEMPTS_FILE) == lines[:4]
 
@@ -106,8 +106,8 @@ def _full_record() -> dict[str, object]:
         taint=TaintRecord(mechanism="inotify", checked=True, changed_count=1, changed=("/usr/x",), tainted=False),
         read_only_system=ReadOnlySystem(evidence="Read-only file system", seen_in="agent.stdout.txt", note="n"),
     )
-    record["network"] = {"agent": {"declared": "public", "granted": "none"}}  # what a record hook adds
-    return record
+    record = record.annotated({"network": {"agent": {"declared": "public", "granted": "none"}}}, "a-plugin")
+    return record.to_json()
 
 
 def test_every_optional_part_round_trips_absent_null_and_int_as_they_were() -> None:
@@ -128,14 +128,14 @@ def test_every_optional_part_round_trips_absent_null_and_int_as_they_were() -> N
 def test_a_cell_with_two_runs_is_typed_with_its_runs_and_attempts() -> None:
     cell = make_cell("t", "s")
 
-    def attempt(n: int, status: Status, run: int) -> dict[str, object]:
+    def attempt(n: int, status: Status, run: int) -> AttemptRecord:
         return attempt_record(cell, cohort="c", attempt=n, status=status, started=n, finished=n + 1.0, run=run)
 
     attempts = [attempt(1, Status.AGENT_FAILURE, 1), attempt(2, Status.AGENT_SUCCESS, 2)]
-    typed = cells_of([read_record(a) for a in attempts])
+    typed = cells_of([read_record(a.to_json()) for a in attempts])
     assert len(typed) == 1
     (cell_line,) = typed
-    assert cell_line.to_json() == cell_record(attempts)
+    assert cell_line.to_json() == cell_record(attempts).to_json()
     assert [(r.run, r.passed) for r in cell_line.runs or ()] == [(1, False), (2, True)]
     assert [(a.attempt, a.status, a.run) for a in cell_line.attempts or ()] == [
         (1, "agent_failure", 1),
@@ -197,3 +197,37 @@ def test_to_json_holds_only_plain_json_types() -> None:
         written = AttemptRecord.model_validate_json(line).to_json()
         assert _plain_types(written) <= {dict, list, str, int, float, bool, type(None)}
         assert type(written["status"]) is str
+
+
+def test_a_plugin_adds_new_top_level_keys_and_may_not_replace_one() -> None:
+    record = AttemptRecord.model_validate(_full_record())
+    added = record.annotated({"team": "evals", "ticket": 7}, "conftest.py")
+    assert list(added.to_json())[-2:] == ["team", "ticket"] and added.extra("ticket") == 7
+    assert record.extra("team") is None, "the record itself is not changed"
+    for key in ("status", "network"):  # a built-in key, and a key another plugin already added
+        with pytest.raises(RecordError, match=f"^plugin 'conftest.py' returned key '{key}', "):
+            record.annotated({key: "x"}, "conftest.py")
+    with pytest.raises(RecordError, match="returned list, not a mapping"):
+        record.annotated(["team"], "conftest.py")  # type: ignore[arg-type]
+
+
+def test_updated_keeps_a_keys_place_and_checks_its_type() -> None:
+    record = AttemptRecord.model_validate(_full_record())
+    rerun = record.updated(run=3, resumed=True)
+    assert list(rerun.to_json()) == [*record.to_json(), "resumed"] and rerun.run == 3
+    with pytest.raises(RecordError, match=r"attempt: "):
+        record.updated(attempt="two")
+
+
+def test_the_ledger_reads_typed_and_names_a_line_that_does_not_fit(tmp_path: Path) -> None:
+    lines = _lines(DATA / "records-b33469a" / ATTEMPTS_FILE)
+    bad = json.loads(lines[1])
+    bad["verifier"]["reward"] = "1.0"
+    (tmp_path / ATTEMPTS_FILE).write_text(lines[0] + json.dumps(bad) + "\n" + lines[2])
+    ledger = Ledger(tmp_path)
+    records = ledger.read()
+    assert [r.to_json() for r in records] == [json.loads(lines[0]), json.loads(lines[2])]
+    (problem,) = ledger.read_problems
+    where = f"{tmp_path / ATTEMPTS_FILE} record 2: record of cell {bad['cell_key']!r}"
+    assert problem.startswith(f"{where}: verifier.reward")
+    assert problem.endswith("; skipped")

@@ -95,7 +95,7 @@ def test_record_is_scrubbed_in_every_field_before_it_is_written(tmp_path: Path) 
     ledger = Ledger(tmp_path, Redactor([SECRET, "12345678"]))
     cell = make_cell("t", "s")
     record = {
-        **attempt_record(cell, cohort="c", attempt=1, status=Status.AGENT_FAILURE, started=0, finished=9),
+        **attempt_record(cell, cohort="c", attempt=1, status=Status.AGENT_FAILURE, started=0, finished=9).to_json(),
         "error": {"type": "x", "message": f"failed with {SECRET}"},
         "subject_claim": {SECRET: [base64.b64encode(SECRET.encode()).decode()]},
         "agent": {"stop_reason": SECRET.encode().hex(), "note": Path(f"/x/{SECRET}")},
@@ -105,8 +105,9 @@ def test_record_is_scrubbed_in_every_field_before_it_is_written(tmp_path: Path) 
     written = ledger.append(record)
     line = (tmp_path / "attempts.jsonl").read_text()
     assert SECRET not in line and "12345678" not in line and SECRET.encode().hex() not in line
-    assert json.loads(line) == written
-    assert written["error"]["message"] == f"failed with {MARK}" and written["passed"] is True
+    assert json.loads(line) == written.to_json()
+    assert written.error is not None and written.error.message == f"failed with {MARK}" and written.passed is True
+    assert written.usage is not None and written.usage.input_tokens is None, "a number holding a secret: null"
     assert record["error"]["message"] == f"failed with {SECRET}", "the caller's record is not mutated"
 
 

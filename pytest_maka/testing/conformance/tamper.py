@@ -159,7 +159,7 @@ class TamperTests(ConformanceBase):
         refuse_tainted: bool = False,
     ) -> dict[str, Any]:
         """One whole attempt of a ``command`` subject (``verifier``: the test.sh, ``tests``: more
-        files of the tests directory); returns its record."""
+        files of the tests directory); returns its record as JSON (the ledger's line)."""
         assert task.tests_dir is not None
         (task.tests_dir / "test.sh").write_text(verifier)
         for name, text in (tests or {}).items():
@@ -184,7 +184,7 @@ class TamperTests(ConformanceBase):
         runner = CellRunner(settings, executor, {spec.name: Command(spec)}, {"reward": RewardVerifier()}, Ledger(out))
         executor.prepare([task])
         record = runner.run_cell(Cell(task=task, subject=spec, repetition=1), executor.lease, scratch)
-        return record
+        return record.to_json()  # as results.jsonl holds it
 
     def require_own_root(self) -> None:
         """Never run a test that writes system directories where they are the host's."""
