@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 from ..core.hostpattern import allowed
 from ..core.network_evidence import failed_host, named_hosts
@@ -27,11 +28,17 @@ MAX_FILES = 64
 
 
 def verifier_text(task: Task) -> str:
-    """The verifier's own command and files (the task's tests directory), as the task ships them."""
+    """The verifier's own command and files (the task's tests directory, a legacy task's
+    ``run-tests.sh``), as the task ships them."""
     parts = [task.verifier_command]
+    files: list[Path] = []
+    script = task.grading_options.get("script_path")
+    if isinstance(script, str):
+        files.append(Path(script))
     if task.tests_dir is not None and task.tests_dir.is_dir():
-        files = sorted(p for p in task.tests_dir.rglob("*") if p.is_file() and not p.is_symlink())
-        for path in files[:MAX_FILES]:
+        files += sorted(p for p in task.tests_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    for path in files[:MAX_FILES]:
+        if path.is_file() and not path.is_symlink():
             try:
                 with path.open("rb") as f:
                     parts.append(f.read(MAX_FILE_BYTES).decode("utf-8", "replace"))

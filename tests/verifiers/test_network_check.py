@@ -61,3 +61,19 @@ def test_a_host_that_answers_is_no_confirmation(tmp_path: Path) -> None:
     closed = unreachable("127.0.0.1", port)
     assert closed == f"resolves but accepts no connection on port {port} from the harness either"
     assert (unreachable("astral.sh.invalid") or "").startswith("does not resolve from the harness either")
+
+
+def test_a_legacy_task_s_run_tests_sh_is_the_verifier_s_own(tmp_path: Path) -> None:
+    """Terminal-Bench's boilerplate run-tests.sh downloads uv: its host is named by the task."""
+    from pytest_maka.benchmarks import terminal_bench
+
+    (tmp_path / "task.yaml").write_text("instruction: do it\n")
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (tmp_path / "run-tests.sh").write_text("curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_outputs.py").write_text("def test_it():\n    assert True\n")
+    task = terminal_bench.load_task(tmp_path)
+    assert "astral.sh/uv/0.7.13" in verifier_text(task)
+    line = "curl: (6) Could not resolve host: astral.sh"
+    why = confirm(line, task, PhasePlan(mode="none"))
+    assert why == "the phase had no network and the verifier's files name astral.sh"
