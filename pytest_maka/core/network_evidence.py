@@ -2,10 +2,13 @@
 
 Most published ``test.sh`` scripts download their tools (apt, curl | sh for uv, pip, npm)
 and write reward 0 when that fails. The line found is a diagnostic on the record: it tells
-the experimenter that the verifier probably needs the network its task declares. It is never
-evidence that takes an attempt out of the denominator (``core.taxonomy``): the verifier runs
-code the subject left, which can print any line. Only failures to resolve or reach a remote
-host count: a refused connection to localhost is the task's own service.
+the experimenter that the verifier probably needs the network its task declares. Alone it never
+takes an attempt out of the denominator (``core.taxonomy``): the verifier runs code the subject
+left, which can print any line. It does when the harness confirms it on its own side: the host
+is one the task's own verifier files name (``named_hosts``), and that phase could not reach it
+(no network granted, or the harness cannot resolve or connect to it either: ``run/network_check.py``).
+Only failures to resolve or reach a remote host count: a refused connection to localhost is the
+task's own service.
 """
 
 from __future__ import annotations
@@ -52,6 +55,50 @@ def network_failure(output: str) -> str | None:
                 continue
             return _around(line.strip(), match.group(0))
     return None
+
+
+#: A host in a URL the verifier's files name (``scheme://[user@]host[:port]``) or in an scp-like git remote.
+_URL_HOST = re.compile(
+    r"\b(?:https?|ftp|git|ssh)://(?:[^@/\s'\"]+@)?(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
+)
+_GIT_HOST = re.compile(r"\bgit@(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9]):")
+#: Tools that download from a well-known host without naming it.
+_IMPLIED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bpip3? install\b|\buvx? (?:pip |tool |run |sync|add)|\buvx\b"), "pypi.org"),
+    (re.compile(r"\bapt(?:-get)? (?:-\S+ )*(?:update|install)\b"), "deb.debian.org"),
+    (re.compile(r"\bnpm (?:install|ci|i)\b|\bnpx\b"), "registry.npmjs.org"),
+)
+MAX_NAMED_HOSTS = 16
+
+
+def failed_host(evidence: str) -> str | None:
+    """The remote host an evidence line names (None: the line names none, e.g. glibc's message)."""
+    for pattern in _PATTERNS:
+        match = pattern.search(evidence)
+        if match is None:
+            continue
+        host = (match.groupdict().get("host") or "").strip("[]'\"\u2018\u2019.,;:")
+        if host and not _LOCAL.match(host):
+            return host.lower()
+    return None
+
+
+def named_hosts(text: str) -> tuple[str, ...]:
+    """The remote hosts a verifier's own files name, in order of appearance (at most MAX_NAMED_HOSTS).
+
+    URLs and git remotes, plus the registry a bare ``pip install``, ``apt-get install`` or
+    ``npm install`` reaches. Local hosts are left out: they are the task's own services.
+    """
+    found: dict[str, None] = {}
+    for pattern in (_URL_HOST, _GIT_HOST):
+        for match in pattern.finditer(text):
+            host = match.group("host").lower().rstrip(".")
+            if "." in host and not _LOCAL.match(host):
+                found.setdefault(host, None)
+    for pattern, host in _IMPLIED:
+        if pattern.search(text):
+            found.setdefault(host, None)
+    return tuple(found)[:MAX_NAMED_HOSTS]
 
 
 def _around(line: str, matched: str) -> str:

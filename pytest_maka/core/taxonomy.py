@@ -90,10 +90,14 @@ class VerifierOutcome:
     #: a rejection, unless an experimenter's deadline cut it short (budget_exhausted).
     timed_out: bool = False
     passed: bool | None = None
-    #: A line of the verifier's output saying a host could not be resolved or reached, while
-    #: its phase had no network the task declared. A diagnostic only: the verifier runs code the
-    #: subject left, which can print any line, so it never takes an attempt out of the denominator.
+    #: A line of the verifier's output saying a host could not be resolved or reached. Alone a
+    #: diagnostic: the verifier runs code the subject left, which can print any line, so it never
+    #: takes an attempt out of the denominator.
     network_failure: str | None = None
+    #: Why the harness holds that failure for real on evidence the subject could not produce (the
+    #: host is named by the task's own verifier files, and the phase could not reach it: no network
+    #: granted, or the harness cannot resolve or reach it either). With no verdict: infra_failure.
+    network_confirmed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,8 @@ def classify(facts: AttemptFacts) -> Status:
         return Status.BUDGET_EXHAUSTED  # the deadline left the verifier no (or too little) time
     if verifier is None or not verifier.ran:
         return Status.VERIFIER_FAILURE
+    if verifier.passed is None and not verifier.timed_out and verifier.network_failure and verifier.network_confirmed:
+        return Status.INFRA_FAILURE  # the verifier's network failed it, as the harness saw on its own side
     if verifier.passed is None and not verifier.timed_out and not verifier.network_failure:
         return Status.VERIFIER_FAILURE
     if verifier.passed and not verifier.timed_out:

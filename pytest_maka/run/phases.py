@@ -26,6 +26,7 @@ from ..subjects.base import RunContext, SubjectResult, as_subject_result
 from ..verifiers.base import PlansExec, Verdict, Verifier, VerifyContext
 from .facts import AgentFacts, SubjectRun, Tamper, VerifierRun
 from .freeze import usage_problems, workspace_diff
+from .network_check import confirm
 from .phase import is_default_user, network_phase, phase_user
 from .restore import (
     VERIFIER_HOME,
@@ -326,12 +327,22 @@ def take_verdict(
     claimed = claimed_success(work.claim)
     if claimed is not None and verdict.passed is not None and not result.timed_out:
         work.agent_facts.claim_agrees_with_verdict = claimed == verdict.passed  # a diagnostic, never a verdict
-    evidence = verdict.details.get("network_failure")  # a diagnostic: never moves the attempt (taxonomy)
+    evidence = verdict.details.get("network_failure")  # alone a diagnostic: never moves the attempt (taxonomy)
+    evidence = evidence if isinstance(evidence, str) else None
+    confirmed = None
+    if evidence is not None and verdict.passed is None and not result.timed_out:
+        confirmed = confirm(evidence, work.cell.task, work.plan.verifier)  # harness-side evidence
+    if confirmed is not None:
+        verdict = replace(verdict, error=f"{verdict.error}; confirmed: {confirmed}",
+                          details={**verdict.details, "network_confirmed": confirmed})  # fmt: skip
+        work.verdict = verdict
+        work.retryable = False  # the same host fails the same way: rerun the output once it answers
     work.verifier_outcome = VerifierOutcome(
         ran=True,
         timed_out=result.timed_out,
         passed=None if result.timed_out else verdict.passed,
-        network_failure=evidence if isinstance(evidence, str) else None,
+        network_failure=evidence,
+        network_confirmed=confirmed,
     )
     work.verifier_facts.run = VerifierRun(
         kind=verifier.name,

@@ -142,7 +142,9 @@ class AttemptWork:
         message = {
             Status.AGENT_ABORTED: "cancelled by the user or the system",
             Status.POLICY_DENIED: facts.policy_denied,
-            Status.INFRA_FAILURE: facts.infra_error or facts.provider_unusable or "the subject could not be started",
+            Status.INFRA_FAILURE: (
+                facts.infra_error or facts.provider_unusable or self._verifier_problem_if_confirmed(facts)
+            ),
             Status.BUDGET_EXHAUSTED: f"budget exhausted: {facts.budget_exceeded}" + self._why_not_started(),
             Status.VERIFIER_FAILURE: self._verifier_problem(),
             Status.AGENT_INCOMPLETE: self._incomplete_reason(),
@@ -153,6 +155,11 @@ class AttemptWork:
         if self.read_only_system is not None:  # the subject met the host's read-only system
             message = f"{message or status.value} ({self.read_only_system.note})"
         return {"type": status.value, "message": message or status.value}
+
+    def _verifier_problem_if_confirmed(self, facts: AttemptFacts) -> str:
+        if facts.verifier is not None and facts.verifier.network_confirmed:
+            return f"no verdict: {self._verifier_problem()}"
+        return "the subject could not be started"
 
     def _why_not_started(self) -> str:
         why = self.agent_facts.not_started

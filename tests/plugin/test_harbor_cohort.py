@@ -179,10 +179,11 @@ def test_unknown_harbor_source_option_names_the_key(cohort: Cohort) -> None:
     result.stderr.fnmatch_lines(["*tasks[[]0[]].reward_rul: unknown key for the harbor format*reward_rule*"])
 
 
-def test_a_verifier_starved_of_the_network_it_declared_fails_officially_and_says_why(cohort: Cohort) -> None:
+def test_a_verifier_starved_of_the_network_it_declared_is_no_verdict_and_says_why(cohort: Cohort) -> None:
     """Harbor's own shared-mode template test.sh, offline. Its output saying a host did not resolve
-    is no evidence the subject could not have produced (the verifier runs the subject's code, which
-    can print that line): the attempt stays official, the record names the network it lacked."""
+    is text the subject's code could print, but the harness confirms it on its own side: the host
+    is named by the task's own test.sh and the phase was given no network. No verdict
+    (infra_failure, not retried), and the record names the network it lacked."""
     test = (
         "curl -LsSf https://astral.sh/uv/0.9.7/install.sh | sh\n"
         "if command -v uvx >/dev/null; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
@@ -193,15 +194,15 @@ def test_a_verifier_starved_of_the_network_it_declared_fails_officially_and_says
     toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nnetwork_mode = "no-network"\n'))
     cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
     result = cohort.run()
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=1, errors=1)
     starved = cohort.results()["downloads[oracle-r0]"]
-    assert starved["status"] == "agent_failure" and starved["official"] is True
+    assert starved["status"] == "infra_failure" and starved["official"] is False
+    assert starved["attempt_count"] == 1
     assert "Could not resolve host: astral.sh" in starved["verifier"]["network_failure"]
     assert starved["verifier"]["reward_written"] == 0.0
-    assert (
-        "the verifier needed a network it was not given (declared public, granted none)"
-        in (starved["verifier"]["error"])
-    )
+    error = starved["verifier"]["error"]
+    assert "the verifier needed a network it was not given (declared public, granted none)" in error
+    assert "confirmed: the phase had no network and the verifier's files name astral.sh" in error
     declared_offline = cohort.results()["offline[oracle-r0]"]
     assert declared_offline["status"] == "agent_failure", "the task said its verifier needs no network"
 
