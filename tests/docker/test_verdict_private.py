@@ -100,13 +100,15 @@ def test_the_channel_is_private_pinned_and_its_processes_end_with_it(sandbox: Do
     sandbox.open_verdict(tests, tmp_path / "scratch")
     code, out = run(
         sandbox,
-        "touch /logs/verifier/private-marker; sleep 1.5; cat /tests/test.sh; grep Cap /proc/self/status;"
+        "touch /logs/verifier/private-marker; sleep 1.5; cat /tests/test.sh;"
+        " grep -E 'Cap|NoNew|Seccomp:' /proc/self/status;"
         " (setsid sh -c 'sleep 3; echo 1 > /logs/verifier/late.txt' >/dev/null 2>&1 &) ;"
         " echo 0 > /logs/verifier/reward.txt",
         tmp_path,
         "verify",
     )
     assert code == 0 and "honest" in out, out
+    assert "NoNewPrivs:\t1" in out and "Seccomp:\t2" in out, "confined as a docker exec of the container"
     got = tmp_path / "got"
     assert sandbox.get("/logs/verifier", got)
     assert (got / "reward.txt").read_text() == "0\n"

@@ -26,12 +26,13 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
+from .verdict_confine import ULIMITS
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
 CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
@@ -54,6 +55,9 @@ class Container:
     #: The container's cgroup whose child holds one verification (v1: the freezer's; v2: its own).
     parent: str
     v2: bool
+    #: ``HostConfig.Ulimits`` (name -> [soft, hard]) and ``AppArmorProfile`` of the container.
+    ulimits: tuple[tuple[str, int, int], ...] = ()
+    apparmor: str = ""
 
 
 def _status_caps(pid: int) -> tuple[int, int]:
@@ -126,6 +130,15 @@ def probe(pid: int | None, container_id: str) -> Container | str:
     if parent is None:
         return "the container has no freezer cgroup to end a verification's processes with"
     return Container(pid, pid_ns, bounding, effective, free[0], tuple(procs), parent, False)
+
+
+def confined(container: Container, inspected: Mapping[str, Any]) -> Container:
+    """``container`` with the limits and AppArmor profile the engine's inspection gives it."""
+    host = inspected.get("HostConfig") or {}
+    ulimits = tuple(
+        (str(u["Name"]), int(u["Soft"]), int(u["Hard"])) for u in host.get("Ulimits") or () if u.get("Name") in ULIMITS
+    )
+    return replace(container, ulimits=ulimits, apparmor=str(inspected.get("AppArmorProfile") or ""))
 
 
 class _Pipe(threading.Thread):
@@ -232,6 +245,8 @@ class PrivateVerdict:
                 "env": dict(env),
                 "command": command,
                 "report": str(report),
+                "ulimits": {name: [soft, hard] for name, soft, hard in container.ulimits},
+                "apparmor": container.apparmor,
             }
             stdout_path.parent.mkdir(parents=True, exist_ok=True)
             stderr_path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from ..hostfs import copy_out, remove_path
 from .engines import EngineDown
 from .execs import EXEC_TOKEN
 from .spawn import read_via_archive
-from .verdict import Container, PrivateVerdict, probe
+from .verdict import Container, PrivateVerdict, confined, probe
 
 MAX_GROUP_BYTES = 1024 * 1024
 
@@ -57,8 +57,10 @@ class VerdictSandbox:
 
     def _container(self) -> Container | str:
         with self.engine.guard("inspecting the container"):
-            state = self.api.inspect_container(self.id)["State"]
-        return probe(int(state.get("Pid") or 0) if state.get("Running") else None, self.id)
+            info = self.api.inspect_container(self.id)
+        state = info["State"]
+        found = probe(int(state.get("Pid") or 0) if state.get("Running") else None, self.id)
+        return found if isinstance(found, str) else confined(found, info)
 
     def open_verdict(self, tests: Path | None, scratch: Path) -> None:
         """Private where the container allows it (``verdict``): empty ``/tests`` and
