@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.errors import SubjectFault
+from pytest_maka.core.errors import InfraError, SubjectFault
 from pytest_maka.executors.base import LeaseRequest
 from pytest_maka.executors.docker import DockerExecutor
 from pytest_maka.executors.docker.sandbox import DockerSandbox
@@ -212,3 +212,39 @@ def test_a_verifier_command_that_times_out_ends_with_everything_it_started(
     sandbox.close_verdict()
     _code, seen = run(sandbox, "grep -ls 'sleep 30[0]' /proc/[0-9]*/cmdline || echo none-left", tmp_path, "after")
     assert seen.strip() == "none-left", seen
+
+
+def test_files_of_an_open_channel_are_its_own_and_spawn_is_refused(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """put / write_file / read_file / remove of /tests and /logs/verifier reach the verification's
+    host directories (never the container's mount points, never through a link it left); spawn is refused."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("echo honest\n")
+    (tmp_path / "extra.sh").write_text("echo extra\n")
+    sandbox.open_verdict(tests, tmp_path / "scratch")
+    sandbox.write_file("/logs/verifier/from-harness.txt", b"hi\n")
+    sandbox.put(tmp_path / "extra.sh", "/tests/sub/extra.sh")
+    sandbox.remove("/tests/test.sh")
+    code, out = run(
+        sandbox,
+        "cat /logs/verifier/from-harness.txt /tests/sub/extra.sh; ls /tests; echo 0 > /logs/verifier/reward.txt;"
+        " ln -s / /logs/verifier/root; ln -s /etc/hostname /logs/verifier/name",
+        tmp_path,
+        "verify",
+    )
+    assert (code, out) == (0, "hi\necho extra\nsub\n"), out
+    assert sandbox.read_file("/logs/verifier/reward.txt", 100) == b"0\n"
+    for linked in ("/logs/verifier/root/etc/hostname", "/logs/verifier/name"):
+        with pytest.raises(FileNotFoundError):
+            sandbox.read_file(linked, 100)
+    assert not sandbox.get("/logs/verifier/root/etc/hostname", tmp_path / "never")
+    with pytest.raises(InfraError, match="spawn is refused while the verification's private verdict channel is open"):
+        sandbox.spawn("true", env={"PATH": PATH})
+    sandbox.remove("/logs/verifier")
+    code, out = run(sandbox, "ls -A /logs/verifier; echo listed", tmp_path, "emptied")
+    assert (code, out) == (0, "listed\n"), out
+    sandbox.close_verdict()
+    code, out = run(sandbox, "ls -A /logs/verifier /tests; echo listed", tmp_path, "after")
+    assert "from-harness" not in out and "extra" not in out and out.endswith("listed\n"), out
+    proc = sandbox.spawn("true", env={"PATH": PATH})
+    assert proc.wait(60) == 0

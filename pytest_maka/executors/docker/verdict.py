@@ -32,6 +32,8 @@ from typing import IO, Any
 
 from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
+from ..content import read_regular
+from ..hostfs import remove_path
 from .verdict_confine import ULIMITS
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
@@ -192,12 +194,66 @@ class PrivateVerdict:
             shutil.copytree(tests, self.tests, symlinks=True)
         self.commands = 0
 
-    def host_path(self, sandbox_path: str) -> Path | None:
-        """The host directory that stands for ``sandbox_path`` (or below it) in the verification, or None."""
+    def owns(self, sandbox_path: str) -> bool:
+        """``sandbox_path`` is the channel's (at or below ``/tests`` or ``/logs/verifier``)."""
+        return any(sandbox_path == d or sandbox_path.startswith(d + "/") for d in (VERIFIER_LOGS_DIR, TESTS_DIR))
+
+    def host_path(self, sandbox_path: str, *, clear: bool = False) -> Path | None:
+        """The host path that stands for ``sandbox_path`` in the verification (None: not the
+        channel's, or /tests of a verification without tests). No link is followed: a parent
+        that is not a directory (a link the verification left) makes it None, or with ``clear``
+        is replaced by an empty directory. Nothing else writes these directories between the
+        verification's commands (its processes end with each), so what is checked stays so."""
         for inside, host in ((VERIFIER_LOGS_DIR, self.verifier), (TESTS_DIR, self.tests)):
             if sandbox_path == inside or sandbox_path.startswith(inside + "/"):
-                return None if host is None else host / sandbox_path[len(inside) :].lstrip("/")
+                if host is None:
+                    return None
+                parts = [p for p in sandbox_path[len(inside) :].split("/") if p]
+                for i in range(len(parts) - 1):
+                    parent = host.joinpath(*parts[: i + 1])
+                    if parent.is_dir() and not parent.is_symlink():
+                        continue
+                    if not clear:
+                        return None
+                    if parent.is_symlink() or parent.exists():
+                        remove_path(parent)
+                    parent.mkdir()
+                return host.joinpath(*parts)
         return None
+
+    def put(self, source: Path, sandbox_path: str) -> None:
+        """Replace what is at ``sandbox_path`` of the channel by a copy of ``source``."""
+        target = self.host_path(sandbox_path, clear=True)
+        if target is None:
+            raise InfraError(f"{sandbox_path} is not in this verification (it has no tests)")
+        if target in (self.verifier, self.tests):  # the mount point stays: its content is replaced
+            if not source.is_dir():
+                raise InfraError(f"{sandbox_path} of the verification can only be replaced by a directory")
+            _empty(target)
+            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            return
+        if target.is_symlink() or target.exists():
+            remove_path(target)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (``/tests`` or ``/logs/verifier`` itself: emptied)."""
+        target = self.host_path(sandbox_path)
+        if target in (self.verifier, self.tests):
+            assert target is not None
+            _empty(target)
+        elif target is not None and (target.is_symlink() or target.exists()):
+            remove_path(target)
+
+    def read(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` of the regular file at ``sandbox_path`` (a link is refused)."""
+        target = self.host_path(sandbox_path)
+        if target is None:
+            raise FileNotFoundError(f"no such file in the sandbox: {sandbox_path}")
+        return read_regular(target, max_bytes)
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -291,6 +347,11 @@ class PrivateVerdict:
             end_group(group, container.v2, grace=0.0)
             with contextlib.suppress(OSError):
                 group.rmdir()
+
+
+def _empty(directory: Path) -> None:
+    for entry in os.listdir(directory):
+        remove_path(directory / entry)
 
 
 def _tail(path: Path) -> str:
