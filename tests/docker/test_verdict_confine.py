@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -15,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from pytest_maka.executors.docker.verdict import Container, PrivateVerdict, confined, probe
+from pytest_maka.executors.docker.verdict import Container, PrivateVerdict, confined, probe, sweep_groups
 
 from .conftest import BASE_IMAGE
 
@@ -135,3 +137,45 @@ def _but_nofile(facts: str) -> str:
 
 def _opts(api: docker.APIClient, cid: str) -> str:
     return " ".join(api.inspect_container(cid)["HostConfig"]["SecurityOpt"] or [])
+
+
+LEFT = "grep -ls 'sleep 30[0]' /proc/[0-9]*/cmdline || echo none"
+#: A harness running one long verifier command (argv: container pid, id, channel root).
+HARNESS = """
+import sys, time
+from pathlib import Path
+from pytest_maka.executors.docker.verdict import PrivateVerdict, probe
+root = Path(sys.argv[3])
+channel = PrivateVerdict(root, None)
+channel.run(probe(int(sys.argv[1]), sys.argv[2]), command="touch /logs/verifier/started; sleep 300",
+            env={"PATH": "/usr/bin:/bin"}, cwd="/", uid=0, gid=0, timeout_sec=None, grace=0.0,
+            stdout_path=root / "out", stderr_path=root / "err", cap=4096, started=time.monotonic())
+"""
+
+
+@pytest.mark.parametrize("container", [True], ids=["no-new-privileges"], indirect=True)
+def test_a_killed_harness_leaves_a_cgroup_the_sweep_ends(
+    container: tuple[str, Container], docker_api: docker.APIClient, tmp_path: Path
+) -> None:
+    """The harness is killed (SIGKILL) in the middle of a verifier command: its verification's
+    cgroup, with the command's processes, stays until the sweep of dead owners ends and removes it."""
+    cid, found = container
+    root = tmp_path / "channel"
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(found.pid), cid, str(root)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "verifier" / "started").exists():
+            assert harness.poll() is None and time.monotonic() < deadline, "the verifier command did not start"
+            time.sleep(0.05)
+        live = list(Path(found.parent).glob(f"maka-verdict-{harness.pid}-*"))
+        assert len(live) == 1 and str(live[0]) not in sweep_groups(), "a live harness's cgroup is never swept"
+    finally:
+        harness.kill()
+        harness.wait()
+    left = list(Path(found.parent).glob(f"maka-verdict-{harness.pid}-*"))
+    assert len(left) == 1 and (left[0] / "cgroup.procs").read_text().split(), left
+    assert _docker_exec(docker_api, cid, LEFT) != "none\n", "the verifier's processes outlived the harness"
+    assert str(left[0]) in sweep_groups(dry_run=True) and left[0].exists()
+    assert str(left[0]) in sweep_groups()
+    assert not left[0].exists()
+    assert _docker_exec(docker_api, cid, LEFT) == "none\n"

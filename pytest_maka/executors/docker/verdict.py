@@ -34,6 +34,7 @@ from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
 from ..content import read_regular
 from ..hostfs import remove_path
+from .labels import process_start
 from .verdict_confine import ULIMITS
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
@@ -41,6 +42,9 @@ CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
 #: Capabilities that give nothing but an alarm timer, a wakelock or audit reading: one the
 #: container lacks marks the verification's processes (``/proc/<pid>/root`` needs a superset).
 MARKS = {35: "CAP_WAKE_ALARM", 36: "CAP_BLOCK_SUSPEND", 37: "CAP_AUDIT_READ"}
+#: A verification's cgroup is ``maka-verdict-<owner pid>-<owner start>-<random>``, under its container's.
+GROUP_PREFIX = "maka-verdict-"
+_OWNER = f"{os.getpid()}-{process_start(os.getpid()) or 0}"
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,7 @@ class PrivateVerdict:
         self.commands += 1
         if uid != 0:  # the directory the verifier writes is its user's (phase_user gives it in the container)
             os.chown(self.verifier, uid, gid)
-        group = Path(container.parent) / f"maka-verdict-{secrets.token_hex(6)}"
+        group = Path(container.parent) / f"{GROUP_PREFIX}{_OWNER}-{secrets.token_hex(6)}"
         group.mkdir()
         report = self.root / f"report-{self.commands}.txt"
         report.write_bytes(b"")
@@ -403,3 +407,30 @@ def _freeze_and_kill(group: Path) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     state.write_text("THAWED")
+
+
+def sweep_groups(*, dry_run: bool = False) -> list[str]:
+    """End and remove the verification cgroups of harness processes that are gone (killed in the
+    middle of a verifier command: its processes, frozen or not, would hold the container's
+    cgroup); returns their paths. Only on the engine's host, as root."""
+    if os.geteuid() != 0:
+        return []
+    v1, v2 = _cgroup_mounts()
+    roots = [(point, False) for opts, point in v1 if "freezer" in opts] + ([(v2, True)] if v2 else [])
+    swept: list[str] = []
+    for root, is_v2 in roots:
+        for depth in range(1, 5):  # <root>/docker/<id>/maka-verdict-*, or a systemd slice's deeper one
+            for group in Path(root).glob("*/" * depth + f"{GROUP_PREFIX}*"):
+                pid, _, rest = group.name[len(GROUP_PREFIX) :].partition("-")
+                start = rest.rpartition("-")[0]
+                if not pid.isdigit() or process_start(int(pid)) == start or not group.is_dir():
+                    continue
+                try:
+                    if not dry_run:
+                        end_group(group, is_v2, grace=0.0)
+                        group.rmdir()
+                except (OSError, InfraError) as exc:
+                    swept.append(f"{group}: not removed: {exc}")
+                else:
+                    swept.append(str(group))
+    return swept
