@@ -6,18 +6,27 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import docker
 import pytest
 
-from pytest_maka.executors.docker.verdict import Container, PrivateVerdict, confined, probe, sweep_groups
+from pytest_maka.executors.docker.verdict import (
+    Container,
+    PrivateVerdict,
+    _cgroup_mounts,
+    confined,
+    probe,
+    sweep_groups,
+)
 
 from .conftest import BASE_IMAGE
 
@@ -179,3 +188,54 @@ def test_a_killed_harness_leaves_a_cgroup_the_sweep_ends(
     assert str(left[0]) in sweep_groups()
     assert not left[0].exists()
     assert _docker_exec(docker_api, cid, LEFT) == "none\n"
+
+
+def _ending_by(found: Container, how: str) -> Container:
+    """``found`` as the probe gives it (``freezer``: cgroup v1's freezer), or with the verification's
+    cgroup in the container's cgroup v2 one and ended by ``cgroup.kill`` (``kill``)."""
+    if how == "freezer":
+        assert not found.v2 and Path(found.parent, "freezer.state").exists(), found
+        return found
+    _v1, v2 = _cgroup_mounts()
+    unified = next((p for p in found.procs if v2 is not None and p.startswith(v2 + "/")), None)
+    if unified is None:
+        pytest.skip("this host has no cgroup v2 hierarchy holding the container")
+    procs = (*(p for p in found.procs if p != unified), f"{found.parent}/cgroup.procs")
+    parent = unified.removesuffix("/cgroup.procs")
+    assert Path(parent, "cgroup.kill").exists(), "the kernel has cgroup.kill"
+    return replace(found, procs=procs, parent=parent, v2=True)
+
+
+@pytest.mark.parametrize("how", ["freezer", "kill"])
+@pytest.mark.parametrize("container", [True], ids=["no-new-privileges"], indirect=True)
+def test_what_a_verifier_command_starts_ends_with_it(
+    container: tuple[str, Container], how: str, docker_api: docker.APIClient, tmp_path: Path
+) -> None:
+    """Detached processes of a command that exits, and of one that times out, end with it, by
+    the cgroup v1 freezer or the cgroup v2 ``cgroup.kill`` (the hybrid host's unified hierarchy)."""
+    cid, found = container
+    found = _ending_by(found, how)
+    code, out = _private(cid, found, "(setsid sh -c 'sleep 300' >/dev/null 2>&1 &); echo left", tmp_path)
+    assert (code, out) == (0, "left\n")
+    assert _docker_exec(docker_api, cid, LEFT) == "none\n"
+    channel = PrivateVerdict(tmp_path / "slow", None)
+    try:
+        outcome = channel.run(
+            found,
+            command="(setsid sleep 300 >/dev/null 2>&1 &); sleep 300",
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            uid=0,
+            gid=0,
+            timeout_sec=1.0,
+            grace=0.2,
+            stdout_path=tmp_path / "slow.out",
+            stderr_path=tmp_path / "slow.err",
+            cap=4096,
+            started=time.monotonic(),
+        )
+    finally:
+        channel.close()
+    assert (outcome.timed_out, outcome.exit_code) == (True, None)
+    assert _docker_exec(docker_api, cid, LEFT) == "none\n"
+    assert not list(Path(found.parent).glob(f"maka-verdict-{os.getpid()}-*")), "its cgroup was removed"

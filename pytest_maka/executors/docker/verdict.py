@@ -129,12 +129,13 @@ def probe(pid: int | None, container_id: str) -> Container | str:
             parent = f"{point}{path}"
         else:
             procs.append(f"{point}{path}/cgroup.procs")
-    if parent is None and not procs and v2 is not None:
-        path = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
-        if path is not None:
-            return Container(pid, pid_ns, bounding, effective, free[0], (), f"{v2}{path}", True)
+    unified = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    if parent is None and not procs and v2 is not None and unified is not None:
+        return Container(pid, pid_ns, bounding, effective, free[0], (), f"{v2}{unified}", True)
     if parent is None:
         return "the container has no freezer cgroup to end a verification's processes with"
+    if v2 is not None and unified is not None and unified != "/":  # a hybrid host: its v2 cgroup too, as runc's exec
+        procs.append(f"{v2}{unified}/cgroup.procs")
     return Container(pid, pid_ns, bounding, effective, free[0], tuple(procs), parent, False)
 
 
