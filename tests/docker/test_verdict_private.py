@@ -248,3 +248,25 @@ def test_files_of_an_open_channel_are_its_own_and_spawn_is_refused(sandbox: Dock
     assert "from-harness" not in out and "extra" not in out and out.endswith("listed\n"), out
     proc = sandbox.spawn("true", env={"PATH": PATH})
     assert proc.wait(60) == 0
+
+
+#: Left running by the subject: attaches to the container's main process (ptrace) and holds it.
+TRACER = detached(
+    ".maka-tracer.sh",
+    "exec python3 -c 'import ctypes, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "assert libc.ptrace(0x4206, 1, None, None) == 0, ctypes.get_errno()\n"
+    'open("/tmp/tracing", "w").close()\n'
+    "time.sleep(600)'",
+)
+
+
+def test_a_subject_tracing_the_containers_main_process_fails_as_itself(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """The seccomp filters a verifier command gets are read from the container's main process by
+    ptrace: a process the subject left that holds that process first makes it the subject's failure."""
+    code, out = run(sandbox, TRACER + "sleep 0.5; ls /tmp/tracing", tmp_path, "subject")
+    assert code == 0, out
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    with pytest.raises(SubjectFault, match="the container's main process is traced by one of its processes"):
+        run(sandbox, "echo 1 > /logs/verifier/reward.txt", tmp_path, "verify")
+    sandbox.close_verdict()
