@@ -5,6 +5,8 @@ nothing they do reaches the verification's /tests or /logs/verifier."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -270,3 +272,31 @@ def test_a_subject_tracing_the_containers_main_process_fails_as_itself(sandbox: 
     with pytest.raises(SubjectFault, match="the container's main process is traced by one of its processes"):
         run(sandbox, "echo 1 > /logs/verifier/reward.txt", tmp_path, "verify")
     sandbox.close_verdict()
+
+
+def test_the_helper_never_imports_a_file_of_the_container(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """The helper runs as root on the host with the harness's interpreter, whose library paths
+    resolve in the container once it is inside: modules the subject planted there (on the
+    helper's own sys.path) never load, whether the command runs or its set-up fails."""
+    paths = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", "import sys; print(' '.join(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    names = ("warnings", "traceback", "linecache", "locale", "resource", "subprocess", "signal", "errno")
+    plant = "for d in " + " ".join(paths) + "; do mkdir -p $d; for m in " + " ".join(names) + "; do"
+    plant += ' echo \'open("/planted-ran", "a").write(__name__)\' > $d/$m.py; done; done'
+    code, out = run(sandbox, plant, tmp_path, "subject")
+    assert code == 0, out
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    code, out = run(sandbox, "echo 0 > /logs/verifier/reward.txt; echo ran", tmp_path, "verify")
+    assert (code, out) == (0, "ran\n"), out
+    out_path, err_path = tmp_path / "nowhere.out", tmp_path / "nowhere.err"
+    with pytest.raises(InfraError, match="could not be set up"):
+        sandbox.exec(
+            "true", env={"PATH": PATH}, timeout_sec=60, stdout_path=out_path, stderr_path=err_path, cwd="/no/such"
+        )
+    sandbox.close_verdict()
+    code, out = run(sandbox, "cat /planted-ran 2>/dev/null; echo checked", tmp_path, "after")
+    assert out == "checked\n", f"a planted module ran in the helper: {out}"

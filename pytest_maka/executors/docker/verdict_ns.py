@@ -33,6 +33,7 @@ import ctypes
 import json
 import os
 import sys
+import warnings  # noqa: F401  (os.execvpe imports it on its first call: loaded here, never in the container)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the harness's own sibling module
 from verdict_confine import (
@@ -230,6 +231,15 @@ def _mount_points(pid: int) -> set[str]:
         return {line.split(" ")[4] for line in f if line.count(" ") > 4}
 
 
+def _no_more_imports() -> None:
+    """From here on an import fails instead of loading a file: paths resolve in the container,
+    whose files are the subject's, and this process is root on the host."""
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+    sys.path_hooks.clear()
+    sys.meta_path.clear()
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     _report[0] = os.open(spec["report"], os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -245,6 +255,7 @@ def main() -> int:
     trees = {target: _open_tree(source) for target, source in spec["binds"].items()}
     pinned = _mount_points(pid)
     procs = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in spec["cgroup_procs"]]
+    _no_more_imports()
     for ns in NAMESPACES:
         _setns(fds[ns], ns)
     _setns(fds["mnt"], "mnt")
