@@ -19,14 +19,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from pytest_maka.executors.docker.verdict import (
-    Container,
-    PrivateVerdict,
-    _cgroup_mounts,
-    confined,
-    probe,
-    sweep_groups,
-)
+from pytest_maka.executors.docker.verdict import Container, PrivateVerdict, confined, probe
+from pytest_maka.executors.docker.verdict_cgroup import cgroup_mounts, sweep_groups
 
 from .conftest import BASE_IMAGE
 
@@ -196,7 +190,7 @@ def _ending_by(found: Container, how: str) -> Container:
     if how == "freezer":
         assert not found.v2 and Path(found.parent, "freezer.state").exists(), found
         return found
-    _v1, v2 = _cgroup_mounts()
+    _v1, v2 = cgroup_mounts()
     unified = next((p for p in found.procs if v2 is not None and p.startswith(v2 + "/")), None)
     if unified is None:
         pytest.skip("this host has no cgroup v2 hierarchy holding the container")

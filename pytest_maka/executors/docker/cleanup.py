@@ -23,7 +23,7 @@ import docker.errors
 from . import labels as L
 from .engines import Engine, one_line
 from .options import DockerOptions
-from .verdict import sweep_groups
+from .verdict_cgroup import sweep_groups
 
 
 def reap_shims(container_ids: Iterable[str]) -> list[int]:

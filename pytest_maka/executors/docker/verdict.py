@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +33,7 @@ from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
 from ..content import read_regular
 from ..hostfs import remove_path
-from .labels import process_start
+from .verdict_cgroup import cgroup_mounts, end_group, new_group_name
 from .verdict_confine import ULIMITS
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
@@ -43,9 +41,6 @@ CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
 #: Capabilities that give nothing but an alarm timer, a wakelock or audit reading: one the
 #: container lacks marks the verification's processes (``/proc/<pid>/root`` needs a superset).
 MARKS = {35: "CAP_WAKE_ALARM", 36: "CAP_BLOCK_SUSPEND", 37: "CAP_AUDIT_READ"}
-#: A verification's cgroup is ``maka-verdict-<owner pid>-<owner start>-<random>``, under its container's.
-GROUP_PREFIX = "maka-verdict-"
-_OWNER = f"{os.getpid()}-{process_start(os.getpid()) or 0}"
 
 
 @dataclass(frozen=True)
@@ -75,21 +70,6 @@ def _status_caps(pid: int) -> tuple[int, int]:
     return int(fields["CapBnd"], 16), int(fields["CapEff"], 16)
 
 
-def _cgroup_mounts() -> tuple[list[tuple[frozenset[str], str]], str | None]:
-    """v1 hierarchies (their mount options, mount point) and the v2 mount point, on this host."""
-    v1: list[tuple[frozenset[str], str]] = []
-    v2 = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        head, _, tail = line.partition(" - ")
-        fstype, _src, *opts = tail.split(" ")
-        point = head.split(" ")[4]
-        if fstype == "cgroup2":
-            v2 = point
-        elif fstype == "cgroup" and opts:
-            v1.append((frozenset(opts[0].split(",")), point))
-    return v1, v2
-
-
 def probe(pid: int | None, container_id: str) -> Container | str:
     """The container's facts, or why its verifications cannot have a private channel here.
 
@@ -116,7 +96,7 @@ def probe(pid: int | None, container_id: str) -> Container | str:
     free = [cap for cap in MARKS if not bounding >> cap & 1 and own_bounding >> cap & 1]
     if not free:
         return "no capability is left that the container's processes lack"
-    v1, v2 = _cgroup_mounts()
+    v1, v2 = cgroup_mounts()
     procs: list[str] = []
     parent = None
     for line in lines:
@@ -285,7 +265,7 @@ class PrivateVerdict:
         self.commands += 1
         if uid != 0:  # the directory the verifier writes is its user's (phase_user gives it in the container)
             os.chown(self.verifier, uid, gid)
-        group = Path(container.parent) / f"{GROUP_PREFIX}{_OWNER}-{secrets.token_hex(6)}"
+        group = Path(container.parent) / new_group_name()
         group.mkdir()
         report = self.root / f"report-{self.commands}.txt"
         report.write_bytes(b"")
@@ -378,74 +358,3 @@ def _tail(path: Path) -> str:
         f.seek(max(0, path.stat().st_size - 400))
         return f.read().decode(errors="replace")
     return ""
-
-
-def _members(group: Path) -> list[int]:
-    try:
-        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def end_group(group: Path, v2: bool, *, grace: float) -> None:
-    """End every process of the verification's cgroup (SIGTERM first when ``grace``): frozen,
-    killed, thawed, until none is left (a fork cannot outrun it)."""
-    if not group.is_dir():
-        return
-    if grace > 0:
-        for pid in _members(group):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        while _members(group) and time.monotonic() < end:
-            time.sleep(0.05)
-    for _ in range(200):
-        if not _members(group):
-            return
-        if v2:
-            with contextlib.suppress(OSError):
-                (group / "cgroup.kill").write_text("1")
-        else:
-            _freeze_and_kill(group)
-        time.sleep(0.02)
-    raise InfraError(f"the verification's processes in {group} did not end")
-
-
-def _freeze_and_kill(group: Path) -> None:
-    state = group / "freezer.state"
-    state.write_text("FROZEN")
-    for _ in range(500):
-        if state.read_text().strip() == "FROZEN":
-            break
-        time.sleep(0.005)
-    for pid in _members(group):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    state.write_text("THAWED")
-
-
-def sweep_groups(*, dry_run: bool = False) -> list[str]:
-    """End and remove the verification cgroups of harness processes that are gone (killed in the
-    middle of a verifier command: its processes, frozen or not, would hold the container's
-    cgroup); returns their paths. Only on the engine's host, as root."""
-    if os.geteuid() != 0:
-        return []
-    v1, v2 = _cgroup_mounts()
-    roots = [(point, False) for opts, point in v1 if "freezer" in opts] + ([(v2, True)] if v2 else [])
-    swept: list[str] = []
-    for root, is_v2 in roots:
-        for depth in range(1, 5):  # <root>/docker/<id>/maka-verdict-*, or a systemd slice's deeper one
-            for group in Path(root).glob("*/" * depth + f"{GROUP_PREFIX}*"):
-                pid, _, rest = group.name[len(GROUP_PREFIX) :].partition("-")
-                start = rest.rpartition("-")[0]
-                if not pid.isdigit() or process_start(int(pid)) == start or not group.is_dir():
-                    continue
-                try:
-                    if not dry_run:
-                        end_group(group, is_v2, grace=0.0)
-                        group.rmdir()
-                except (OSError, InfraError) as exc:
-                    swept.append(f"{group}: not removed: {exc}")
-                else:
-                    swept.append(str(group))
-    return swept
