@@ -211,6 +211,9 @@ def test_a_verifier_command_that_times_out_ends_with_everything_it_started(
     )
     assert (result.timed_out, result.exit_code) == (True, None), result
     assert out.read_text() == "started\n"
+    sandbox.remove("/tests")  # a verification without tests has none to remove
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("/tests/test.sh", 100)
     sandbox.close_verdict()
     _code, seen = run(sandbox, "grep -ls 'sleep 30[0]' /proc/[0-9]*/cmdline || echo none-left", tmp_path, "after")
     assert seen.strip() == "none-left", seen

@@ -228,10 +228,11 @@ class PrivateVerdict:
     def remove(self, sandbox_path: str) -> None:
         """Delete what is at ``sandbox_path`` (``/tests`` or ``/logs/verifier`` itself: emptied)."""
         target = self.host_path(sandbox_path)
+        if target is None:  # nothing there: a link on the way, or /tests of a verification without tests
+            return
         if target in (self.verifier, self.tests):
-            assert target is not None
             _empty(target)
-        elif target is not None and (target.is_symlink() or target.exists()):
+        elif target.is_symlink() or target.exists():
             remove_path(target)
 
     def read(self, sandbox_path: str, max_bytes: int) -> bytes:
@@ -340,7 +341,9 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
     if timeout is not None:
         fd = os.pidfd_open(proc.pid)
         try:
-            ended, _, _ = select.select([fd], [], [], timeout)
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            ended = poller.poll(timeout * 1000)
         finally:
             os.close(fd)
         if not ended:
