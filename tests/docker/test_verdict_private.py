@@ -5,12 +5,14 @@ nothing they do reaches the verification's /tests or /logs/verifier."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.errors import SubjectFault
+from pytest_maka.core.errors import InfraError, SubjectFault
 from pytest_maka.executors.base import LeaseRequest
 from pytest_maka.executors.docker import DockerExecutor
 from pytest_maka.executors.docker.sandbox import DockerSandbox
@@ -100,13 +102,15 @@ def test_the_channel_is_private_pinned_and_its_processes_end_with_it(sandbox: Do
     sandbox.open_verdict(tests, tmp_path / "scratch")
     code, out = run(
         sandbox,
-        "touch /logs/verifier/private-marker; sleep 1.5; cat /tests/test.sh; grep Cap /proc/self/status;"
+        "touch /logs/verifier/private-marker; sleep 1.5; cat /tests/test.sh;"
+        " grep -E 'Cap|NoNew|Seccomp:' /proc/self/status;"
         " (setsid sh -c 'sleep 3; echo 1 > /logs/verifier/late.txt' >/dev/null 2>&1 &) ;"
         " echo 0 > /logs/verifier/reward.txt",
         tmp_path,
         "verify",
     )
     assert code == 0 and "honest" in out, out
+    assert "NoNewPrivs:\t1" in out and "Seccomp:\t2" in out, "confined as a docker exec of the container"
     got = tmp_path / "got"
     assert sandbox.get("/logs/verifier", got)
     assert (got / "reward.txt").read_text() == "0\n"
@@ -207,6 +211,95 @@ def test_a_verifier_command_that_times_out_ends_with_everything_it_started(
     )
     assert (result.timed_out, result.exit_code) == (True, None), result
     assert out.read_text() == "started\n"
+    sandbox.remove("/tests")  # a verification without tests has none to remove
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("/tests/test.sh", 100)
     sandbox.close_verdict()
     _code, seen = run(sandbox, "grep -ls 'sleep 30[0]' /proc/[0-9]*/cmdline || echo none-left", tmp_path, "after")
     assert seen.strip() == "none-left", seen
+
+
+def test_files_of_an_open_channel_are_its_own_and_spawn_is_refused(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """put / write_file / read_file / remove of /tests and /logs/verifier reach the verification's
+    host directories (never the container's mount points, never through a link it left); spawn is refused."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("echo honest\n")
+    (tmp_path / "extra.sh").write_text("echo extra\n")
+    sandbox.open_verdict(tests, tmp_path / "scratch")
+    sandbox.write_file("/logs/verifier/from-harness.txt", b"hi\n")
+    sandbox.put(tmp_path / "extra.sh", "/tests/sub/extra.sh")
+    sandbox.remove("/tests/test.sh")
+    code, out = run(
+        sandbox,
+        "cat /logs/verifier/from-harness.txt /tests/sub/extra.sh; ls /tests; echo 0 > /logs/verifier/reward.txt;"
+        " ln -s / /logs/verifier/root; ln -s /etc/hostname /logs/verifier/name",
+        tmp_path,
+        "verify",
+    )
+    assert (code, out) == (0, "hi\necho extra\nsub\n"), out
+    assert sandbox.read_file("/logs/verifier/reward.txt", 100) == b"0\n"
+    for linked in ("/logs/verifier/root/etc/hostname", "/logs/verifier/name"):
+        with pytest.raises(FileNotFoundError):
+            sandbox.read_file(linked, 100)
+    assert not sandbox.get("/logs/verifier/root/etc/hostname", tmp_path / "never")
+    with pytest.raises(InfraError, match="spawn is refused while the verification's private verdict channel is open"):
+        sandbox.spawn("true", env={"PATH": PATH})
+    sandbox.remove("/logs/verifier")
+    code, out = run(sandbox, "ls -A /logs/verifier; echo listed", tmp_path, "emptied")
+    assert (code, out) == (0, "listed\n"), out
+    sandbox.close_verdict()
+    code, out = run(sandbox, "ls -A /logs/verifier /tests; echo listed", tmp_path, "after")
+    assert "from-harness" not in out and "extra" not in out and out.endswith("listed\n"), out
+    proc = sandbox.spawn("true", env={"PATH": PATH})
+    assert proc.wait(60) == 0
+
+
+#: Left running by the subject: attaches to the container's main process (ptrace) and holds it.
+TRACER = detached(
+    ".maka-tracer.sh",
+    "exec python3 -c 'import ctypes, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "assert libc.ptrace(0x4206, 1, None, None) == 0, ctypes.get_errno()\n"
+    'open("/tmp/tracing", "w").close()\n'
+    "time.sleep(600)'",
+)
+
+
+def test_a_subject_tracing_the_containers_main_process_fails_as_itself(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """The seccomp filters a verifier command gets are read from the container's main process by
+    ptrace: a process the subject left that holds that process first makes it the subject's failure."""
+    code, out = run(sandbox, TRACER + "sleep 0.5; ls /tmp/tracing", tmp_path, "subject")
+    assert code == 0, out
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    with pytest.raises(SubjectFault, match="the container's main process is traced by one of its processes"):
+        run(sandbox, "echo 1 > /logs/verifier/reward.txt", tmp_path, "verify")
+    sandbox.close_verdict()
+
+
+def test_the_helper_never_imports_a_file_of_the_container(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """The helper runs as root on the host with the harness's interpreter, whose library paths
+    resolve in the container once it is inside: modules the subject planted there (on the
+    helper's own sys.path) never load, whether the command runs or its set-up fails."""
+    paths = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", "import sys; print(' '.join(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    names = ("warnings", "traceback", "linecache", "locale", "resource", "subprocess", "signal", "errno")
+    plant = "for d in " + " ".join(paths) + "; do mkdir -p $d; for m in " + " ".join(names) + "; do"
+    plant += ' echo \'open("/planted-ran", "a").write(__name__)\' > $d/$m.py; done; done'
+    code, out = run(sandbox, plant, tmp_path, "subject")
+    assert code == 0, out
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    code, out = run(sandbox, "echo 0 > /logs/verifier/reward.txt; echo ran", tmp_path, "verify")
+    assert (code, out) == (0, "ran\n"), out
+    out_path, err_path = tmp_path / "nowhere.out", tmp_path / "nowhere.err"
+    with pytest.raises(InfraError, match="could not be set up"):
+        sandbox.exec(
+            "true", env={"PATH": PATH}, timeout_sec=60, stdout_path=out_path, stderr_path=err_path, cwd="/no/such"
+        )
+    sandbox.close_verdict()
+    code, out = run(sandbox, "cat /planted-ran 2>/dev/null; echo checked", tmp_path, "after")
+    assert out == "checked\n", f"a planted module ran in the helper: {out}"

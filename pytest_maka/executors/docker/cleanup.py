@@ -23,6 +23,7 @@ import docker.errors
 from . import labels as L
 from .engines import Engine, one_line
 from .options import DockerOptions
+from .verdict_cgroup import sweep_groups
 
 
 def reap_shims(container_ids: Iterable[str]) -> list[int]:
@@ -99,6 +100,8 @@ def sweep(engine: Engine, *, everything: bool = False, images: bool = False, dry
             if is_local(engine):
                 reap_shims([c["Id"]])
         removed.append(name)
+    if is_local(engine):  # verifications a killed harness left in the middle of a command
+        removed += [f"verification cgroup {group}" for group in sweep_groups(dry_run=dry_run)]
     removed += _sweep_networks(engine, everything=everything, dry_run=dry_run)
     removed += _sweep_volumes(engine, everything=everything, dry_run=dry_run)
     if images:

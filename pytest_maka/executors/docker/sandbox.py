@@ -156,7 +156,9 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
     def spawn(
         self, command: str, *, env: Mapping[str, str], cwd: str | None = None, network: bool = False
     ) -> DockerProcess:
-        """Start ``sh -c command`` with stdin attached; returns at once (the container's end stops it)."""
+        """Start ``sh -c command`` with stdin attached; returns at once (the container's end stops it).
+        Refused while a private verdict channel is open."""
+        self.verdict_spawn_refused()
         self._dirty, self._fresh = True, set()
         proxied = self.egress.current if network and self.egress is not None else None
         target = proxied.network if proxied else self._network
@@ -175,9 +177,27 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
         private = self.verdict_get(check_path(sandbox_path), host_path, report)
         return private if private is not None else super().get(sandbox_path, host_path, report=report)
 
+    def put(self, host_path: Path, sandbox_path: str) -> None:
+        """``ContainerFiles.put``; into the open private verdict channel, its host directory."""
+        channel = self.verdict_owns(check_path(sandbox_path))
+        if channel is not None:
+            return channel.put(host_path, check_path(sandbox_path))
+        return super().put(host_path, sandbox_path)
+
+    def remove(self, sandbox_path: str) -> None:
+        """``ContainerFiles.remove``; in the open private verdict channel, its host directory."""
+        channel = self.verdict_owns(check_path(sandbox_path))
+        if channel is not None:
+            return channel.remove(check_path(sandbox_path))
+        return super().remove(sandbox_path)
+
     def read_file(self, sandbox_path: str, max_bytes: int) -> bytes:
-        """At most ``max_bytes`` of a regular file, read through the engine (links are not followed)."""
+        """At most ``max_bytes`` of a regular file, read through the engine (links are not followed);
+        in the open private verdict channel, from its host directory."""
         path = check_path(sandbox_path)
+        channel = self.verdict_owns(path)
+        if channel is not None:
+            return channel.read(path, max_bytes)
         with self.engine.guard(f"reading {path}"):
             self._flush(path)
             return read_via_archive(self.api, self.id, path, max_bytes)

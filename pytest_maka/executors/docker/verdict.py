@@ -18,20 +18,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
+import select
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ...core.errors import InfraError, SubjectFault
 from ...core.task import TESTS_DIR, VERIFIER_LOGS_DIR
+from ..content import read_regular
+from ..hostfs import remove_path
+from .verdict_cgroup import cgroup_mounts, end_group, new_group_name
+from .verdict_confine import ULIMITS
 
 HELPER = Path(__file__).with_name("verdict_ns.py")
 CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
@@ -54,6 +57,9 @@ class Container:
     #: The container's cgroup whose child holds one verification (v1: the freezer's; v2: its own).
     parent: str
     v2: bool
+    #: ``HostConfig.Ulimits`` (name -> [soft, hard]) and ``AppArmorProfile`` of the container.
+    ulimits: tuple[tuple[str, int, int], ...] = ()
+    apparmor: str = ""
 
 
 def _status_caps(pid: int) -> tuple[int, int]:
@@ -62,21 +68,6 @@ def _status_caps(pid: int) -> tuple[int, int]:
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return int(fields["CapBnd"], 16), int(fields["CapEff"], 16)
-
-
-def _cgroup_mounts() -> tuple[list[tuple[frozenset[str], str]], str | None]:
-    """v1 hierarchies (their mount options, mount point) and the v2 mount point, on this host."""
-    v1: list[tuple[frozenset[str], str]] = []
-    v2 = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        head, _, tail = line.partition(" - ")
-        fstype, _src, *opts = tail.split(" ")
-        point = head.split(" ")[4]
-        if fstype == "cgroup2":
-            v2 = point
-        elif fstype == "cgroup" and opts:
-            v1.append((frozenset(opts[0].split(",")), point))
-    return v1, v2
 
 
 def probe(pid: int | None, container_id: str) -> Container | str:
@@ -105,7 +96,7 @@ def probe(pid: int | None, container_id: str) -> Container | str:
     free = [cap for cap in MARKS if not bounding >> cap & 1 and own_bounding >> cap & 1]
     if not free:
         return "no capability is left that the container's processes lack"
-    v1, v2 = _cgroup_mounts()
+    v1, v2 = cgroup_mounts()
     procs: list[str] = []
     parent = None
     for line in lines:
@@ -119,13 +110,23 @@ def probe(pid: int | None, container_id: str) -> Container | str:
             parent = f"{point}{path}"
         else:
             procs.append(f"{point}{path}/cgroup.procs")
-    if parent is None and not procs and v2 is not None:
-        path = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
-        if path is not None:
-            return Container(pid, pid_ns, bounding, effective, free[0], (), f"{v2}{path}", True)
+    unified = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    if parent is None and not procs and v2 is not None and unified is not None:
+        return Container(pid, pid_ns, bounding, effective, free[0], (), f"{v2}{unified}", True)
     if parent is None:
         return "the container has no freezer cgroup to end a verification's processes with"
+    if v2 is not None and unified is not None and unified != "/":  # a hybrid host: its v2 cgroup too, as runc's exec
+        procs.append(f"{v2}{unified}/cgroup.procs")
     return Container(pid, pid_ns, bounding, effective, free[0], tuple(procs), parent, False)
+
+
+def confined(container: Container, inspected: Mapping[str, Any]) -> Container:
+    """``container`` with the limits and AppArmor profile the engine's inspection gives it."""
+    host = inspected.get("HostConfig") or {}
+    ulimits = tuple(
+        (str(u["Name"]), int(u["Soft"]), int(u["Hard"])) for u in host.get("Ulimits") or () if u.get("Name") in ULIMITS
+    )
+    return replace(container, ulimits=ulimits, apparmor=str(inspected.get("AppArmorProfile") or ""))
 
 
 class _Pipe(threading.Thread):
@@ -179,12 +180,67 @@ class PrivateVerdict:
             shutil.copytree(tests, self.tests, symlinks=True)
         self.commands = 0
 
-    def host_path(self, sandbox_path: str) -> Path | None:
-        """The host directory that stands for ``sandbox_path`` (or below it) in the verification, or None."""
+    def owns(self, sandbox_path: str) -> bool:
+        """``sandbox_path`` is the channel's (at or below ``/tests`` or ``/logs/verifier``)."""
+        return any(sandbox_path == d or sandbox_path.startswith(d + "/") for d in (VERIFIER_LOGS_DIR, TESTS_DIR))
+
+    def host_path(self, sandbox_path: str, *, clear: bool = False) -> Path | None:
+        """The host path that stands for ``sandbox_path`` in the verification (None: not the
+        channel's, or /tests of a verification without tests). No link is followed: a parent
+        that is not a directory (a link the verification left) makes it None, or with ``clear``
+        is replaced by an empty directory. Nothing else writes these directories between the
+        verification's commands (its processes end with each), so what is checked stays so."""
         for inside, host in ((VERIFIER_LOGS_DIR, self.verifier), (TESTS_DIR, self.tests)):
             if sandbox_path == inside or sandbox_path.startswith(inside + "/"):
-                return None if host is None else host / sandbox_path[len(inside) :].lstrip("/")
+                if host is None:
+                    return None
+                parts = [p for p in sandbox_path[len(inside) :].split("/") if p]
+                for i in range(len(parts) - 1):
+                    parent = host.joinpath(*parts[: i + 1])
+                    if parent.is_dir() and not parent.is_symlink():
+                        continue
+                    if not clear:
+                        return None
+                    if parent.is_symlink() or parent.exists():
+                        remove_path(parent)
+                    parent.mkdir()
+                return host.joinpath(*parts)
         return None
+
+    def put(self, source: Path, sandbox_path: str) -> None:
+        """Replace what is at ``sandbox_path`` of the channel by a copy of ``source``."""
+        target = self.host_path(sandbox_path, clear=True)
+        if target is None:
+            raise InfraError(f"{sandbox_path} is not in this verification (it has no tests)")
+        if target in (self.verifier, self.tests):  # the mount point stays: its content is replaced
+            if not source.is_dir():
+                raise InfraError(f"{sandbox_path} of the verification can only be replaced by a directory")
+            _empty(target)
+            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            return
+        if target.is_symlink() or target.exists():
+            remove_path(target)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+
+    def remove(self, sandbox_path: str) -> None:
+        """Delete what is at ``sandbox_path`` (``/tests`` or ``/logs/verifier`` itself: emptied)."""
+        target = self.host_path(sandbox_path)
+        if target is None:  # nothing there: a link on the way, or /tests of a verification without tests
+            return
+        if target in (self.verifier, self.tests):
+            _empty(target)
+        elif target.is_symlink() or target.exists():
+            remove_path(target)
+
+    def read(self, sandbox_path: str, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` of the regular file at ``sandbox_path`` (a link is refused)."""
+        target = self.host_path(sandbox_path)
+        if target is None:
+            raise FileNotFoundError(f"no such file in the sandbox: {sandbox_path}")
+        return read_regular(target, max_bytes)
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -210,7 +266,7 @@ class PrivateVerdict:
         self.commands += 1
         if uid != 0:  # the directory the verifier writes is its user's (phase_user gives it in the container)
             os.chown(self.verifier, uid, gid)
-        group = Path(container.parent) / f"maka-verdict-{secrets.token_hex(6)}"
+        group = Path(container.parent) / new_group_name()
         group.mkdir()
         report = self.root / f"report-{self.commands}.txt"
         report.write_bytes(b"")
@@ -232,11 +288,13 @@ class PrivateVerdict:
                 "env": dict(env),
                 "command": command,
                 "report": str(report),
+                "ulimits": {name: [soft, hard] for name, soft, hard in container.ulimits},
+                "apparmor": container.apparmor,
             }
             stdout_path.parent.mkdir(parents=True, exist_ok=True)
             stderr_path.parent.mkdir(parents=True, exist_ok=True)
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(HELPER), json.dumps(spec)],
+                [sys.executable, "-I", "-S", str(HELPER), json.dumps(spec)],  # -S: no site start-up
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -248,7 +306,7 @@ class PrivateVerdict:
             deadline = None if timeout_sec is None else started + timeout_sec
             timed_out = False
             try:
-                proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                _wait(proc, None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 timed_out = True
                 proc.kill()  # the helper first: a child it forks but did not yet put in the group dies with it
@@ -278,52 +336,28 @@ class PrivateVerdict:
                 group.rmdir()
 
 
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
+    """``proc.wait(timeout)`` without its polling (sleeps of up to 50 ms): a pidfd says when it ended."""
+    if timeout is not None:
+        fd = os.pidfd_open(proc.pid)
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            ended = poller.poll(timeout * 1000)
+        finally:
+            os.close(fd)
+        if not ended:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    proc.wait()
+
+
+def _empty(directory: Path) -> None:
+    for entry in os.listdir(directory):
+        remove_path(directory / entry)
+
+
 def _tail(path: Path) -> str:
     with contextlib.suppress(OSError), open(path, "rb") as f:
         f.seek(max(0, path.stat().st_size - 400))
         return f.read().decode(errors="replace")
     return ""
-
-
-def _members(group: Path) -> list[int]:
-    try:
-        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def end_group(group: Path, v2: bool, *, grace: float) -> None:
-    """End every process of the verification's cgroup (SIGTERM first when ``grace``): frozen,
-    killed, thawed, until none is left (a fork cannot outrun it)."""
-    if not group.is_dir():
-        return
-    if grace > 0:
-        for pid in _members(group):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        while _members(group) and time.monotonic() < end:
-            time.sleep(0.05)
-    for _ in range(200):
-        if not _members(group):
-            return
-        if v2:
-            with contextlib.suppress(OSError):
-                (group / "cgroup.kill").write_text("1")
-        else:
-            _freeze_and_kill(group)
-        time.sleep(0.02)
-    raise InfraError(f"the verification's processes in {group} did not end")
-
-
-def _freeze_and_kill(group: Path) -> None:
-    state = group / "freezer.state"
-    state.write_text("FROZEN")
-    for _ in range(500):
-        if state.read_text().strip() == "FROZEN":
-            break
-        time.sleep(0.005)
-    for pid in _members(group):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    state.write_text("THAWED")

@@ -1,11 +1,14 @@
 """Run one verification command in a private copy of a container's mount namespace (a script).
 
 Run by the harness on the engine's host, as root, with the harness's own interpreter
-(``python -I verdict_ns.py SPEC_JSON``); it imports only the standard library, all of it
-before it enters the container, so no file of the container is ever loaded into it. Steps:
+(``python -I verdict_ns.py SPEC_JSON``); it imports only the standard library and its sibling
+``verdict_confine``, all of it before it enters the container, so no file of the container is
+ever loaded into it. Steps:
 
 1. open the container's namespaces (pid, net, ipc, uts, cgroup, mnt) by its main process,
-   and a detached copy (``open_tree``) of each host directory of the verdict channel;
+   and a detached copy (``open_tree``) of each host directory of the verdict channel; read the
+   confinement of a ``docker exec`` (``verdict_confine``: seccomp filters, ``no_new_privs``,
+   resource limits);
 2. enter the container's mount namespace and pin the channel's mount points there (each
    bound onto itself: a process of the container can then neither remove nor rename them,
    which would detach the private mounts below);
@@ -15,7 +18,8 @@ before it enters the container, so no file of the container is ever loaded into 
    the verification's own, by which the harness ends its leftovers), take the container's
    capability bounding set plus one capability its processes lack (so none of them passes the
    kernel's ptrace access check for ``/proc/<pid>/root`` of the verification), become the
-   user, change to the working directory and exec ``sh -c COMMAND`` with the given variables.
+   user, change to the working directory, take the container's seccomp filters, limits,
+   ``no_new_privs`` and AppArmor profile, and exec ``sh -c COMMAND`` with the given variables.
 
 The exit status is the command's (128 + signal when killed; 126/127 when the container's
 ``sh`` cannot run, as a runtime says); 125 and a line on stderr when a step of the set-up
@@ -29,6 +33,19 @@ import ctypes
 import json
 import os
 import sys
+import warnings  # noqa: F401  (os.execvpe imports it on its first call: loaded here, never in the container)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the harness's own sibling module
+from verdict_confine import (
+    Traced,
+    apparmor_exec,
+    install_filters,
+    limits,
+    no_new_privileges,
+    read_filters,
+    set_limits,
+    set_no_new_privileges,
+)
 
 CLONE_NEWNS = 0x00020000
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
@@ -181,6 +198,10 @@ def _child(spec: dict, procs: list[int]) -> None:
         os.write(fd, b"0")
         os.close(fd)
     os.setsid()
+    confine = spec["confine"]
+    set_limits(confine["limits"])
+    if not confine["no_new_privs"]:  # a privileged install: before the capabilities go (as runc does)
+        install_filters(confine["filters"])
     uid, gid = int(spec["uid"]), int(spec["gid"])
     mask = _caps(int(spec["bounding"]), int(spec["keep"]), int(spec["extra"]), uid)
     os.setgroups(_groups(uid, gid))
@@ -191,6 +212,11 @@ def _child(spec: dict, procs: list[int]) -> None:
         _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, int(spec["extra"]), 0, 0), "ambient capability")
     os.chdir(spec["cwd"])
     env = dict(spec["env"])
+    if spec["apparmor"]:
+        apparmor_exec(spec["apparmor"])
+    if confine["no_new_privs"]:  # as late as can be, as runc does
+        set_no_new_privileges()
+        install_filters(confine["filters"])
     _say("exec")
     try:
         os.execvpe("sh", ["sh", "-c", spec["command"]], env)
@@ -205,6 +231,15 @@ def _mount_points(pid: int) -> set[str]:
         return {line.split(" ")[4] for line in f if line.count(" ") > 4}
 
 
+def _no_more_imports() -> None:
+    """From here on an import fails instead of loading a file: paths resolve in the container,
+    whose files are the subject's, and this process is root on the host."""
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+    sys.path_hooks.clear()
+    sys.meta_path.clear()
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     _report[0] = os.open(spec["report"], os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -212,9 +247,15 @@ def main() -> int:
     fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in (*NAMESPACES, "mnt")}
     if os.readlink(f"/proc/{pid}/ns/pid") != spec["pid_ns"]:
         raise OSError("the container's main process changed")
+    confine = {
+        "filters": read_filters(pid),
+        "no_new_privs": no_new_privileges(pid),
+        "limits": limits(pid, spec["ulimits"]),
+    }
     trees = {target: _open_tree(source) for target, source in spec["binds"].items()}
     pinned = _mount_points(pid)
     procs = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in spec["cgroup_procs"]]
+    _no_more_imports()
     for ns in NAMESPACES:
         _setns(fds[ns], ns)
     _setns(fds["mnt"], "mnt")
@@ -230,7 +271,7 @@ def main() -> int:
     child = os.fork()
     if child == 0:
         try:
-            _child(spec, procs)
+            _child({**spec, "confine": confine}, procs)
         except BaseException as exc:  # the set-up failed: say why, never run the command
             _say(f"failed: {exc}")
         os._exit(SETUP_FAILED)
@@ -243,7 +284,7 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except NotADirectory as exc:
+    except (NotADirectory, Traced) as exc:
         _say(f"subject: {exc}")
         sys.exit(SUBJECT_CHANGED)
     except (OSError, ValueError, KeyError) as exc:

@@ -22,7 +22,7 @@ from ..hostfs import copy_out, remove_path
 from .engines import EngineDown
 from .execs import EXEC_TOKEN
 from .spawn import read_via_archive
-from .verdict import Container, PrivateVerdict, probe
+from .verdict import Container, PrivateVerdict, confined, probe
 
 MAX_GROUP_BYTES = 1024 * 1024
 
@@ -57,8 +57,10 @@ class VerdictSandbox:
 
     def _container(self) -> Container | str:
         with self.engine.guard("inspecting the container"):
-            state = self.api.inspect_container(self.id)["State"]
-        return probe(int(state.get("Pid") or 0) if state.get("Running") else None, self.id)
+            info = self.api.inspect_container(self.id)
+        state = info["State"]
+        found = probe(int(state.get("Pid") or 0) if state.get("Running") else None, self.id)
+        return found if isinstance(found, str) else confined(found, info)
 
     def open_verdict(self, tests: Path | None, scratch: Path) -> None:
         """Private where the container allows it (``verdict``): empty ``/tests`` and
@@ -68,20 +70,27 @@ class VerdictSandbox:
         found = self._container()
         empty = scratch / "empty-verifier-dir"
         empty.mkdir(exist_ok=True)
+        channel = None
         if isinstance(found, Container):  # the container's own: only the mount points, empty
             self._shared_why, self._stopped = None, 0
-            self._verdict = PrivateVerdict(scratch / f"verdict-{secrets.token_hex(4)}", tests)
+            channel = PrivateVerdict(scratch / f"verdict-{secrets.token_hex(4)}", tests)
             shown = empty if tests is not None else None
         else:
             self._shared_why, shown = found, tests
             with self.engine.guard("stopping the processes the subject left"):
                 self._stopped = self.stop_leftovers()
-        self.put(empty, VERIFIER_LOGS_DIR)
-        if shown is not None:
-            self.put(shown, TESTS_DIR)
-        else:
-            self.remove(TESTS_DIR)
-        self._flush()
+        try:
+            self.put(empty, VERIFIER_LOGS_DIR)
+            if shown is not None:
+                self.put(shown, TESTS_DIR)
+            else:
+                self.remove(TESTS_DIR)
+            self._flush()
+        except BaseException:
+            if channel is not None:
+                channel.close()
+            raise
+        self._verdict = channel  # from now on the channel's paths are its host directories
         try:
             with self.engine.guard("listing the processes the subject left"):
                 self._witnesses = len(self._processes() - self._keepers)
@@ -122,15 +131,29 @@ class VerdictSandbox:
         """The last verification's channel was private (what runs in the container could not reach it)."""
         return self._shared_why is None
 
+    def verdict_owns(self, sandbox_path: str) -> PrivateVerdict | None:
+        """The open private channel when ``sandbox_path`` is its (``put``, ``remove``,
+        ``read_file`` and ``write_file`` of it reach its host directories, not the mount points)."""
+        channel = self._verdict
+        return channel if channel is not None and channel.owns(sandbox_path) else None
+
+    def verdict_spawn_refused(self) -> None:
+        """A process cannot be started while the private channel is open: it would see only
+        the container's empty mount points and outlive the verification's cgroup."""
+        if self._verdict is not None:
+            raise InfraError(
+                "spawn is refused while the verification's private verdict channel is open"
+                " (/tests and /logs/verifier are only in its commands): run it with exec"
+            )
+
     def verdict_get(self, sandbox_path: str, host_path: Path, report: CopyReport | None) -> bool | None:
         """``get`` of a path in the open private channel (None: the path is not the channel's)."""
-        if self._verdict is None:
+        channel = self.verdict_owns(sandbox_path)
+        if channel is None:
             return None
-        source = self._verdict.host_path(sandbox_path)
-        if source is None:  # not the channel's, or /tests of a verification without tests (removed)
-            return None
-        if not source.exists() and not source.is_symlink():
-            return False
+        source = channel.host_path(sandbox_path)
+        if source is None or (not source.exists() and not source.is_symlink()):
+            return False  # a link on the way, or /tests of a verification without tests
         if host_path.is_symlink() or host_path.exists():
             remove_path(host_path)
         host_path.parent.mkdir(parents=True, exist_ok=True)
