@@ -18,8 +18,8 @@ from ..core.records import Record
 from .lookahead import Lookahead, SessionItems
 
 if TYPE_CHECKING:
-    from ..collect import CellItem
-    from ..session import MakaSession
+    from .collect import CellItem
+    from .session import MakaSession
 
 #: Callables run while an item waits for its cell (the live view's redraw), set at configure.
 WAIT_CALLBACKS_KEY = pytest.StashKey[list]()
