@@ -15,7 +15,7 @@ import select
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 try:
     from .wire import MAX_HELLO, NOT_CANONICAL, NeedMore, Record, client_hello_sni, now, request_target
@@ -29,9 +29,6 @@ except ImportError:  # a script in the proxy container, with wire.py beside it
         now,
         request_target,
     )
-
-if TYPE_CHECKING:
-    from .pump import Pump
 
 #: Bytes of the request line (or CONNECT head) read before giving up on naming the connection.
 MAX_LINE = 8192
@@ -52,6 +49,18 @@ def connect_target(line: str) -> tuple[str, int] | None:
     return (parsed[1], parsed[2]) if parsed is not None and parsed[0] == "CONNECT" else None
 
 
+class Loop(Protocol):
+    """What a connection needs of the loop that serves it (``pump.Pump``)."""
+
+    upstream: tuple[str, int]
+    record: Callable[[Record], None]
+    connections: set[Connection]
+
+    def watch(self, sock: socket.socket, mask: int, handler: Callable[[int], None]) -> None: ...
+
+    def forget(self, sock: socket.socket) -> None: ...
+
+
 class Connection:
     """One connection from the sandbox: read, passed to tinyproxy, recorded once it ends.
 
@@ -60,7 +69,7 @@ class Connection:
     waiting for its ClientHello), ``pipe`` (bytes both ways) and ``done``.
     """
 
-    def __init__(self, pump: Pump, client: socket.socket) -> None:
+    def __init__(self, pump: Loop, client: socket.socket) -> None:
         self.pump = pump
         self.rec: Record = {"time": now(), "kind": "proxy", "request": None, "bytes_out": 0, "bytes_in": 0,
                             "sni": None, "reason": None}  # fmt: skip
