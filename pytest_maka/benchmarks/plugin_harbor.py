@@ -33,7 +33,7 @@ def pytest_maka_record(record: dict[str, Any], cell: Cell) -> None:
         phase: {"declared": declared[phase], "granted": granted.get(phase, "none" if granted else None)}
         for phase in ("agent", "verifier")
     }
-    hosts = task.grading_options.get("allowed_hosts")
+    hosts = task.agent_allowed_hosts
     if hosts:
         record["network"]["agent"]["allowed_hosts"] = list(hosts)
     declared = _declared(task)
