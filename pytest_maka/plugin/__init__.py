@@ -100,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def choose_strategy(config: pytest.Config, maka: MakaSession) -> ExecutionStrategy:
     """How this process runs its cells: on a Dask cluster when one is named (the controller),
-    else as ``scale.plugin.local_strategy`` says (xdist controller, in-process pool, serial)."""
+    else as ``scale.local_strategy`` says (xdist controller, in-process pool, serial)."""
     return cluster_plugin.dask_strategy(config, maka) or scale_plugin.local_strategy(config, maka)
 
 

@@ -37,7 +37,7 @@ class MakaSession:
     def __init__(self, config: pytest.Config, engine: Engine) -> None:
         self.config = config
         self.engine = engine
-        #: How this process runs its items' cells (chosen at configure time, ``scale/strategy.py``).
+        #: How this process runs its items' cells (chosen at configure time, ``strategy.py``).
         self.strategy: ExecutionStrategy | None = None
 
     @classmethod

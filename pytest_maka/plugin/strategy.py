@@ -4,7 +4,7 @@ chosen at configure time (``plugin.choose_strategy``), as pytest-xdist chooses a
 The siblings: ``Serial`` (one cell at a time, when its item runs), ``InProcessPool``
 (``--maka-concurrency N``: cells start ahead of their items on N threads), ``XdistController``
 (``-n``: the controller runs no cell; each worker chooses Serial or InProcessPool for itself)
-and ``cluster.strategy.DaskCluster`` (``--maka-cluster``: the pool, each attempt run on a Dask
+and ``dask.DaskCluster`` (``--maka-cluster``: the pool, each attempt run on a Dask
 worker). Every one ends in the engine's ``run_cell`` (``engine/engine.py``).
 """
 
