@@ -205,8 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cleanup_main(argv[1:])
     if argv[:1] == ["agents"]:
         from .subjects.install.cli import main as agents_main
+        from .subjects.presets import PRESETS
 
-        return agents_main(argv[1:])
+        return agents_main(argv[1:], PRESETS)
     if not argv:
         build_parser().print_help(sys.stderr)
         return EXIT_USAGE

@@ -195,10 +195,7 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         env=dict(env.env),
         network=agent_network,
         metadata=metadata,
-        grading_options={
-            "allowed_hosts": list(agent_hosts or []),
-            "multi_reward": options.grading(),
-        },
+        grading_options={"multi_reward": options.grading()},
         unsupported=meaning or _unsupported(spec) or (main.unsupported if main is not None else None),
         schema_version=spec.schema_version or spec.version,
         package=TaskPackage(

@@ -35,7 +35,7 @@ def pytest_maka_record(record: AttemptRecord, cell: Cell) -> dict[str, Any]:
         phase: {"declared": declared[phase], "granted": granted.get(phase, "none" if granted else None)}
         for phase in ("agent", "verifier")
     }
-    hosts = task.grading_options.get("allowed_hosts")
+    hosts = task.agent_allowed_hosts
     if hosts:
         phases["agent"]["allowed_hosts"] = list(hosts)
     keys: dict[str, Any] = {"network": phases}

@@ -137,15 +137,11 @@ def step_task(task: Task, step: Step) -> Task:
 def _step_networks(task: Task, step: Step) -> dict[str, Any]:
     """The Task fields a step's declared networks replace (none when it declares none)."""
     out: dict[str, Any] = {}
-    options = dict(task.grading_options)
     if step.agent_network is not None:  # the verifier keeps what the task declared for it
         out.update(network=step.agent_network, agent_allowed_hosts=step.agent_allowed_hosts)
         out.update(verifier_network=task.verifier_declared)
-        options["allowed_hosts"] = list(step.agent_allowed_hosts)
     if step.verifier_network is not None:
         out.update(verifier_network=step.verifier_network, verifier_allowed_hosts=step.verifier_allowed_hosts)
-    if out:
-        out["grading_options"] = options
     return out
 
 

@@ -162,6 +162,8 @@ class Task:
     #: The verifier phase's declared network and hosts; None: not declared apart, the
     #: environment's (``network``). Read it as ``verifier_declared``.
     verifier_network: DeclaredNetwork | None = None
+    #: The hosts each phase's ``allowlist`` names (the one place they are kept: a format that
+    #: declares one list for both phases sets both).
     verifier_allowed_hosts: tuple[str, ...] = ()
     agent_allowed_hosts: tuple[str, ...] = ()
     #: Task-level artifacts (each step's own are on the Step).
@@ -236,6 +238,12 @@ class Task:
         if "network" in self.grading_options:
             raise TaskError(
                 self.path, "grading_options.network", "the verifier's network is Task.verifier_network, set it there"
+            )
+        if "allowed_hosts" in self.grading_options:
+            raise TaskError(
+                self.path,
+                "grading_options.allowed_hosts",
+                "the hosts are Task.agent_allowed_hosts and Task.verifier_allowed_hosts, set them there",
             )
 
 

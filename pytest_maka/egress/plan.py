@@ -71,16 +71,6 @@ def _task_hosts(entries: list[str] | tuple[str, ...]) -> tuple[tuple[HostPattern
     return tuple(good), tuple(bad)
 
 
-def _hosts_of(task: Task) -> tuple[list[str], list[str]]:
-    """The agent's and the verifier's declared hosts: a format that declares them per phase
-    (Harbor's ``[agent]`` / ``[verifier]``, or a step's) says so on the task; otherwise
-    both phases share the task's ``allowed_hosts``."""
-    shared = list(task.grading_options.get("allowed_hosts") or [])
-    agent = list(task.agent_allowed_hosts) or shared
-    verifier = list(task.verifier_allowed_hosts) or shared
-    return agent, verifier
-
-
 def _phase(
     declared: DeclaredNetwork | None,
     granted_all: bool,
@@ -119,9 +109,8 @@ def build_plan(
     ``policy.setup_egress`` plus what the subject needs to set up (``setup_egress``) and
     ``policy.setup_network``, against what the task's environment declares.
     """
-    agent_declared, verifier_declared = _hosts_of(task)
-    task_hosts, bad = _task_hosts(agent_declared)
-    verifier_hosts, verifier_bad = _task_hosts(verifier_declared)
+    task_hosts, bad = _task_hosts(list(task.agent_allowed_hosts))
+    verifier_hosts, verifier_bad = _task_hosts(list(task.verifier_allowed_hosts))
     environment = task.verifier_declared
     setup = _phase(
         environment,

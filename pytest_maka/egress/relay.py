@@ -1,9 +1,9 @@
 """The relay in front of tinyproxy: counts bytes per connection, checks the SNI of TLS tunnels, logs DNS.
 
-Standard library only (and ``wire``, for what it parses, and ``pump``, whose thread serves the
-connections), so the same file runs in the harness (local executor; DNS on a loop thread) and as
-a script inside the Docker proxy container (``python3 relay.py``, with ``wire.py`` and ``pump.py``
-beside it).
+Standard library only (and ``wire``, for what it parses, and ``pump`` and ``connection``, whose
+thread serves the connections), so the same file runs in the harness (local executor; DNS on a loop thread) and as
+a script inside the Docker proxy container (``python3 relay.py``, with ``wire.py``, ``pump.py``
+and ``connection.py`` beside it).
 It is not a proxy: every connection is passed to tinyproxy unchanged, which decides.
 The relay only reads what it must: the request line (to name the connection), tinyproxy's
 answer to a CONNECT, and the first TLS record of a tunnel, whose ClientHello must name the
@@ -30,9 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 try:
-    from . import pump
+    from . import connection, pump
     from .wire import NeedMore, Record, answer, client_hello_sni
-except ImportError:  # a script in the proxy container, with wire.py and pump.py beside it
+except ImportError:  # a script in the proxy container, with wire.py, pump.py and connection.py beside it
+    import connection  # type: ignore[no-redef]
     import pump  # type: ignore[no-redef]
     from wire import NeedMore, Record, answer, client_hello_sni  # type: ignore[no-redef]
 
@@ -118,7 +119,7 @@ class Relay:
 
     async def _dns_unix(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
-            data = await asyncio.wait_for(reader.read(4096), pump.HELLO_TIMEOUT)
+            data = await asyncio.wait_for(reader.read(4096), connection.HELLO_TIMEOUT)
             answer(data, self.record, writer.write)
             await writer.drain()
         writer.close()

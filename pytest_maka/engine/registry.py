@@ -1,7 +1,7 @@
 """What the plugins provide to the engine, read once from a pluggy hook relay.
 
 The relay is pytest's ``config.hook`` in a pytest process and a plain pluggy one on a Dask
-worker (``cluster/hooks.py``); the engine sees only this typed table.
+worker (``cluster/boot.py``); the engine sees only this typed table.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.reporter import EXIT_NO_OFFICIAL_RESULT
+from pytest_maka.plugin.reporter import EXIT_NO_OFFICIAL_RESULT
 
 from ..conftest import Cohort, needs_bwrap
 from ..plugin.test_concurrency_signals import sleepers, unique_sleep

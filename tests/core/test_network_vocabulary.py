@@ -71,6 +71,11 @@ def test_the_network_evidence_rule_reads_the_same_declared_network_as_the_plan(t
         ({"network": "no-network"}, "network", "expected one of none, allowlist, public (got 'no-network')"),
         ({"verifier_network": "all"}, "verifier_network", "expected one of none, allowlist, public (got 'all')"),
         ({"grading_options": {"network": "public"}}, "grading_options.network", "Task.verifier_network"),
+        (
+            {"grading_options": {"allowed_hosts": ["pypi.org"]}},
+            "grading_options.allowed_hosts",
+            "Task.agent_allowed_hosts and Task.verifier_allowed_hosts",
+        ),
     ],
 )
 def test_a_task_with_a_network_outside_the_vocabulary_is_one_line(

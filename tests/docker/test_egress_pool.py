@@ -271,7 +271,7 @@ def test_packets_past_the_proxy_are_counted_in_the_phase_that_sent_them(
 def test_the_plugin_passes_its_concurrency_to_the_executor_options(pytester: pytest.Pytester) -> None:
     """``--maka-concurrency 3`` reaches ``DockerOptions.concurrency`` unless the spec sets it."""
     from pytest_maka.engine.engine import with_concurrency
-    from pytest_maka.scale.plugin import concurrency
+    from pytest_maka.plugin.scale import concurrency
 
     config = pytester.parseconfig("--maka-concurrency", "3")
     assert with_concurrency(DockerOptions(), lambda: concurrency(config)).concurrency == 3  # type: ignore[attr-defined]

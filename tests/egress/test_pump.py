@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.egress import pump
+from pytest_maka.egress import connection, pump
 from pytest_maka.egress.wire import Record
 
 
@@ -123,7 +123,7 @@ def test_connections_open_when_the_phase_ends_are_cut_and_recorded_before_stop_r
 def test_a_tunnel_without_a_client_hello_in_time_is_cut_and_nothing_of_it_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pump, "HELLO_TIMEOUT", 0.3)
+    monkeypatch.setattr(connection, "HELLO_TIMEOUT", 0.3)
     with relayed(tmp_path) as (path, records, _):
         s = _connect(path)
         s.sendall(b"CONNECT tls.test:443 HTTP/1.1\r\n\r\n\x16\x03\x01")  # the start of a TLS record, no more

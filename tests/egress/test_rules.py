@@ -60,7 +60,8 @@ def _task(tmp_path: Path, network: str, hosts: list[str], verifier: str | None =
         digest="",
         network=network,
         verifier_network=verifier,
-        grading_options={"allowed_hosts": hosts},
+        agent_allowed_hosts=tuple(hosts),
+        verifier_allowed_hosts=tuple(hosts),
     )
 
 

@@ -34,7 +34,7 @@ import docker.errors
 from docker.utils.socket import next_frame_header, read_exactly
 
 from ...core.errors import InfraError
-from ...egress import forwarder, pump, relay, supervisor, wire
+from ...egress import connection, forwarder, pump, relay, supervisor, wire
 from . import labels as L
 from .archive import text_files
 from .engines import Engine, one_line
@@ -160,7 +160,7 @@ def make_entry(
                 host_config=host_config,
                 name=f"{name}-proxy",
             )["Id"]
-            scripts = (relay, wire, pump, forwarder, supervisor)
+            scripts = (relay, wire, pump, connection, forwarder, supervisor)
             files = {Path(m.__file__).name: Path(m.__file__).read_text() for m in scripts}
             api.put_archive(made["proxy"], "/etc/maka", text_files(files))
         channel = Channel(engine, made["proxy"])  # before the start: nothing it says is missed

@@ -13,10 +13,23 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
-from .cache import AgentCache, InstallError
+from .cache import AgentCache, InstallError, InstallSpec
 
 EXIT_USAGE = 4
+
+
+class Installable(Protocol):
+    """What the command needs of a preset (``subjects.presets.Preset``): its kind and pinned install."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def package(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    def install_spec(self, version: str | None) -> InstallSpec: ...
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,14 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from ..presets import PRESETS
-
+def main(argv: Sequence[str] | None, presets: Sequence[Installable]) -> int:
+    """Run the command in ``argv`` over ``presets`` (the table ``subjects.presets.presets``)."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     cache = AgentCache(Path(args.cache) if args.cache else None)
-    by_kind = {p.kind: p for p in PRESETS}
+    by_kind = {p.kind: p for p in presets}
     if args.command == "list":
-        for preset in PRESETS:
+        for preset in presets:
             spec = preset.install_spec(None)
             state = "installed" if cache.installed(spec) else "-"
             what = f"{preset.package}@{preset.version}"
@@ -52,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         others = [
             e
             for e in cache.entries()
-            if Path(str(e["path"])).name not in {p.install_spec(None).dirname for p in PRESETS}
+            if Path(str(e["path"])).name not in {p.install_spec(None).dirname for p in presets}
         ]
         for entry in others:
             what = f"{entry['package']}@{entry['version']}"
@@ -60,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _list_layers()
         return 0
     if args.command == "prune":
-        keep = {p.install_spec(None).dirname for p in PRESETS} if args.keep_pinned else None
+        keep = {p.install_spec(None).dirname for p in presets} if args.keep_pinned else None
         for path in cache.prune(keep):
             print(f"removed {path}")
         return 0

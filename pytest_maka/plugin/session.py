@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .core.cell import Cell
-from .core.cohort import Cohort
-from .core.errors import MakaUserError
-from .engine import ContractBroken, Engine, EngineOptions, HostUnfit, Registries, StrictRefusal
-from .executors.base import Executor
-from .run.lifecycle import CellRunner
-from .store.ledger import Ledger
-from .store.redact import Redactor
-from .subjects.base import Subject
-from .verifiers.base import Verifier
+from ..core.cell import Cell
+from ..core.cohort import Cohort
+from ..core.errors import MakaUserError
+from ..engine import ContractBroken, Engine, EngineOptions, HostUnfit, Registries, StrictRefusal
+from ..executors.base import Executor
+from ..run.lifecycle import CellRunner
+from ..store.ledger import Ledger
+from ..store.redact import Redactor
+from ..subjects.base import Subject
+from ..verifiers.base import Verifier
 
 if TYPE_CHECKING:
-    from .scale.strategy import ExecutionStrategy
+    from .strategy import ExecutionStrategy
 
 COHORT_STARTED_KEY = "maka_cohort_started"
 
@@ -37,7 +37,7 @@ class MakaSession:
     def __init__(self, config: pytest.Config, engine: Engine) -> None:
         self.config = config
         self.engine = engine
-        #: How this process runs its items' cells (chosen at configure time, ``scale/strategy.py``).
+        #: How this process runs its items' cells (chosen at configure time, ``strategy.py``).
         self.strategy: ExecutionStrategy | None = None
 
     @classmethod

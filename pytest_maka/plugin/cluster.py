@@ -9,9 +9,9 @@ import pytest
 
 from ..core.spec import ClusterEntry, ExecutorEntry
 from ..core.spec import cluster_address as validate_address
-from ..scale.plugin import CONCURRENCY_KEY, add_option, concurrency
-from ..session import MakaSession
-from .strategy import DaskCluster
+from .dask import DaskCluster
+from .scale import CONCURRENCY_KEY, add_option, concurrency
+from .session import MakaSession
 
 CLIENT_KEY = pytest.StashKey[Any]()
 #: Cells the controller keeps submitted to a cluster when --maka-concurrency is not given
@@ -67,8 +67,8 @@ def dask_strategy(config: pytest.Config, maka: MakaSession) -> DaskCluster | Non
     except (OSError, TimeoutError, ValueError) as exc:
         raise pytest.UsageError(f"{where}: no Dask scheduler answers at {address} ({exc})") from None
     config.stash[CLIENT_KEY] = client
-    from .runner import ClusterRunner
-    from .ship import BundleTooLarge, pack
+    from ..cluster.runner import ClusterRunner
+    from ..cluster.ship import BundleTooLarge, pack
 
     settings = loaded.spec.executor.cluster or ClusterEntry(address=address)
     sources = [loaded.source_path(source) for source in loaded.spec.tasks]

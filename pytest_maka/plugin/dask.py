@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from ..core.record_model import AttemptRecord
-from ..scale.strategy import InProcessPool, Serial
+from .strategy import InProcessPool, Serial
 
 if TYPE_CHECKING:
-    from ..collect import CellItem
+    from .collect import CellItem
 
 
 class DaskCluster(InProcessPool):

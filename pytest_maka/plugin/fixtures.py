@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .core.cell import Cell
-from .run.lifecycle import LeaseFn
+from ..core.cell import Cell
+from ..run.lifecycle import LeaseFn
 from .session import MAKA_KEY, MakaSession
 
 __all__ = ["MAKA_KEY", "executor_lease", "maka_cell", "maka_session", "maka_workspace"]

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from . import __version__
+from .. import __version__
+from ..core.cell import Cell
+from ..core.record_model import AttemptRecord
+from ..core.records import attempt_record, cell_record, has_result, next_run, report_record, utc_iso
+from ..core.taxonomy import HARNESS_SIDE, Status
+from ..engine.tasks import ignored_key_lines, ignored_keys
+from ..run.lifecycle import attempt_dir_for
+from ..store.ledger import write_results
+from ..store.lock import LOCK_FILE, write_lock
 from .collect import collected_skips, skip_lines
-from .core.cell import Cell
-from .core.record_model import AttemptRecord
-from .core.records import attempt_record, cell_record, has_result, next_run, report_record, utc_iso
-from .core.taxonomy import HARNESS_SIDE, Status
-from .engine.tasks import ignored_key_lines, ignored_keys
-from .run.lifecycle import attempt_dir_for
-from .scale.strategy import WAIT_CALLBACKS_KEY
 from .session import COHORT_STARTED_KEY, MakaSession
-from .store.ledger import write_results
-from .store.lock import LOCK_FILE, write_lock
+from .strategy import WAIT_CALLBACKS_KEY
 
 #: Seconds of waiting for cells after which the report's code is loaded ahead of the session's end.
 WARM_AFTER_SEC = 2.0
@@ -63,7 +63,7 @@ class MakaReporter:
         elif now - self._waiting_since >= WARM_AFTER_SEC:
             self._waiting_since = float("inf")  # once
             with contextlib.suppress(Exception):  # only a head start: the end of the session reports a failure
-                from .report import warm
+                from ..report import warm
 
                 warm()
 
@@ -183,7 +183,7 @@ class MakaReporter:
         return sorted(by_key.values(), key=lambda r: order.get(r.cell_key, 0))
 
     def write_outputs(self) -> None:
-        from .report import write_views
+        from ..report import write_views
 
         out = self.maka.out_dir
         out.mkdir(parents=True, exist_ok=True)
@@ -227,7 +227,7 @@ class MakaReporter:
             self.skipped.update(collected_skips(session.items))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from .report.terminal import rerun_summary, terminal_lines
+        from ..report.terminal import rerun_summary, terminal_lines
 
         records = [r for r in self.records.values()]
         ignored = ignored_key_lines(self.maka.cohort.tasks)

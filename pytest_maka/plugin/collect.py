@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..core.cell import Cell
+from ..core.record_model import AttemptRecord
+from ..core.taxonomy import MEANING, PYTEST_OUTCOME, Status
 from . import compat
-from .core.cell import Cell
-from .core.record_model import AttemptRecord
-from .core.taxonomy import MEANING, PYTEST_OUTCOME, Status
 
 if TYPE_CHECKING:
     from .session import MakaSession
@@ -135,7 +135,7 @@ def output_tails(
 ) -> list[str]:
     """The last lines of the verifier's (and, for an incomplete cell, the agent's) stderr and
     stdout, redacted: the cause of a red cell where the user looks, not only in a file."""
-    from .report.artifacts import read_tail  # safe reading: below out_dir, no symlinks, no escapes
+    from ..report.artifacts import read_tail  # safe reading: below out_dir, no symlinks, no escapes
 
     status = record.status
     artifacts = record.artifacts

@@ -4,7 +4,7 @@ chosen at configure time (``plugin.choose_strategy``), as pytest-xdist chooses a
 The siblings: ``Serial`` (one cell at a time, when its item runs), ``InProcessPool``
 (``--maka-concurrency N``: cells start ahead of their items on N threads), ``XdistController``
 (``-n``: the controller runs no cell; each worker chooses Serial or InProcessPool for itself)
-and ``cluster.strategy.DaskCluster`` (``--maka-cluster``: the pool, each attempt run on a Dask
+and ``dask.DaskCluster`` (``--maka-cluster``: the pool, each attempt run on a Dask
 worker). Every one ends in the engine's ``run_cell`` (``engine/engine.py``).
 """
 
@@ -18,8 +18,8 @@ from ..core.record_model import AttemptRecord
 from .lookahead import Lookahead, SessionItems
 
 if TYPE_CHECKING:
-    from ..collect import CellItem
-    from ..session import MakaSession
+    from .collect import CellItem
+    from .session import MakaSession
 
 #: Callables run while an item waits for its cell (the live view's redraw), set at configure.
 WAIT_CALLBACKS_KEY = pytest.StashKey[list]()

@@ -10,18 +10,19 @@ from typing import Any
 
 import pytest
 
-from . import builtins, compat, hookspecs, pid1
-from .cluster import plugin as cluster_plugin
+from .. import builtins, hookspecs, pid1
+from ..core.interrupts import first_ctrl_c_only
+from ..core.records import report_record
+from ..core.taxonomy import HARNESS_SIDE
+from ..engine.registry import ENTRY_POINT_GROUP
+from . import cluster as cluster_plugin
+from . import compat
+from . import live as live_plugin
+from . import scale as scale_plugin
 from .collect import CellItem, CohortFile
-from .core.interrupts import first_ctrl_c_only
-from .core.records import report_record
-from .core.taxonomy import HARNESS_SIDE
-from .engine.registry import ENTRY_POINT_GROUP
 from .fixtures import executor_lease, maka_cell, maka_session, maka_workspace  # noqa: F401
-from .live import plugin as live_plugin
-from .scale import plugin as scale_plugin
-from .scale.strategy import ExecutionStrategy
 from .session import MAKA_KEY, MakaSession
+from .strategy import ExecutionStrategy
 
 _CTRL_C_KEY = pytest.StashKey[ExitStack]()
 
@@ -93,14 +94,14 @@ def pytest_configure(config: pytest.Config) -> None:
         from .reporter import MakaReporter
 
         config.pluginmanager.register(MakaReporter(config, maka), "maka-reporter")
-        from .report.pytest_html_hooks import register as register_html_columns
+        from ..report.pytest_html_hooks import register as register_html_columns
 
         register_html_columns(config, maka.out_dir)
 
 
 def choose_strategy(config: pytest.Config, maka: MakaSession) -> ExecutionStrategy:
     """How this process runs its cells: on a Dask cluster when one is named (the controller),
-    else as ``scale.plugin.local_strategy`` says (xdist controller, in-process pool, serial)."""
+    else as ``scale.local_strategy`` says (xdist controller, in-process pool, serial)."""
     return cluster_plugin.dask_strategy(config, maka) or scale_plugin.local_strategy(config, maka)
 
 

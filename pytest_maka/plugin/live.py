@@ -21,10 +21,10 @@ import pytest
 
 from ..core.progress import INSTALL_PHASE
 from ..core.records import group_by_cell, has_result, report_record
-from ..scale.strategy import WAIT_CALLBACKS_KEY
-from ..session import MAKA_KEY
-from .status import LIVE_DIR, RunningCells, read_published
-from .view import PlainLines, Progress, TtyArea, status_lines
+from ..live.status import LIVE_DIR, RunningCells, read_published
+from ..live.view import PlainLines, Progress, TtyArea, status_lines
+from .session import MAKA_KEY
+from .strategy import WAIT_CALLBACKS_KEY
 
 MODES = ("auto", "tty", "plain", "off")
 #: Seconds between the ticks of the live view under xdist (each redraws once its interval passed).

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from ..session import MAKA_KEY, MakaSession
+from .session import MAKA_KEY, MakaSession
 from .strategy import WAIT_CALLBACKS_KEY, ExecutionStrategy, InProcessPool, Serial, XdistController, xdist_controller
 
 __all__ = ["CONCURRENCY_KEY", "WAIT_CALLBACKS_KEY", "add_option", "concurrency", "local_strategy"]

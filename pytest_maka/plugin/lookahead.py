@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from .. import compat
-from ..collect import CELL_FIXTURES, CellItem
 from ..core.record_model import AttemptRecord
 from ..core.records import read_record
+from ..scale.pool import CellPool, Job
 from ..store.ledger import Ledger
-from .pool import CellPool, Job
+from . import compat
+from .collect import CELL_FIXTURES, CellItem
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -97,7 +97,7 @@ def prestartable(item: pytest.Item) -> bool:
         return False
     if any(True for _ in item.iter_markers("skip")) or any(True for _ in item.iter_markers("skipif")):
         return False
-    return all(compat.fixture_module(item, name) == "pytest_maka.fixtures" for name in CELL_FIXTURES)
+    return all(compat.fixture_module(item, name) == "pytest_maka.plugin.fixtures" for name in CELL_FIXTURES)
 
 
 class Lookahead:
