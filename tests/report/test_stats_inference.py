@@ -254,7 +254,9 @@ def test_paired_comparison_with_repetitions_uses_an_exact_sign_flip_and_a_t_inte
     c2 = compare_paired(a, b)
     assert c1 == c2 and c1.method == SIGN_FLIP and c1.only_a is None and c1.exact
     diffs = [sum(a[t]) / 5 - sum(b[t]) / 5 for t in a]
-    low, high = scipy_stats.t.interval(0.95, 59, loc=np.mean(diffs), scale=scipy_stats.sem(diffs))
+    differing = sum(d != 0 for d in diffs)  # ties add no degrees of freedom to the spread
+    assert 0 < differing < 60
+    low, high = scipy_stats.t.interval(0.95, differing - 1, loc=np.mean(diffs), scale=scipy_stats.sem(diffs))
     assert (c1.low, c1.high) == pytest.approx((low, high), rel=1e-9)
     assert c1.p_value < 0.01  # a 30-point gap over 60 tasks is real
     same = compare_paired(a, a)

@@ -296,10 +296,18 @@ def test_compare_runs_adjusts_across_subjects_and_flags_weak_ones(tmp_path: Path
 
 
 def test_flipped_comparison_never_shows_minus_zero() -> None:
-    s = summarize(_cohort(8, reps=2))
+    # beta passes both repetitions of four tasks and one of the fifth; nop fails everything:
+    # differences 1, 1, 1, 1, 1/2, a t(4) interval [+62, +100] pp but p = 2/32 = 0.0625
+    rows = []
+    for i in range(5):
+        for r in (1, 2):
+            rows.append(rec(f"t{i}", "beta", S.AGENT_SUCCESS if i < 4 or r == 1 else S.AGENT_FAILURE, rep=r))
+            rows.append(rec(f"t{i}", "nop", S.AGENT_FAILURE, kind="nop", rep=r))
+    s = summarize(rows)
     ab = s.comparison("beta", "nop")
     ba = s.comparison("nop", "beta")
-    assert ab is not None and ba is not None and ab.low == 0.0  # extended to 0: p = 0.125
+    assert ab is not None and ba is not None and ab.p_value == pytest.approx(0.0625)
+    assert ab.low == 0.0  # extended to 0
     assert ba.high == 0.0 and math.copysign(1.0, ba.high) == 1.0  # +0.0, so no "-0.0 pp" anywhere
 
 

@@ -3,7 +3,8 @@
 - :func:`tango_interval`: Tango's (1998) score interval for a difference of paired
   proportions (binary pairs): the inversion of McNemar's score test, inside [-1, 1], never
   zero width.
-- :func:`t_interval`: ``mean +/- t(T-1) * sd / sqrt(T)`` on per-task differences.
+- :func:`t_interval`: ``mean +/- t(K-1) * sd / sqrt(T)`` on the ``T`` per-task differences,
+  ``K`` of them non-zero (the degrees of freedom of the spread: tied tasks add none).
 - :func:`degenerate_interval`: every per-task difference equal (no spread to estimate).
 - :func:`agree`: p < 0.05 exactly when the interval excludes 0. A test that does not reject
   extends the interval to 0; a test that rejects while the interval still holds 0 moves the
@@ -57,9 +58,14 @@ def tango_interval(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float
     return (max(-1.0, low), min(1.0, high))
 
 
-def t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
-    """``mean +/- t(T-1) * sd / sqrt(T)`` clipped to [-1, 1]; None with fewer than two values.
+def t_interval(diffs: Sequence[float], df: int | None = None) -> tuple[float, float] | None:
+    """``mean +/- t(df) * sd / sqrt(T)`` clipped to [-1, 1]; None with fewer than two values.
 
+    ``df`` defaults to ``T - 1``; the paired comparison passes ``K - 1`` with ``K`` the tasks
+    whose difference is not 0 (at least 1). Tied tasks (0 of 5 on both sides, common with rare
+    or near-certain success) are exact zeros: they shrink the standard deviation without
+    telling anything about the spread of the differing tasks, and the interval with ``T - 1``
+    degrees of freedom then covers 93-94% at 20-100 tasks (bench/RESULTS.md, 2026-12-04).
     Whether the values have any spread is the caller's (exact) question: a float standard
     error of identical fractions can come out as 1e-17 rather than 0.
     """
@@ -67,7 +73,7 @@ def t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
     if se is None:
         return None
     mean = sum(diffs) / len(diffs)
-    half = t95(len(diffs) - 1) * se
+    half = t95(len(diffs) - 1 if df is None else max(1, df)) * se
     return (max(-1.0, mean - half), min(1.0, mean + half))
 
 

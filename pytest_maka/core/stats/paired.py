@@ -11,9 +11,9 @@ removes the task-difficulty variance that two independent intervals would double
   binomial test with p = 1/2, its tail summed in integers and taken in log space, so an
   exact p of 0.0 only means a p below ~1e-308) and the interval is Tango's score interval.
 - With repetitions the per-task means are not binary: the p-value is the exact sign-flip
-  permutation test on the ``d_t`` (:mod:`.signflip`) and the interval ``mean(d) +/- t(T-1)
-  * sd(d) / sqrt(T)``; with every ``d_t`` equal (decided on exact fractions) it is
-  :func:`.intervals.degenerate_interval`.
+  permutation test on the ``d_t`` (:mod:`.signflip`) and the interval ``mean(d) +/- t(K-1)
+  * sd(d) / sqrt(T)``, ``K`` the tasks with ``d_t != 0`` (ties add no degrees of freedom);
+  with every ``d_t`` equal (decided on exact fractions) it is :func:`.intervals.degenerate_interval`.
 
 In both cases :func:`.intervals.agree` makes the interval exclude 0 exactly when p < 0.05.
 The decision (a coloured cell in the report) uses the Holm-adjusted p-value.
@@ -195,7 +195,7 @@ class PairedComparison:
         if self.method == MCNEMAR:
             return f"McNemar exact ({self.only_a} vs {self.only_b} discordant), Tango score interval"
         how = "exact" if self.exact else f"Monte Carlo, {DRAWS:,} seeded draws"
-        return f"sign-flip permutation ({how}), t({self.tasks - 1}) interval"
+        return f"sign-flip permutation ({how}), t({max(1, self.wins_a + self.wins_b - 1)}) interval"
 
 
 def _mean(values: Sequence[Fraction]) -> Fraction:
@@ -294,7 +294,7 @@ def _paired(
         )
     test = sign_flip_test(tested)
     spread = len(set(exact_diffs)) > 1
-    base = t_interval(diffs) if spread else None
+    base = t_interval(diffs, df=len(won) + len(lost) - 1) if spread else None
     interval = base if base is not None else degenerate_interval(exact_diffs[0], n)
     low, high = agree(interval, test.p_value, float(mean), bound)
     return PairedComparison(**common, low=low, high=high, p_value=test.p_value, method=SIGN_FLIP, exact=test.exact)
