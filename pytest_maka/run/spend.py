@@ -10,67 +10,27 @@ counts once it is written; the running attempt adds its own metered spend (prese
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-from datetime import datetime
 from pathlib import Path
 
-from ..core.records import utc_iso
+from ..store.tail import LedgerTail
 
 
 class CohortSpend:
     """USD spent by this run's finished attempts, read incrementally from the attempts ledger."""
 
     def __init__(self, ledger: Path, since: float) -> None:
-        self.ledger = ledger
-        self.since = _when(utc_iso(since))
-        self._offset = 0
+        self._tail = LedgerTail(ledger, since)
         self._spent = 0.0
         self._lock = threading.Lock()
 
     def __call__(self) -> float:
         with self._lock:
-            self._read()
+            new = self._tail.new_attempts()
+            if self._tail.restarted:
+                self._spent = 0.0
+            for record in new:
+                cost = record.usage.cost_usd if record.usage is not None else None
+                if cost is not None and cost > 0:
+                    self._spent += float(cost)
             return self._spent
-
-    def _read(self) -> None:
-        try:
-            with self.ledger.open("rb") as fh:
-                if os.fstat(fh.fileno()).st_size < self._offset:  # cut (a torn tail moved aside): read anew
-                    self._offset, self._spent = 0, 0.0
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n")
-        if end < 0:  # nothing complete yet (a line being written)
-            return
-        self._offset += end + 1
-        for raw in data[:end].split(b"\n"):
-            self._spent += _cost(raw, self.since)
-
-
-def _when(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _cost(raw: bytes, since: datetime | None) -> float:
-    """The cost of one ledger line when it is an attempt of this run, else 0."""
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return 0.0
-    if not isinstance(record, dict):
-        return 0.0
-    started = _when(str(record.get("started_at")))
-    if since is not None and (started is None or started < since):
-        return 0.0
-    usage = record.get("usage")
-    cost = usage.get("cost_usd") if isinstance(usage, dict) else None
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
-        return float(cost)
-    return 0.0

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maka.core.records import utc_iso
+from pytest_maka.core.records import attempt_record
+from pytest_maka.core.taxonomy import Status
 from pytest_maka.core.usage import provenance, with_cost
 from pytest_maka.run.spend import CohortSpend
 from pytest_maka.subjects.presets import aider, claude_code, codex, opencode, pi
 from pytest_maka.subjects.presets.meter import UsageMeter
 from pytest_maka.subjects.presets.prices import shipped
 from tests.conftest import Cohort
+from tests.report.builders import make_cell
 
 
 def claude_line(message_id: str, inp: int, out: int, block: str = "text") -> str:
@@ -114,8 +116,10 @@ def test_without_a_reader_or_a_budget_the_meter_does_not_enforce() -> None:
 
 
 def _line(started: float, cost: float | None) -> str:
-    return json.dumps({"cell_key": "k", "attempt": 1, "status": "agent_success", "started_at": utc_iso(started),
-                       "usage": {"cost_usd": cost}})  # fmt: skip
+    """One attempts-ledger line, as the ledger writes it."""
+    record = attempt_record(make_cell("t", "s"), cohort="c", attempt=1, status=Status.AGENT_SUCCESS,
+                            started=started, finished=started + 1, usage={"cost_usd": cost})  # fmt: skip
+    return json.dumps(record.to_json())
 
 
 def test_the_run_spend_counts_this_runs_attempts_as_other_processes_append_them(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_maka.core.record_model import AttemptRecord
 from pytest_maka.core.records import attempt_record, cell_record
 from pytest_maka.core.taxonomy import Status
 
@@ -46,7 +47,7 @@ PROFILES = (
 )
 
 
-def _cell(p: Profile, i: int, task: str) -> dict[str, Any]:
+def _cell(p: Profile, i: int, task: str) -> AttemptRecord:
     passed = (i * 5 + len(p.name)) % 12 < p.passes
     status = Status.AGENT_SUCCESS if passed else Status.AGENT_FAILURE
     agent: dict[str, Any] = {"exit_code": 0, "timed_out": False, "timeout_sec": 600}
@@ -90,17 +91,17 @@ def _cell(p: Profile, i: int, task: str) -> dict[str, Any]:
     return cell_record([record])
 
 
-def records(profiles: tuple[Profile, ...] = PROFILES) -> list[dict[str, Any]]:
+def records(profiles: tuple[Profile, ...] = PROFILES) -> list[AttemptRecord]:
     """One record per (subject, task)."""
     return [_cell(p, i, task) for p in profiles for i, task in enumerate(TASKS)]
 
 
-def records_every_class() -> list[dict[str, Any]]:
+def records_every_class() -> list[AttemptRecord]:
     """:func:`records` with task-10 spread over the classes (more class columns in the subject table)."""
-    out = records()
     classes = list(Status)
-    for i, r in enumerate(out):
-        if r["task"] == "task-10":
-            status = classes[i % len(classes)]
-            r |= {"status": status.value, "passed": status is Status.AGENT_SUCCESS}
-    return out
+    return [
+        r.updated(status=classes[i % len(classes)].value, passed=classes[i % len(classes)] is Status.AGENT_SUCCESS)
+        if r.task == "task-10"
+        else r
+        for i, r in enumerate(records())
+    ]

@@ -166,7 +166,7 @@ def test_report_html_has_the_section_and_folds_the_full_notes(tmp_path: Path) ->
 
 
 def test_few_subjects_keep_the_full_matrix_open(tmp_path: Path) -> None:
-    few = [r for r in records() if r["subject"] in {p.name for p in PROFILES[:3]}]
+    few = [r for r in records() if r.subject in {p.name for p in PROFILES[:3]}]
     html = write_views(tmp_path, few, cohort="choose")["html"].read_text()
     assert '<section id="choose">' in html
     assert 'id="compact-matrix"' not in html and 'id="pairwise-full"' not in html

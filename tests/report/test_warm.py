@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_maka import report, reporter
+from pytest_maka import report
 from pytest_maka.core.stats import summarize
 from pytest_maka.core.taxonomy import Status
+from pytest_maka.plugin import reporter
 from pytest_maka.report import html
 
 from .test_stats import rec
