@@ -77,12 +77,15 @@ def run_attempt_steps(
             isolation.network = network_record(work.plan, isolation.sandbox.get("network"), work.egress)
 
 
+#: The timing a lease's wait for a shared slot is booked to (never ``setup``).
+SLOT_WAIT = "slot_wait"
+
 def _book_slot_wait(work: AttemptWork, request: LeaseRequest) -> None:
     """The lease's wait for a shared slot (``SharedCapacity``) is ``timings.slot_wait``, not setup:
     it is taken out of the setup time running now (``work.timed`` adds the whole block at its end)."""
     if request.slot_wait:
-        work.timings["slot_wait"] = work.timings.get("slot_wait", 0.0) + request.slot_wait
-        work.timings["setup"] = work.timings.get("setup", 0.0) - request.slot_wait
+        work.add_time(SLOT_WAIT, request.slot_wait)
+        work.add_time("setup", -request.slot_wait)
         request.slot_wait = None
 
 

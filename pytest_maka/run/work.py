@@ -132,7 +132,11 @@ class AttemptWork:
         try:
             yield
         finally:
-            self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - t0
+            self.add_time(phase, time.perf_counter() - t0)
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        """Book ``seconds`` to ``phase`` (negative: taken out of it)."""
+        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
     def error_for(self, status: Status, facts: AttemptFacts) -> dict[str, str] | None:
         """A one-line cause for every non-pass, in the reader's terms."""
