@@ -32,7 +32,13 @@ mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     if mode == "direct":
         s = socket.create_connection((host, port), timeout=5)
-        s.sendall(b"GET /direct HTTP/1.0\\r\\n\\r\\n"); print("REACHED", s.recv(200))
+        s.sendall(b"GET /direct HTTP/1.0\\r\\n\\r\\n"); data = b""
+        while len(data) < 400:  # the whole answer: a tunnel may pass the headers and the body apart
+            chunk = s.recv(400)
+            if not chunk:
+                break
+            data += chunk
+        print("REACHED", data)
     elif mode == "udp":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"maka-udp", (host, port)); print("SENT")
     elif mode == "dns":
