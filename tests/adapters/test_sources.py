@@ -205,6 +205,16 @@ def test_legacy_task_fields(tmp_path: Path) -> None:
     assert task.unsupported is None
 
 
+def test_legacy_swebench_parser_task_loads_and_runs_with_that_parser(tmp_path: Path) -> None:
+    """``parser_name: swebench`` (Terminal-Bench's SWE-bench tasks) loads as runnable with its parser."""
+    tb = copy_sample("terminal-bench", tmp_path / "tb")
+    task_yaml = tb / "json-config" / "task.yaml"
+    task_yaml.write_text(task_yaml.read_text() + "parser_name: swebench\n")
+    task = terminal_bench.load_task(tb / "json-config")
+    assert task.grading_options["parser"] == "swebench" and task.unsupported is None
+    assert parsers.get("swebench") is parsers.parse_swebench
+
+
 def test_legacy_skips_with_reasons(cohort: Cohort) -> None:
     """solution.yaml skips the oracle only; a multi-service compose file or an unknown parser skips the task."""
     tb = copy_sample("terminal-bench", cohort.root / "tb")
