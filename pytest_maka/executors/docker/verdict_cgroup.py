@@ -13,6 +13,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ...core.errors import InfraError
@@ -85,6 +86,29 @@ def _freeze_and_kill(group: Path) -> None:
     state.write_text("THAWED")
 
 
+def find_groups(root: Path, levels: int = 5) -> Iterator[Path]:
+    """The verification cgroups under ``root`` (``<root>/docker/<id>/maka-verdict-*``, or a systemd
+    slice's deeper one: levels 2 to ``levels``). A container's cgroup removed while this looks
+    (another run's container ending) is passed over, never an error."""
+    level = [str(root)]
+    for depth in range(1, levels + 1):
+        below: list[str] = []
+        for parent in level:
+            try:
+                with os.scandir(parent) as entries:
+                    for entry in entries:
+                        with contextlib.suppress(OSError):
+                            if not entry.is_dir(follow_symlinks=False):
+                                continue
+                            if not entry.name.startswith(GROUP_PREFIX):
+                                below.append(entry.path)
+                            elif depth >= 2:
+                                yield Path(entry.path)
+            except FileNotFoundError:
+                continue
+        level = below
+
+
 def sweep_groups(*, dry_run: bool = False) -> list[str]:
     """End and remove the verification cgroups of harness processes that are gone (killed in the
     middle of a verifier command: its processes, frozen or not, would hold the container's
@@ -95,18 +119,17 @@ def sweep_groups(*, dry_run: bool = False) -> list[str]:
     roots = [(point, False) for opts, point in v1 if "freezer" in opts] + ([(v2, True)] if v2 else [])
     swept: list[str] = []
     for root, is_v2 in roots:
-        for depth in range(1, 5):  # <root>/docker/<id>/maka-verdict-*, or a systemd slice's deeper one
-            for group in Path(root).glob("*/" * depth + f"{GROUP_PREFIX}*"):
-                pid, _, rest = group.name[len(GROUP_PREFIX) :].partition("-")
-                start = rest.rpartition("-")[0]
-                if not pid.isdigit() or process_start(int(pid)) == start or not group.is_dir():
-                    continue
-                try:
-                    if not dry_run:
-                        end_group(group, is_v2, grace=0.0)
-                        group.rmdir()
-                except (OSError, InfraError) as exc:
-                    swept.append(f"{group}: not removed: {exc}")
-                else:
-                    swept.append(str(group))
+        for group in find_groups(Path(root)):
+            pid, _, rest = group.name[len(GROUP_PREFIX) :].partition("-")
+            start = rest.rpartition("-")[0]
+            if not pid.isdigit() or process_start(int(pid)) == start or not group.is_dir():
+                continue
+            try:
+                if not dry_run:
+                    end_group(group, is_v2, grace=0.0)
+                    group.rmdir()
+            except (OSError, InfraError) as exc:
+                swept.append(f"{group}: not removed: {exc}")
+            else:
+                swept.append(str(group))
     return swept
