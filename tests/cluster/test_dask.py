@@ -69,7 +69,7 @@ def test_cells_spread_over_both_workers_and_the_controller_records_them(cohort: 
 def test_killed_worker_its_attempts_are_recorded_and_replaced(cohort: Cohort, cluster: Cluster) -> None:
     token = unique_sleep()
     for i in range(8):
-        cohort.task(f"t{i}", agent_timeout=20)
+        cohort.task(f"t{i}", agent_timeout=20, verifier_timeout=120)  # load must not time the verdict out
     cohort.write(subjects=[{"name": "sleeper", "kind": "command", "command": f"sleep {token}"}], retries={"infra": 1})
     victim = cluster.procs["w1"]
     victim_address = cluster.workers()["w1"]

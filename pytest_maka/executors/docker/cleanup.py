@@ -33,7 +33,8 @@ def reap_shims(container_ids: Iterable[str]) -> list[int]:
     that comes back has a new containerd that does not know them, so removing the container
     through the API leaves the shim and the container's processes running. Killing the
     shim's children (each the init of a container's pid namespace) ends every process
-    of the container; then the shim goes. Returns the pids killed.
+    of the container; then the shim goes. Returns the pids killed, once they have ended
+    (a process under load can take a moment to die after SIGKILL).
     """
     ids = [cid.encode() for cid in container_ids if len(cid) >= 12]
     if not ids:
@@ -44,7 +45,29 @@ def reap_shims(container_ids: Iterable[str]) -> list[int]:
         for pid, (_, cmd) in table.items()
         if b"containerd-shim" in cmd.split(b"\0", 1)[0] and any(b"\0" + i in cmd for i in ids)
     }
-    return kill_trees(table, shims)
+    victims = kill_trees(table, shims)
+    wait_ended(victims)
+    return victims
+
+
+def wait_ended(pids: Iterable[int], timeout_sec: float = 10.0) -> list[int]:
+    """Wait until each of ``pids`` has ended (gone, or a zombie); returns those still running."""
+    left = list(pids)
+    deadline = time.monotonic() + timeout_sec
+    while left:
+        left = [pid for pid in left if _running(pid)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return left
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def processes() -> dict[int, tuple[int, bytes]]:
