@@ -96,3 +96,20 @@ def test_the_default_slot_count_is_one_for_the_host(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(MAX_CONTAINERS_ENV, "many")
     with pytest.raises(MakaUserError, match=r"^\$MAKA_DOCKER_MAX_CONTAINERS: expected a whole number"):
         host_slots()
+
+
+def test_a_poll_checks_only_as_many_tickets_as_there_are_free_slots(tmp_path: Path) -> None:
+    """With hundreds in line, a waiter's poll must not open every ticket ahead of it: it only needs
+    to know whether fewer wait ahead than slots are free. Dead tickets met on the way still go."""
+    line = [Ticket(tmp_path) for _ in range(6)]
+    last = Ticket(tmp_path)
+    line[0].close()
+    os.close(line[1].fd)  # its waiter died: the file stays, nobody holds it
+    line[1].fd = -1
+    assert last.ahead(limit=2) == 2
+    assert not (tmp_path / line[1].name).exists(), "the dead ticket met on the way was removed"
+    assert last.ahead(limit=0) == 0 and last.ahead() == 4 and waiting(tmp_path, limit=3) == 3
+    for ticket in line[2:]:
+        ticket.close()
+    assert last.ahead(limit=2) == 0
+    last.close()

@@ -102,17 +102,11 @@ class Ticket:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.rename(hidden, directory / self.name)
 
-    def ahead(self) -> int:
-        """How many live waiters came before this one (the tickets of dead ones are removed)."""
-        count = 0
-        for name in sorted(os.listdir(self.directory)):
-            if name >= self.name:
-                break
-            if name.startswith("."):
-                continue
-            if _alive(self.directory / name):
-                count += 1
-        return count
+    def ahead(self, limit: int | None = None) -> int:
+        """How many live waiters came before this one, counted up to ``limit`` (the tickets of
+        dead ones met on the way are removed). A waiter needs only to know whether fewer wait
+        ahead than there are free slots, so each poll checks at most that many tickets."""
+        return _count_live(self.directory, before=self.name, limit=limit)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -139,11 +133,24 @@ def _alive(path: Path) -> bool:
     return False
 
 
-def waiting(directory: Path) -> int:
-    """Live tickets in the queue at ``directory`` (a snapshot)."""
+def waiting(directory: Path, limit: int | None = None) -> int:
+    """Live tickets in the queue at ``directory`` (a snapshot), counted up to ``limit``."""
     if not directory.is_dir():
         return 0
-    return sum(1 for name in os.listdir(directory) if not name.startswith(".") and _alive(directory / name))
+    return _count_live(directory, before=None, limit=limit)
+
+
+def _count_live(directory: Path, *, before: str | None, limit: int | None) -> int:
+    """Live tickets in arrival order (before ``before``, if given), stopping at ``limit``."""
+    count = 0
+    for name in sorted(os.listdir(directory)):
+        if limit is not None and count >= limit:
+            break
+        if before is not None and name >= before:
+            break
+        if not name.startswith(".") and _alive(directory / name):
+            count += 1
+    return count
 
 
 @dataclass
@@ -191,8 +198,12 @@ def acquire(
                 continue
             empty_since = None
             free = {id(pool): pool.free() for _, pool in pools}
-            ahead = ticket.ahead() if ticket is not None else waiting(queue) if queue is not None else 0
-            if ahead < sum(free.values()):  # as many free as wait before this one: its turn
+            total = sum(free.values())
+            if ticket is not None:
+                ahead = ticket.ahead(limit=total)
+            else:
+                ahead = waiting(queue, limit=total) if queue is not None else 0
+            if ahead < total:  # fewer wait before this one than slots are free: its turn
                 ranked = sorted(pools, key=lambda tp: (-free[id(tp[1])], random.random()))
                 for target, pool in ranked:
                     slot = pool.try_acquire()
