@@ -207,6 +207,7 @@ class Ledger:
         self._shared = _state(self.path)
         self.repairs: list[str] = []  # what appends did to torn last lines (one line each)
         self.read_problems: list[str] = []  # what the latest read skipped (one line each)
+        self._scanned: tuple[tuple[int, int, int], LedgerScan] | None = None  # (file identity, its scan)
 
     @property
     def problems(self) -> list[str]:
@@ -281,7 +282,16 @@ class Ledger:
 
     def scan(self) -> LedgerScan:
         """Every line of the ledger, typed; lines an earlier version wrote are read in today's
-        shape; a line that fits no version's schema is skipped and named in ``problems``."""
+        shape; a line that fits no version's schema is skipped and named in ``problems``.
+
+        An unchanged file (same inode, size and modification time) is not typed again: the end of
+        a session reads the ledger several times (the cells' records, reconciliation, the views).
+        """
+        identity = _identity(self.path)
+        if identity is not None and self._scanned is not None and self._scanned[0] == identity:
+            cached = self._scanned[1]
+            self.read_problems = list(cached.problems)
+            return LedgerScan(records=list(cached.records), problems=list(cached.problems))
         raw = scan_jsonl(self.path, required=REQUIRED_FIELDS)
         scan = LedgerScan(problems=raw.problems)
         for number, record in enumerate(raw.records, start=1):
@@ -291,6 +301,8 @@ class Ledger:
                 why = describe(e, record) if isinstance(e, ValidationError) else str(e)
                 scan.problems.append(f"{self.path} record {number}: {why}; skipped")
         self.read_problems = scan.problems
+        if identity is not None and _identity(self.path) == identity:  # nothing was appended meanwhile
+            self._scanned = (identity, LedgerScan(records=list(scan.records), problems=list(scan.problems)))
         return scan
 
     def read(self) -> list[AttemptRecord]:
@@ -309,6 +321,15 @@ class LedgerScan:
 
     records: list[AttemptRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells one state of a file from another: inode, size, modification time (None: absent)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _current(record: JsonRecord) -> JsonRecord:
