@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maka.executors.docker import labels as L
 from pytest_maka.executors.docker.protect_paths import stat_path
-from pytest_maka.executors.docker.watch import AccessWatch
+from pytest_maka.executors.docker.watch import ROLE, local_root
 
+from .cut_relay import cut_relay
 from .helpers import plain_task, request, run
 
 pytestmark = pytest.mark.docker
@@ -42,22 +44,21 @@ def test_remove_never_runs_a_replaced_rm(make_executor, docker_api, tmp_path: Pa
         assert stat_path(docker_api, sandbox.id, MARKER) is not None, "the plant works"
 
 
-def test_the_helper_container_probe_removes_without_running_the_container_s_programs(  # type: ignore[no-untyped-def]
-    make_executor, docker_api, tmp_path: Path
-) -> None:
-    """The probe's path where the engine is on another host: a helper container of another
-    image sharing only the attempt container's process table (run here on the local engine)."""
-    task = plain_task(tmp_path / "t")
-    with make_executor().lease(request(task, tmp_path)) as sandbox:
-        result, _, err = run(sandbox, "mkdir -p /srv/gone && " + PLANT_RM, tmp_path)
-        assert result.exit_code == 0, err
-        watch = AccessWatch(sandbox.engine, sandbox.id, sandbox._watch_images())
-        try:
-            answer = watch._remote({"op": "unlink", "path": "/srv/gone"}, "removing /srv/gone")
-            assert answer == {"removed": True}, answer
-            again = watch._remote({"op": "unlink", "path": "/srv/gone"}, "removing /srv/gone")
-            assert again == {"removed": False}, again
-        finally:
-            watch.close()
-        assert stat_path(docker_api, sandbox.id, "/srv/gone") is None
-        assert stat_path(docker_api, sandbox.id, MARKER) is None, "a planted program ran"
+def test_on_an_engine_elsewhere_a_helper_container_removes(make_executor, docker_api, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The engine reached over TCP (a relay on 127.0.0.1 in front of the real one) counts as
+    another host's: the probe runs in a helper container of another image that shares only the
+    attempt container's process table, and still nothing of the container runs."""
+    with cut_relay() as relay:
+        executor = make_executor(engines=[relay.url])
+        with executor.lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+            assert local_root(sandbox.api, sandbox.id) is None, "the engine counts as remote"
+            result, _, err = run(sandbox, "mkdir -p /srv/gone/deep && touch /srv/gone/deep/f && " + PLANT_RM, tmp_path)
+            assert result.exit_code == 0, err
+            sandbox.remove("/srv/gone")
+            assert stat_path(docker_api, sandbox.id, "/srv/gone") is None
+            assert sandbox.removed_with_rm is None, sandbox.removed_with_rm
+            assert stat_path(docker_api, sandbox.id, MARKER) is None, "a planted program ran"
+            mine = [f"{L.ROLE}={ROLE}", f"{L.RUN}={L.run_id()}"]
+            helpers = docker_api.containers(all=True, filters={"label": mine})
+            pid_modes = [docker_api.inspect_container(c["Id"])["HostConfig"]["PidMode"] for c in helpers]
+            assert f"container:{sandbox.id}" not in pid_modes, "the helper container was removed"
