@@ -50,15 +50,20 @@ def test_on_an_engine_elsewhere_a_helper_container_removes(make_executor, docker
     attempt container's process table, and still nothing of the container runs."""
     with cut_relay() as relay:
         executor = make_executor(engines=[relay.url])
-        with executor.lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
-            assert local_root(sandbox.api, sandbox.id) is None, "the engine counts as remote"
-            result, _, err = run(sandbox, "mkdir -p /srv/gone/deep && touch /srv/gone/deep/f && " + PLANT_RM, tmp_path)
-            assert result.exit_code == 0, err
-            sandbox.remove("/srv/gone")
-            assert stat_path(docker_api, sandbox.id, "/srv/gone") is None
-            assert sandbox.removed_with_rm is None, sandbox.removed_with_rm
-            assert stat_path(docker_api, sandbox.id, MARKER) is None, "a planted program ran"
-            mine = [f"{L.ROLE}={ROLE}", f"{L.RUN}={L.run_id()}"]
-            helpers = docker_api.containers(all=True, filters={"label": mine})
-            pid_modes = [docker_api.inspect_container(c["Id"])["HostConfig"]["PidMode"] for c in helpers]
-            assert f"container:{sandbox.id}" not in pid_modes, "the helper container was removed"
+        try:
+            with executor.lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+                assert local_root(sandbox.api, sandbox.id) is None, "the engine counts as remote"
+                result, _, err = run(
+                    sandbox, "mkdir -p /srv/gone/deep && touch /srv/gone/deep/f && " + PLANT_RM, tmp_path
+                )
+                assert result.exit_code == 0, err
+                sandbox.remove("/srv/gone")
+                assert stat_path(docker_api, sandbox.id, "/srv/gone") is None
+                assert sandbox.removed_with_rm is None, sandbox.removed_with_rm
+                assert stat_path(docker_api, sandbox.id, MARKER) is None, "a planted program ran"
+                mine = [f"{L.ROLE}={ROLE}", f"{L.RUN}={L.run_id()}"]
+                helpers = docker_api.containers(all=True, filters={"label": mine})
+                pid_modes = [docker_api.inspect_container(c["Id"])["HostConfig"]["PidMode"] for c in helpers]
+                assert f"container:{sandbox.id}" not in pid_modes, "the helper container was removed"
+        finally:
+            executor.close()  # while the relay still answers
