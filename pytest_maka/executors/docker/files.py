@@ -1,5 +1,6 @@
 """A container's files, through the engine only: puts queued and sent as one archive, copy-out
-by the rules of ``copyout``, and removal that neither follows a link nor trusts the image's rm."""
+by the rules of ``copyout``, and removal that neither follows a link nor runs a program of the
+container (the engine clears the tree, the harness's own probe deletes what stays)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .engines import Engine
 from .protect_paths import GO_MODE_DIR, PROTECTED_ROOTS, find_rm, stat_path
+from .watch import AccessWatch, ProbeUnavailable
 
 #: Times a put is sent again when a process in the container races the engine's clearing.
 RACE_RETRIES = 5
@@ -40,6 +42,10 @@ class ContainerFiles:
 
     api: Any  # the engine's client (ContainerProcesses)
     _run: Callable[[list[str]], tuple[int | None, bytes]]  # a harness command (ContainerProcesses)
+    _restart: Callable[[], None]  # ContainerProcesses
+    _watch_images: Callable[[], list[str]]  # images that can run the probe (DockerSandbox)
+    #: Why the last removal fell back to the container's rm (None: the harness's probe did it).
+    removed_with_rm: str | None = None
 
     def _stat(self, path: str) -> dict[str, Any] | None:
         with self.engine.guard(f"reading what is at {path}", refusals=False):
@@ -145,17 +151,41 @@ class ContainerFiles:
             self._fresh.add(path)
 
     def _remove(self, path: str) -> None:
-        """The engine replaces the tree by an empty file; the container's rm deletes that file.
+        """The engine replaces the tree by an empty file (links on the way replaced, never
+        followed); the harness's own probe deletes that file from outside the container.
 
-        Whatever the subject left at ``path`` is gone even when rm was replaced; then the
-        empty file stays and SubjectFault says so.
+        The probe is the access watch's (``watch``): the harness's interpreter in the
+        container's root on the engine's host, else a helper container sharing only its
+        process table. Only where no helper image can run it (an engine elsewhere, no
+        ``python3`` in the proxy's nor the task's image) does the container's rm delete the
+        file; ``removed_with_rm`` says why. An empty file that stays is a SubjectFault.
         """
         if self._dirty:
             self._clear_way(path)
         self._batch.replace_marker(path)
         self._flush()
-        rm = find_rm(self._stat)
-        if rm is not None:
-            self._run([rm, "-f", "--", path])
+        problem = ""
+        try:
+            self._unlink(path)
+        except ProbeUnavailable as exc:
+            self.removed_with_rm = str(exc)
+            rm = find_rm(self._stat)
+            if rm is not None:
+                self._run([rm, "-f", "--", path])
+        except RuntimeError as exc:
+            problem = f": {exc}"
         if self._exists(path):
-            raise SubjectFault(f"could not remove {path}: the container's rm does not work (was it replaced?)", [path])
+            raise SubjectFault(f"could not remove {path}{problem}", [path])
+
+    def _unlink(self, path: str) -> None:
+        """Delete what is at ``path`` with the probe (a stopped container is started again first,
+        as for any harness command)."""
+        with self.engine.guard("inspecting the container"):
+            running = bool((self.api.inspect_container(self.id).get("State") or {}).get("Running"))
+        if not running:
+            self._restart()
+        watch = AccessWatch(self.engine, self.id, self._watch_images())
+        try:
+            watch.unlink(path)
+        finally:
+            watch.close()

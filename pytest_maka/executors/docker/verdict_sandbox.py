@@ -54,6 +54,7 @@ class VerdictSandbox:
     _restart: Callable[[], None]
     _flush: Callable[[], None]
     resolve_user: Callable[[str | int, str], tuple[int, int, str]]
+    removed_with_rm: str | None
 
     def _container(self) -> Container | str:
         with self.engine.guard("inspecting the container"):
@@ -113,6 +114,8 @@ class VerdictSandbox:
             ran = "no process of the subject's ran when the tests went in"
         else:
             ran = f"{seen} process{'es' if seen > 1 else ''} the subject left ran when the tests went in"
+        if self.removed_with_rm is not None:
+            ran += f"; a removal ran the container's rm ({self.removed_with_rm})"
         if self._shared_why is None:
             return (
                 "private: /tests and /logs/verifier were host directories mounted only in the"

@@ -147,8 +147,12 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
+class ProbeUnavailable(RuntimeError):
+    """No probe could be started for the container (no helper image could run one)."""
+
+
 class AccessWatch:
-    """The access probe for one attempt container (``arm``, then ``read``)."""
+    """The access probe for one attempt container (``arm``, then ``read``; or ``unlink``)."""
 
     def __init__(self, engine: Engine, container: str, images: list[str]) -> None:
         self.engine = engine
@@ -169,6 +173,11 @@ class AccessWatch:
         armed = [[t.path, t.mode] for t in self._armed]
         answer = self._call({"op": "read", "armed": armed}, "reading the access times of the changed files")
         return [Touched(str(p), int(m)) for p, m in answer.get("accessed") or []]
+
+    def unlink(self, path: str) -> bool:
+        """Delete the file, link or empty directory at ``path`` as the container sees it, with
+        the probe (no program of the container runs); False when nothing was there."""
+        return bool(self._call({"op": "unlink", "path": path}, f"removing {path}").get("removed"))
 
     def _call(self, msg: dict[str, Any], what: str) -> dict[str, Any]:
         with self.engine.guard("inspecting the container's storage"):
@@ -232,7 +241,7 @@ class AccessWatch:
             except (docker.errors.APIError, InfraError) as exc:
                 errors.append(f"{image[:19]}: {str(exc).splitlines()[0][:160]}")
                 self.close()
-        raise RuntimeError("no image could run the access watch (" + "; ".join(errors) + ")")
+        raise ProbeUnavailable("no image could run the access watch (" + "; ".join(errors) + ")")
 
     def close(self) -> None:
         if self._channel is not None:

@@ -11,6 +11,9 @@ inside that container, then answers one JSON line per request on its standard st
 - ``{"op": "read", "armed": [[path, mode], ...]}``: which armed paths were read or executed
   since (the kernel set their access time again: ``relatime`` updates an access time older
   than a day).
+- ``{"op": "unlink", "path": path}``: the file, link or empty directory at ``path`` is
+  deleted (its last part not followed); the answer says whether there was one. The sandbox's
+  ``remove`` uses it, so that no program of the container deletes anything.
 
 Standard library only, every module imported before the root changes (nothing is imported
 from the attempt container's files). Also run as ``python3 -I -S -c SOURCE``.
@@ -61,6 +64,23 @@ def read(armed: list[tuple[str, int]]) -> dict[str, object]:
     return {"accessed": accessed}
 
 
+def unlink(path: str) -> dict[str, object]:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"removed": False}
+    except OSError as exc:
+        return {"error": f"cannot remove {path}: {exc}"}
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        return {"error": f"cannot remove {path}: {exc}"}
+    return {"removed": True}
+
+
 def main(argv: list[str]) -> int:
     try:
         enter_root(argv[0] if argv else "/proc/1/root")
@@ -74,9 +94,11 @@ def main(argv: list[str]) -> int:
                 answer = arm([str(p) for p in request.get("paths") or []])
             elif request.get("op") == "read":
                 answer = read([(str(p), int(m)) for p, m in request.get("armed") or []])
+            elif request.get("op") == "unlink":
+                answer = unlink(str(request["path"]))
             else:
                 answer = {"error": f"unknown request {request.get('op')!r}"}
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, KeyError) as exc:
             answer = {"error": str(exc)}
         print(json.dumps(answer), flush=True)
     return 0

@@ -10,6 +10,9 @@ its code and never creates ``done.txt`` itself.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ...core.task import Task
 from ...executors.base import Executor
@@ -40,6 +43,57 @@ PLANT_GIT_FILTER = (
 )
 
 
+#: Written only by a planted program (with done.txt); each verifier below notes whether it
+#: was there before its tool ran: never, since no step of the harness runs what was planted.
+PLANT_MARK = "/var/tmp/maka-plant-ran"
+
+
+def marking_verifier(tool: str) -> str:
+    """A verifier that notes in ``/logs/verifier/plant.txt`` whether the plant's mark was
+    there when it started, runs ``tool``, and passes only when done.txt exists."""
+    return (
+        "#!/bin/sh\nmkdir -p /logs/verifier\n"
+        f"if [ -e {PLANT_MARK} ]; then echo present; else echo absent; fi > /logs/verifier/plant.txt\n"
+        f"{{ {tool}; }} >/dev/null 2>&1\n"
+        "if [ -f done.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    )
+
+
+#: Package-manager hooks in the system's apt configuration; apt runs each through ``sh -c`` in
+#: ``/tmp``, so the plant names the workdir it ran in.
+PLANT_APT_HOOK = (
+    f'hook="touch $PWD/done.txt {PLANT_MARK}"; printf \'APT::Update::Pre-Invoke {{ "%s"; }};\\n'
+    f'DPkg::Pre-Invoke {{ "%s"; }};\\n\' "$hook" "$hook" > /etc/apt/apt.conf.d/99maka; true\n'
+)
+#: Verifiers that use apt as task tests commonly do, offline: an update with no sources (the
+#: hooks run all the same), or the install of a package the verifier builds itself.
+APT_VERIFIERS = {
+    "update": marking_verifier(
+        "apt-get update -qq -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/dev/null/none"
+    ),
+    "install": marking_verifier(
+        "mkdir -p /tmp/maka-probe/DEBIAN && printf 'Package: maka-probe\\nVersion: 1\\nArchitecture: all\\n"
+        "Maintainer: maka <maka@localhost>\\nDescription: probe\\n' > /tmp/maka-probe/DEBIAN/control"
+        " && dpkg-deb -b /tmp/maka-probe /tmp/maka-probe.deb && apt-get install -y -qq /tmp/maka-probe.deb"
+    ),
+}
+
+
+#: An fsmonitor hook in the user's global git configuration (``~/.gitconfig``): the
+#: verifier's ``git status`` in the workdir runs it.
+PLANT_GIT_HOME = (
+    f"printf '#!/bin/sh\\ntouch %s/done.txt {PLANT_MARK}\\n' \"$PWD\" > /usr/local/bin/maka-fsmonitor"
+    " && chmod 755 /usr/local/bin/maka-fsmonitor"
+    " && git config --global core.fsmonitor /usr/local/bin/maka-fsmonitor; true\n"
+)
+GIT_STATUS_VERIFIER = marking_verifier("git init -q . && git status --short")
+
+
+def plant_notes(out: Path) -> list[str]:
+    """What each verifier of the attempts under ``out`` noted of the plant's mark."""
+    return [p.read_text().strip() for p in sorted(out.glob("out-*/**/verifier/plant.txt"))]
+
+
 class TaintTests(TamperTests):
     """Planted code the verifier runs: never a clean pass; tainted, or refused under the switch."""
 
@@ -68,6 +122,43 @@ class TaintTests(TamperTests):
         refused = self.attempt(executor, task, tmp_path, PLANT_PTH, refuse_tainted=True)
         assert refused["status"] == "agent_failure" and refused["official"] is True
         assert refused["taint"]["refused"] and "tainted" in refused["error"]["message"], refused["error"]
+
+    def _marked_attack(
+        self, executor: Executor, task: Task, tmp_path: Path, command: str, verifier: str, path: str
+    ) -> dict[str, Any]:
+        """``_attack`` for a plant that marks its run: a pass is tainted naming ``path`` (or a path
+        ending so), the
+        plant ran only in the verifier (its mark absent when the verifier started), refused
+        under the switch; the same verifier passes an honest subject untainted."""
+        self.require_own_root()
+        honest = self.attempt(executor, task, tmp_path, "echo done > done.txt", verifier=verifier)
+        assert honest["status"] == "agent_success", honest["error"]
+        assert not (honest.get("taint") or {}).get("tainted"), honest["taint"]
+        record = self.attempt(executor, task, tmp_path, command, verifier=verifier)
+        if not self.keeps_detached:
+            self.assert_rejected(record)
+            return record
+        assert record["status"] == "agent_success", ("the verifier runs the plant, as Harbor's would", record["error"])
+        taint = record["taint"]
+        assert taint["tainted"] and any(p.endswith(path) for p in taint["paths"]), taint
+        notes = plant_notes(tmp_path)
+        assert len(notes) >= 2 and set(notes) == {"absent"}, ("the plant ran before the verifier", notes)
+        refused = self.attempt(executor, task, tmp_path, command, verifier=verifier, refuse_tainted=True)
+        assert refused["status"] == "agent_failure" and refused["official"] is True, refused["error"]
+        assert refused["taint"]["refused"] and "tainted" in refused["error"]["message"], refused["error"]
+        return record
+
+    @pytest.mark.parametrize("use", sorted(APT_VERIFIERS))
+    def test_apt_hook_run_by_the_verifier_is_tainted(
+        self, executor: Executor, task: Task, tmp_path: Path, use: str
+    ) -> None:
+        """An ``APT::Update::Pre-Invoke`` / ``DPkg::Pre-Invoke`` hook the subject left in
+        ``/etc/apt/apt.conf.d`` runs when the verifier uses apt."""
+        self._marked_attack(executor, task, tmp_path, PLANT_APT_HOOK, APT_VERIFIERS[use], "/etc/apt/apt.conf.d/99maka")
+
+    def test_git_fsmonitor_in_the_home_config_is_tainted(self, executor: Executor, task: Task, tmp_path: Path) -> None:
+        """A hook named in ``~/.gitconfig`` runs when the verifier's ``git status`` asks it."""
+        self._marked_attack(executor, task, tmp_path, PLANT_GIT_HOME, GIT_STATUS_VERIFIER, "/.gitconfig")
 
     def test_git_filter_in_the_system_config_is_tainted(self, executor: Executor, task: Task, tmp_path: Path) -> None:
         self._attack(executor, task, tmp_path, PLANT_GIT_FILTER, GIT_VERIFIER)
