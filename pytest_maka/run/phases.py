@@ -139,6 +139,7 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
     agent = work.agent_facts
     agent.stop_reason, agent.error = result.stop_reason or None, result.error or None
     agent.cost_source, agent.version = result.cost_source or None, result.agent_version or None
+    agent.name = result.agent_name or None
     agent.cost = result.cost.as_record() if result.cost is not None else None
     agent.usage_partial = bool(result.usage_partial)
     if result.provider is not None:

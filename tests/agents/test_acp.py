@@ -113,6 +113,9 @@ def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(c
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["usage"]["input_tokens"] == 70 and record["usage"]["output_tokens"] == 9  # _meta.quota.token_count
     assert record["agent"]["version"] == "0.0.7"  # from its initialize answer's agentInfo
+    assert record["agent"]["name"] == "fake-acp-agent"  # its agentInfo.name: named in the report, not plain acp
+    assert "| acp: fake-acp-agent 0.0.7 |" in (cohort.out / "summary.md").read_text()
+    assert "acp: fake-acp-agent 0.0.7" in (cohort.out / "report.html").read_text()
     assert json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())["agent"]["version"] == "0.0.7"
     trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
     calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]

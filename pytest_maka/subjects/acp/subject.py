@@ -152,6 +152,7 @@ class AcpSubject(SubjectBase):
             ),
             "claim": {"final_message": claim_text, "authoritative": False} if claim_text else None,
             "agent_version": session.agent_version,
+            "agent_name": session.agent_name,
             "cost": CostProvenance("agent")
             if usage.get("cost_usd") is not None
             else CostProvenance("unknown", note="the ACP agent reported no cost"),
@@ -213,8 +214,9 @@ class _Session:
         )
         self.events: list[str] = []
         self.handoff = Handoff()
-        #: The version the agent gave in its ``initialize`` answer.
+        #: The name and version the agent gave in its ``initialize`` answer (``agentInfo``).
         self.agent_version: str | None = None
+        self.agent_name: str | None = None
 
     def _budget_hit(self) -> None:
         if self._cancel is not None:
@@ -241,6 +243,7 @@ class _Session:
             self.events.append(f"initialized: protocol {init.protocol_version}")
             info = getattr(init, "agent_info", None)  # ACP's Implementation {name, title, version}
             self.agent_version = str(info.version) if getattr(info, "version", None) else None
+            self.agent_name = str(info.name) if getattr(info, "name", None) else None
             servers = mcp_servers(self.task.mcp_servers, init, self.subject.given(), self.handoff)
             session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=servers), deadline)
             if self.subject.opts.mode:
