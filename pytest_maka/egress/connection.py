@@ -1,5 +1,6 @@
 """One connection from the sandbox through the relay: read up to its request line (for CONNECT
 its whole head), passed to tinyproxy on a connection of its own, bytes both ways, one record.
+``bytes_in`` of a tunnel counts what its destination sent, never the proxy's answer opening it.
 
 For a tunnel to port 443 the ClientHello must name the CONNECT target before a byte of it goes
 on. Every step runs on the ``Pump``'s loop thread (``pump.py``). Standard library only, and no
@@ -225,9 +226,11 @@ class Connection:
             return
         reply, self.answer = self.answer[: cut + 4], self.answer[cut + 4 :]
         self.to_client += reply
-        self.rec["bytes_in"] += len(reply)
+        opened = b" 200 " in reply.split(b"\r\n", 1)[0] + b" "
+        if not opened:  # the proxy's refusal is all that comes back; its "200 Connection established"
+            self.rec["bytes_in"] += len(reply)  # is not the destination's: a silent one stays at 0 bytes in
         assert self.target is not None
-        if b" 200 " not in reply.split(b"\r\n", 1)[0] + b" " or self.target[1] != 443:
+        if not opened or self.target[1] != 443:
             # refused (tinyproxy says so and closes), or a port whose server may speak first: relay as is
             self._start_pipe()
             return

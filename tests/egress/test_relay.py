@@ -7,10 +7,13 @@ on 127.0.0.0/8 addresses of their own (a port 443 listener per test, so tests ne
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import ssl
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.core import hostpattern
+from pytest_maka.core.provider import Connection, silent_connections
 from pytest_maka.egress import relay
 from pytest_maka.egress.host import HostProxy
 from pytest_maka.egress.log import EgressEvent
@@ -120,8 +124,77 @@ def test_a_tunnel_whose_sni_names_another_host_is_cut_before_a_byte_reaches_it(t
     ]
     first = ev[0]
     assert first.bytes_out == len(connect("tls.test")) + len(good) + 3
-    assert first.bytes_in is not None and first.bytes_in > len(b"SERVER-HELLO")
+    assert first.bytes_in == len(b"SERVER-HELLO")  # what the destination sent: not the proxy's "200" opening it
     assert first.bytes == first.bytes_out + first.bytes_in
+
+
+@contextmanager
+def silent_upstream(port: int) -> Iterator[tuple[str, list[bytes]]]:
+    """A real server on a 127.x.y.z address of its own that reads what it is sent and never answers
+    (a hung provider); its connections close when the block ends."""
+    address = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+    received: list[bytes] = []
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    with socket.create_server((address, port)) as sock:
+        sock.settimeout(0.2)
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    continue
+                held.append(conn)
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    received.append(conn.recv(65536))
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield address, received
+        finally:
+            stop.set()
+            thread.join(2)
+            for conn in held:
+                conn.close()
+
+
+@needs_tinyproxy
+def test_a_tunnel_whose_destination_never_answers_has_no_bytes_in_and_counts_as_no_answer(tmp_path: Path) -> None:
+    """A hung provider behind CONNECT: the proxy's own "200 Connection established" is not an answer."""
+    hello = client_hello("hang.test")
+    with (
+        silent_upstream(443) as (address, received),
+        proxy(tmp_path, ["hang.test:443"], {"hang.test": address}) as (p, ev),
+    ):
+        _unanswered_tunnel(p, "hang.test", hello)
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert received == [hello], "the ClientHello reached the destination"
+    (event,) = ev
+    assert (event.method, event.destination, event.allowed) == ("CONNECT", "hang.test:443", True), event
+    assert event.bytes_out == len(connect("hang.test")) + len(hello) and event.bytes_in == 0, event
+    seen = [Connection(e.destination, e.allowed, e.bytes_out, e.bytes_in) for e in ev]
+    assert silent_connections(seen, ["hang.test:443"]) == 1
+
+
+def _unanswered_tunnel(p: HostProxy, name: str, hello: bytes) -> None:
+    """Open a tunnel to ``name``, send ``hello`` and wait a second for an answer that never comes."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(p.socket_path))
+        s.sendall(connect(name))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(65536)
+        assert b" 200 " in head.split(b"\r\n", 1)[0], head  # the proxy opened the tunnel
+        s.sendall(hello)
+        s.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            s.recv(65536)  # and the destination never says a word
 
 
 @needs_tinyproxy
