@@ -19,11 +19,12 @@ from collections.abc import Callable
 from typing import Protocol
 
 try:
-    from .wire import MAX_HELLO, NOT_CANONICAL, NeedMore, Record, client_hello_sni, now, request_target
+    from .wire import MAX_HELLO, NOT_CANONICAL, HttpAnswers, NeedMore, Record, client_hello_sni, now, request_target
 except ImportError:  # a script in the proxy container, with wire.py beside it
     from wire import (  # type: ignore[no-redef]
         MAX_HELLO,
         NOT_CANONICAL,
+        HttpAnswers,
         NeedMore,
         Record,
         client_hello_sni,
@@ -92,6 +93,9 @@ class Connection:
         self.ended: set[str] = set()
         #: When a tunnel stops waiting for its ClientHello (monotonic seconds).
         self.deadline: float | None = None
+        #: The status codes of the destination's HTTP answers (a plain request, or a tunnel not to
+        #: port 443: TLS is not read); None while nothing is read.
+        self.answers: HttpAnswers | None = None
         client.setblocking(False)
         pump.connections.add(self)
         self._guarded(lambda _events: None, 0)
@@ -215,6 +219,8 @@ class Connection:
         if self.state == "pipe":
             self.to_client += data
             self.rec["bytes_in"] += len(data)
+            if self.answers is not None:
+                self.answers.feed(data)
             return
         self.answer += data  # state reply
         cut = self.answer.find(b"\r\n\r\n")
@@ -268,6 +274,9 @@ class Connection:
 
     def _start_pipe(self) -> None:
         self.state, self.deadline = "pipe", None
+        if self.target is None or self.target[1] != 443:
+            self.answers = HttpAnswers()
+            self.answers.feed(self.answer)
         self.to_upstream += self.held
         self.rec["bytes_out"] += len(self.held)
         self.to_client += self.answer
@@ -346,4 +355,6 @@ class Connection:
                 self.pump.forget(sock)
                 sock.close()
         self.pump.connections.discard(self)
+        if self.answers is not None and self.answers.statuses:
+            self.rec["statuses"] = self.answers.statuses
         self.pump.record(self.rec)

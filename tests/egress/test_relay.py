@@ -22,7 +22,7 @@ import pytest
 
 from pytest_maka.core import hostpattern
 from pytest_maka.core.provider import Connection, silent_connections
-from pytest_maka.egress import relay
+from pytest_maka.egress import relay, wire
 from pytest_maka.egress.host import HostProxy
 from pytest_maka.egress.log import EgressEvent
 from pytest_maka.testing.servers import TcpServer, tcp_server
@@ -54,6 +54,43 @@ def test_sni_is_read_from_real_client_hellos() -> None:
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00"):
         with pytest.raises(ValueError):
             relay.client_hello_sni(junk)
+
+
+def _answer(status: int, body: bytes = b"", *, chunked: bool = False) -> bytes:
+    if chunked:
+        half = len(body) // 2
+        data = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:]) if p)
+        return b"HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n\r\n%s0\r\nTrailer: x\r\n\r\n" % (status, data)
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+def test_the_status_of_every_answer_on_a_kept_alive_connection_is_read_however_the_bytes_come() -> None:
+    stream = (
+        _answer(200, b'{"ok": true}')
+        + _answer(401, b"HTTP/1.1 500 inside a body is not an answer")
+        + b"HTTP/1.1 100 Continue\r\n\r\n"
+        + _answer(429, b"x" * 70_000, chunked=True)
+        + b"HTTP/1.1 204 No Content\r\n\r\n"
+        + _answer(503)
+    )
+    for size in (1, 7, 4096, len(stream)):
+        answers = wire.HttpAnswers()
+        for i in range(0, len(stream), size):
+            answers.feed(stream[i : i + size])
+        assert answers.statuses == [200, 401, 100, 429, 204, 503], size
+
+
+def test_the_status_reader_stops_at_what_it_cannot_frame() -> None:
+    tls = wire.HttpAnswers()
+    tls.feed(b"\x16\x03\x03\x00\x7a\x02" + b"\x00" * 200)  # a TLS ServerHello: not read
+    assert tls.statuses == []
+    to_close = wire.HttpAnswers()  # no length: the body runs to the close, nothing after it is framed
+    to_close.feed(b"HTTP/1.0 401 No\r\nContent-Type: text/plain\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")
+    assert to_close.statuses == [401]
+    endless = wire.HttpAnswers()
+    endless.feed(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20_000)  # a head without an end: given up, bounded
+    endless.feed(_answer(200))
+    assert endless.statuses == []
 
 
 def _split_records(hello: bytes) -> bytes:
