@@ -1,5 +1,6 @@
 """Provider failures on the Docker executor: a provider that hangs behind a TLS tunnel (CONNECT through
-the egress proxy), whose only answer is the proxy's own "200 Connection established"."""
+the egress proxy), whose only answer is the proxy's own "200 Connection established"; a provider that
+rejects every key, seen in the status codes of its plain-HTTP answers by the egress proxy."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from pytest_maka.testing.model_faults import Fault
+from pytest_maka.testing.model_server import Action, Script
 from tests.conftest import Cohort
 
-from .conftest import installed
+from .conftest import BY_KIND, docker_model_server, installed
 
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
 
@@ -90,3 +93,32 @@ def test_claude_code_when_a_tls_provider_hangs_is_infra_failure_on_docker(
     # the proxy's "200 Connection established" is not counted: the provider sent nothing back
     assert all(e["method"] == "CONNECT" and e["bytes_out"] > 0 and e["bytes_in"] == 0 for e in tunnels), tunnels
     assert record["agent"]["provider_errors"]["no answer"] >= len(tunnels), record["agent"]
+
+
+@pytest.mark.parametrize(("kind", "model"), [("pi", "claude-sonnet-4-5"), ("gemini-cli", "gemini-2.5-pro")])
+def test_a_preset_that_reports_no_statuses_with_every_request_rejected_is_infra_failure_on_docker(
+    kind: str, model: str, cohort: Cohort, agent_cache: Any, secret_env: str, docker_api: Any, tmp_path: Any
+) -> None:
+    """The agent says nothing of the 401s it got; the egress proxy read them from the plain-HTTP answers."""
+    installed(agent_cache, kind)
+    script = Script(actions=[Action.write("/app/done.txt", "ok\n")], fault=Fault("401"))
+    with docker_model_server(docker_api, script, tmp_path) as server:
+        cohort.task("t", instruction="Create /app/done.txt containing ok.", agent_timeout=60)
+        subject = {
+            "name": "agent",
+            "kind": kind,
+            "model": model,
+            "base_url": server.url,
+            "env": [BY_KIND[kind].key_env],
+            "cache_dir": str(agent_cache.root),
+        }
+        cohort.write(subjects=[subject], executor=server.executor(agent_install="mount"), retries={"infra": 2})
+        result = cohort.run()
+        refused = len(server.requests())
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], record["agent"], result.outlines[-20:])
+    agent = record["agent"]
+    assert agent["provider_answered"] is False and 1 <= agent["provider_errors"]["401"] <= refused, (agent, refused)
+    assert record["error"]["message"].startswith("provider refused every request: 401 x"), record["error"]
