@@ -124,6 +124,7 @@ def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(c
     assert step["observation"]["results"][0]["content"] == "written"
 
 
+@pytest.mark.agent  # installs from the npm registry (npm's own cache helps)
 @pytest.mark.needs("npm")
 def test_an_install_into_a_cold_cache_is_timings_install_not_setup(cohort: Cohort, tmp_path: Path) -> None:
     """A real npm install (a tiny package plus the portable Node runtime) into an empty cache: the cell
