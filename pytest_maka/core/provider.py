@@ -2,7 +2,8 @@
 
 The evidence is what the agent CLI itself reports of its requests (claude-code's
 ``api_retry`` events with their status codes, codex's ``unexpected status`` errors, an ACP
-agent's errors) and what the egress proxy saw of the provider's connections. A provider that
+agent's output) and what the egress proxy saw of the provider's connections (requests that got
+no byte back; the status codes of plain-HTTP answers). A provider that
 answered no model request at all, every one rejected for authentication, refused with a
 rate limit, overload or server error, or never answered, leaves no fair result: the attempt
 is ``infra_failure`` (not official), named, not retried, and its subject's remaining cells
@@ -43,10 +44,17 @@ class ProviderEvidence:
     answered: bool = False
 
     def merged(self, other: ProviderEvidence) -> ProviderEvidence:
-        """Both runs' evidence (a multi-step task, or the agent's and the egress log's)."""
+        """Both runs' evidence (a multi-step task)."""
         return ProviderEvidence(
             self.statuses + other.statuses, self.unanswered + other.unanswered, self.answered or other.answered
         )
+
+    def seen_by_the_proxy(self, statuses: Iterable[int], unanswered: int) -> ProviderEvidence:
+        """With what the egress proxy saw of the same requests: per status, and for requests without
+        an answer, the larger of the two counts (one request the agent reports and the proxy saw is
+        counted once)."""
+        both = Counter(self.statuses) | Counter(statuses)
+        return ProviderEvidence(tuple(both.elements()), max(self.unanswered, unanswered), self.answered)
 
 
 @dataclass(frozen=True)
@@ -85,17 +93,29 @@ class Connection:
     allowed: bool
     bytes_out: int | None
     bytes_in: int | None
+    #: The status codes of the HTTP answers the proxy read (none from TLS).
+    statuses: tuple[int, ...] = ()
+
+
+def _to_providers(connections: Iterable[Connection], providers: Iterable[str]) -> list[Connection]:
+    """The allowed connections to a provider (an allowlist entry of the subject's)."""
+    patterns = hostpattern.parse_all(list(providers))
+    out = []
+    for c in connections:
+        host, _, port = c.destination.rpartition(":")
+        if c.allowed and port.isdigit() and hostpattern.allowed(patterns, host, int(port)):
+            out.append(c)
+    return out
 
 
 def silent_connections(connections: Iterable[Connection], providers: Iterable[str]) -> int:
-    """Connections to a provider (an allowlist entry of the subject's) that carried a request and
-    got not one byte back: requests the provider never answered, as the egress proxy saw them."""
-    patterns = hostpattern.parse_all(list(providers))
-    count = 0
-    for c in connections:
-        host, _, port = c.destination.rpartition(":")
-        if not c.allowed or not port.isdigit() or not hostpattern.allowed(patterns, host, int(port)):
-            continue
-        if (c.bytes_out or 0) > 0 and not c.bytes_in:
-            count += 1
-    return count
+    """Connections to a provider that carried a request and got not one byte back: requests the
+    provider never answered, as the egress proxy saw them."""
+    return sum(1 for c in _to_providers(connections, providers) if (c.bytes_out or 0) > 0 and not c.bytes_in)
+
+
+def failed_statuses(connections: Iterable[Connection], providers: Iterable[str]) -> tuple[int, ...]:
+    """The provider-side failure statuses (``provider_side``) a provider answered with, as the egress
+    proxy read them (plain HTTP, also tunnelled), in order. A 400 or 404 is left out: the proxy cannot tell a model
+    request from a side request (a tunnel's answer is encrypted: nothing from TLS providers)."""
+    return tuple(s for c in _to_providers(connections, providers) for s in c.statuses if provider_side(s))

@@ -120,6 +120,7 @@ class AgentInfo(RecordPart):
     output_truncated: bool | None = None
     stop_reason: str | None = None
     version: str | None = None
+    name: str | None = None
     cost_source: str | None = None
     cost: CostInfo | None = None
     usage_partial: bool | None = None

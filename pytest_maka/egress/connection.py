@@ -1,5 +1,6 @@
 """One connection from the sandbox through the relay: read up to its request line (for CONNECT
 its whole head), passed to tinyproxy on a connection of its own, bytes both ways, one record.
+``bytes_in`` of a tunnel counts what its destination sent, never the proxy's answer opening it.
 
 For a tunnel to port 443 the ClientHello must name the CONNECT target before a byte of it goes
 on. Every step runs on the ``Pump``'s loop thread (``pump.py``). Standard library only, and no
@@ -18,11 +19,12 @@ from collections.abc import Callable
 from typing import Protocol
 
 try:
-    from .wire import MAX_HELLO, NOT_CANONICAL, NeedMore, Record, client_hello_sni, now, request_target
+    from .wire import MAX_HELLO, NOT_CANONICAL, HttpAnswers, NeedMore, Record, client_hello_sni, now, request_target
 except ImportError:  # a script in the proxy container, with wire.py beside it
     from wire import (  # type: ignore[no-redef]
         MAX_HELLO,
         NOT_CANONICAL,
+        HttpAnswers,
         NeedMore,
         Record,
         client_hello_sni,
@@ -91,6 +93,9 @@ class Connection:
         self.ended: set[str] = set()
         #: When a tunnel stops waiting for its ClientHello (monotonic seconds).
         self.deadline: float | None = None
+        #: The status codes of the destination's HTTP answers (a plain request, or a tunnel not to
+        #: port 443: TLS is not read); None while nothing is read.
+        self.answers: HttpAnswers | None = None
         client.setblocking(False)
         pump.connections.add(self)
         self._guarded(lambda _events: None, 0)
@@ -214,6 +219,8 @@ class Connection:
         if self.state == "pipe":
             self.to_client += data
             self.rec["bytes_in"] += len(data)
+            if self.answers is not None:
+                self.answers.feed(data)
             return
         self.answer += data  # state reply
         cut = self.answer.find(b"\r\n\r\n")
@@ -225,9 +232,11 @@ class Connection:
             return
         reply, self.answer = self.answer[: cut + 4], self.answer[cut + 4 :]
         self.to_client += reply
-        self.rec["bytes_in"] += len(reply)
+        opened = b" 200 " in reply.split(b"\r\n", 1)[0] + b" "
+        if not opened:  # the proxy's refusal is all that comes back; its "200 Connection established"
+            self.rec["bytes_in"] += len(reply)  # is not the destination's: a silent one stays at 0 bytes in
         assert self.target is not None
-        if b" 200 " not in reply.split(b"\r\n", 1)[0] + b" " or self.target[1] != 443:
+        if not opened or self.target[1] != 443:
             # refused (tinyproxy says so and closes), or a port whose server may speak first: relay as is
             self._start_pipe()
             return
@@ -265,6 +274,9 @@ class Connection:
 
     def _start_pipe(self) -> None:
         self.state, self.deadline = "pipe", None
+        if self.target is None or self.target[1] != 443:
+            self.answers = HttpAnswers()
+            self.answers.feed(self.answer)
         self.to_upstream += self.held
         self.rec["bytes_out"] += len(self.held)
         self.to_client += self.answer
@@ -343,4 +355,6 @@ class Connection:
                 self.pump.forget(sock)
                 sock.close()
         self.pump.connections.discard(self)
+        if self.answers is not None and self.answers.statuses:
+            self.rec["statuses"] = self.answers.statuses
         self.pump.record(self.rec)

@@ -62,9 +62,16 @@ def _with(event: EgressEvent, rec: dict[str, Any]) -> EgressEvent:
         bytes_out=sent,
         bytes_in=got,
         sni=rec.get("sni"),
+        statuses=_statuses(rec.get("statuses")),
         allowed=event.allowed and not cut,
         reason=str(rec["reason"]) if cut and event.allowed else event.reason,
     )
+
+
+def _statuses(value: Any) -> list[int] | None:
+    """The relay's ``statuses`` (a list of status codes), or None."""
+    found = [s for s in value if isinstance(s, int) and not isinstance(s, bool)] if isinstance(value, list) else []
+    return found or None
 
 
 def _orphan(rec: dict[str, Any], phase: str) -> EgressEvent:

@@ -33,6 +33,10 @@ class EgressEvent:
     bytes_in: int | None = None
     #: The server name of a TLS tunnel's ClientHello (null when none was seen).
     sni: str | None = None
+    #: The status codes of the HTTP answers that came back, in order: a plain request's (the
+    #: destination's, or the proxy's when it answered for it) and a tunnel's not to port 443
+    #: (keep-alive: each answer); null when none was read (TLS, no answer).
+    statuses: list[int] | None = None
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""What the relay reads on the wire: the server name of a TLS ClientHello, DNS questions and REFUSED answers.
+"""What the relay reads on the wire: the server name of a TLS ClientHello, the status codes of HTTP
+answers that are not encrypted, DNS questions and REFUSED answers.
 
 Standard library only, and no import of the package: the relay runs as a script in the Docker
 proxy container with this file beside it.
@@ -146,6 +147,90 @@ def dns_question(query: bytes) -> tuple[str, int] | None:
     except (IndexError, struct.error):
         return None
     return ".".join(labels) or ".", qtype
+
+
+# --- HTTP answers ------------------------------------------------------------------------------
+_STATUS = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?:[ \r]|$)")
+#: Bytes of an answer's head (or a chunk-size line) read before the reader gives up.
+MAX_ANSWER_HEAD = 65536
+#: Status codes kept per connection.
+MAX_STATUSES = 1000
+
+
+class HttpAnswers:
+    """The status codes of the HTTP/1.x answers a server sent on one connection, in order, read as
+    the bytes pass (keep-alive: one after the other, framed by Content-Length or chunked).
+
+    It stops at the first thing it cannot frame (TLS, an answer whose body runs to the close):
+    the statuses read so far stay. Only heads and chunk-size lines are buffered.
+    """
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self._buf = b""
+        #: ``head``, ``body`` (``_left`` bytes), ``size`` (a chunk-size line), ``chunk`` (data and its
+        #: CRLF), ``trailer``; ``stop``: nothing more is read.
+        self._state = "head"
+        self._left = 0
+
+    def feed(self, data: bytes) -> None:
+        while data and self._state != "stop":
+            if self._state in ("body", "chunk"):
+                took = min(self._left, len(data))
+                self._left -= took
+                data = data[took:]
+                if not self._left:
+                    self._state = "head" if self._state == "body" else "size"
+                continue
+            self._buf += data
+            data = b""
+            data = self._line_step()
+
+    def _line_step(self) -> bytes:
+        """Read what is buffered up to the end of a head or a line; the rest of it, to go on with."""
+        end = b"\r\n\r\n" if self._state == "head" else b"\r\n"
+        cut = self._buf.find(end)
+        if cut < 0:
+            if len(self._buf) > MAX_ANSWER_HEAD:
+                self._state = "stop"
+            return b""
+        text, rest = self._buf[:cut], self._buf[cut + len(end) :]
+        self._buf = b""
+        if self._state == "head":
+            self._head(text)
+        elif self._state == "size":
+            size = text.split(b";", 1)[0].strip()
+            try:
+                self._left = int(size, 16) + 2  # the data and its CRLF
+            except ValueError:
+                self._state = "stop"
+                return b""
+            self._state = "chunk" if self._left > 2 else "trailer"
+        elif not text:  # state trailer: an empty line ends the answer
+            self._state = "head"
+        return rest
+
+    def _head(self, head: bytes) -> None:
+        m = _STATUS.match(head)
+        if m is None:
+            self._state = "stop"
+            return
+        status = int(m[1])
+        if len(self.statuses) < MAX_STATUSES:
+            self.statuses.append(status)
+        fields = {}
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            fields[name.strip().lower()] = value.strip().lower()
+        if status < 200 or status in (204, 304):
+            self._state = "head"
+        elif b"chunked" in fields.get(b"transfer-encoding", b""):
+            self._state = "size"
+        elif fields.get(b"content-length", b"").isdigit():
+            self._left = int(fields[b"content-length"])
+            self._state = "body" if self._left else "head"
+        else:  # the body runs to the close (or it is the answer to a HEAD): nothing after it is framed
+            self._state = "stop"
 
 
 def dns_refused(query: bytes) -> bytes:

@@ -1,7 +1,8 @@
 """The report's "Choosing an agent" section: one row per subject with what a choice rests on.
 
-Per subject: the agent and its version(s), the official pass rate with its interval, cost
-per cell with where the cost came from (guesses marked), tokens per cell, wall time, and
+Per subject: the agent (an ACP agent by the name it gave) and its version(s), the official
+pass rate with its interval, cost per cell with where the cost came from (guesses marked),
+tokens per cell, wall time, and
 the limits its cells met (a pass at its timeout, a pass over budget, cells a budget
 stopped). With more than :data:`COMPACT_AFTER` subjects a compact matrix of the paired
 differences stands in for the full pairwise notes, which fold away.
@@ -97,11 +98,16 @@ class SubjectChoice:
     wall_median: float | None
     wall_p90: float | None
     marks: LimitMarks
+    #: Distinct ``agent.name`` values (the agent's own name: an ACP agent's ``agentInfo.name``).
+    names: tuple[str, ...] = ()
 
     @property
     def agent_text(self) -> str:
-        """``claude-code 2.0.14``, ``command: no agent version``, ``codex (version not recorded)``."""
+        """``claude-code 2.0.14``, ``acp: @zed-industries/claude-code-acp 0.16.2``, ``command: no agent
+        version``, ``codex (version not recorded)``."""
         kind = self.kind or "subject"
+        if self.names:
+            kind = f"{kind}: {' · '.join(self.names)}"
         if self.kind in COMMAND_KINDS:
             return "command subject: no agent version"
         if self.kind in REFERENCE_KINDS:
@@ -149,6 +155,7 @@ class ChoiceView:
 def subject_choice(s: SubjectSummary, records: Sequence[AttemptRecord]) -> SubjectChoice:
     """The choice row of one subject from its summary and its records."""
     versions: list[str] = []
+    names: list[str] = []
     sources: Counter[str] = Counter()
     guesses = partial = at_timeout = stopped = timed_out = 0
     over: Counter[str] = Counter()
@@ -156,6 +163,8 @@ def subject_choice(s: SubjectSummary, records: Sequence[AttemptRecord]) -> Subje
         agent, budget = r.agent or AgentInfo(), r.budget or BudgetInfo()
         if agent.version and agent.version not in versions:
             versions.append(agent.version)
+        if agent.name and agent.name not in names:
+            names.append(agent.name)
         source = _source(r, agent)
         if source:
             sources[source] += 1
@@ -187,6 +196,7 @@ def subject_choice(s: SubjectSummary, records: Sequence[AttemptRecord]) -> Subje
         wall_median=s.durations.median if s.durations else None,
         wall_p90=s.durations.p90 if s.durations else None,
         marks=LimitMarks(at_timeout, tuple(sorted(over.items())), stopped, timed_out),
+        names=tuple(names),
     )
 
 

@@ -55,6 +55,8 @@ class AgentFacts:
     error: str | None = None
     cost_source: str | None = None
     version: str | None = None
+    #: The agent's own name (an ACP agent's ``agentInfo.name``).
+    name: str | None = None
     cost: dict[str, Any] | None = None
     usage_partial: bool = False
     #: The provider answered at least one model request; its failures by status (core/provider.py);

@@ -246,7 +246,7 @@ class CellRunner:
                 attempt_dir=work.attempt_dir,
                 scratch_dir=scratch_dir,
                 uploads=subject.uploads(step_views(cell.task)[0]),  # a multi-step task's first step
-                mounts=subject_mounts(subject, cell.task),
+                mounts=subject_mounts(subject, cell.task, work),
                 deadline=deadline[0] if deadline else None,
             )
             run_attempt_steps(work, lease, request, deadline=deadline)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SubjectFault
-from ..core.provider import Connection, ProviderEvidence, judge, silent_connections
+from ..core.provider import Connection, ProviderEvidence, failed_statuses, judge, silent_connections
 from ..core.task import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, Task
 from ..core.taxonomy import SubjectOutcome, VerifierOutcome
 from ..core.trajectory import claimed_success, telemetry
@@ -139,6 +139,7 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
     agent = work.agent_facts
     agent.stop_reason, agent.error = result.stop_reason or None, result.error or None
     agent.cost_source, agent.version = result.cost_source or None, result.agent_version or None
+    agent.name = result.agent_name or None
     agent.cost = result.cost.as_record() if result.cost is not None else None
     agent.usage_partial = bool(result.usage_partial)
     if result.provider is not None:
@@ -155,10 +156,11 @@ def take_facts(work: AttemptWork, result: SubjectResult, started: float) -> None
 
 def judge_provider(work: AttemptWork, evidence: ProviderEvidence) -> None:
     """The provider's failures into the record; an unusable provider ends the attempt as not the agent's."""
-    if work.egress is not None:  # what the proxy saw: a request sent, nothing back
-        seen = [Connection(e.destination, e.allowed, e.bytes_out, e.bytes_in) for e in work.egress.events("agent")]
-        silent = silent_connections(seen, work.subject.egress())
-        evidence = replace(evidence, unanswered=max(evidence.unanswered, silent))
+    if work.egress is not None:  # what the proxy saw: requests without an answer, the answers' statuses
+        events = work.egress.events("agent")
+        seen = [Connection(e.destination, e.allowed, e.bytes_out, e.bytes_in, tuple(e.statuses or ())) for e in events]
+        providers = work.subject.egress()
+        evidence = evidence.seen_by_the_proxy(failed_statuses(seen, providers), silent_connections(seen, providers))
     judged = judge(evidence)
     agent = work.agent_facts
     agent.provider_answered, agent.provider_errors = evidence.answered, judged.errors or None

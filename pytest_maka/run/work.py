@@ -20,6 +20,7 @@ from ..egress.log import LOG_NAME, EgressLog
 from ..egress.plan import NetworkPlan, build_plan
 from ..executors.base import Executor
 from ..subjects.base import Subject
+from ..subjects.install.cache import watch_installs
 from ..verifiers.base import Verdict, Verifier
 from .facts import AgentFacts, BudgetFacts, IsolationFacts, VerifierFacts
 from .settings import RunSettings
@@ -47,9 +48,19 @@ def attempt_plan(work: AttemptWork) -> NetworkPlan:
     return build_plan(work.cell.task, work.settings.policy, needs, tuple(work.subject.setup_egress()))
 
 
-def subject_mounts(subject: Subject, task: Task) -> dict[str, Path]:
-    """The subject's read-only mounts (an installed agent)."""
-    return dict(subject.mounts(task))
+#: The timing an install into the agent cache is booked to (a cold cache only; never ``setup``).
+INSTALL = "install"
+
+
+def subject_mounts(subject: Subject, task: Task, work: AttemptWork) -> dict[str, Path]:
+    """The subject's read-only mounts (an installed agent). When the agent was not in the cache,
+    the time spent installing it (or waiting for the worker installing it) is ``timings.install``."""
+    with watch_installs() as watch:
+        try:
+            return dict(subject.mounts(task))
+        finally:
+            if watch.seconds is not None:
+                work.add_time(INSTALL, watch.seconds)
 
 
 @dataclass(slots=True)

@@ -82,6 +82,8 @@ class SubjectResult:
     usage_partial: bool = False
     #: The agent's own version, as it reported it (or as installed).
     agent_version: str | None = None
+    #: The agent's own name, as it reported it (an ACP agent's ``agentInfo.name``).
+    agent_name: str | None = None
     #: What the agent reported of its model requests (None: it says nothing of them).
     provider: ProviderEvidence | None = None
     #: False: another attempt would fail the same way (a setup error), so the cell is not retried.

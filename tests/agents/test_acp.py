@@ -113,9 +113,36 @@ def test_a_call_seen_only_in_tool_call_updates_and_tokens_in_meta_are_recorded(c
     record = cohort.results()["t[acp-agent-r0]"]
     assert record["usage"]["input_tokens"] == 70 and record["usage"]["output_tokens"] == 9  # _meta.quota.token_count
     assert record["agent"]["version"] == "0.0.7"  # from its initialize answer's agentInfo
+    assert record["agent"]["name"] == "fake-acp-agent"  # its agentInfo.name: named in the report, not plain acp
+    assert "| acp: fake-acp-agent 0.0.7 |" in (cohort.out / "summary.md").read_text()
+    assert "acp: fake-acp-agent 0.0.7" in (cohort.out / "report.html").read_text()
     assert json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())["agent"]["version"] == "0.0.7"
     trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
     calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
     assert calls == [{"tool_call_id": "t3", "function_name": "Write done.txt", "arguments": {"path": "done.txt"}}]
     step = next(s for s in trajectory["steps"] if s.get("tool_calls"))
     assert step["observation"]["results"][0]["content"] == "written"
+
+
+@pytest.mark.agent  # installs from the npm registry (npm's own cache helps)
+@pytest.mark.needs("npm")
+def test_an_install_into_a_cold_cache_is_timings_install_not_setup(cohort: Cohort, tmp_path: Path) -> None:
+    """A real npm install (a tiny package plus the portable Node runtime) into an empty cache: the cell
+    that installed has ``timings.install``, the next cell (the cache warm) has none."""
+    cohort.task("t", workspace={"agent.py": AGENT}, agent_timeout=60)
+    subject = {
+        "name": "acp-agent",
+        "kind": "acp",
+        "command": "python3 agent.py",
+        "install": "npm:left-pad@1.3.0",
+        "cache_dir": str(tmp_path / "cache"),
+        "set_env": {"FAKE_ACP_MODE": "work"},
+    }
+    cohort.write(subjects=[subject], repetitions=2, retries={"infra": 0})
+    cohort.run().assert_outcomes(passed=2)
+    cold, warm = (cohort.results()[f"t[acp-agent-r{r}]"] for r in (0, 1))
+    built = json.loads(next((tmp_path / "cache").glob("left-pad-1.3.0-*/.maka-install.json")).read_text())
+    assert cold["timings"]["install"] >= built["seconds"] - 0.1, (cold["timings"], built)
+    assert cold["timings"]["setup"] < cold["timings"]["install"], "the install is not part of setup"
+    assert "install" not in warm["timings"], warm["timings"]
+    assert any("/opt/maka/agent (ro" in m for m in cold["isolation"]["mounts"]), cold["isolation"]["mounts"]

@@ -89,3 +89,30 @@ def test_claude_code_acp_denied_permissions_are_recorded(
     assert record["passed"] is False
     assert "maka acp: permission denied: " in log, log
     assert not (cohort.out / record["artifacts"]["diff"]).read_text().count("+routed")
+
+
+def test_claude_code_acp_with_every_request_rejected_is_infra_failure_named_from_the_proxys_statuses(
+    cohort: Cohort, agent_cache, secret_env, docker_api, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """claude-code-acp retries a 401 in silence (nothing of it on the ACP stream): the egress proxy saw the
+    provider's answers, so the attempt is infra_failure, named, not retried."""
+    from pytest_maka.testing.model_faults import Fault
+
+    _installed(agent_cache)
+    script = Script(actions=[Action.write("/app/done.txt", "ok\n")], fault=Fault("401"))
+    with docker_model_server(docker_api, script, tmp_path) as model:
+        cohort.task("t", instruction="Create /app/done.txt containing ok.", agent_timeout=40)
+        cohort.write(subjects=[_subject(agent_cache, model.url)], executor=model.executor(), retries={"infra": 2})
+        result = cohort.run()
+        rejected = [r for r in model.requests() if "/v1/messages" in str(r["path"])]
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], record["agent"], result.outlines[-20:])
+    agent = record["agent"]
+    assert agent["provider_answered"] is False and agent["provider_errors"]["401"] >= 1, agent
+    assert agent["provider_errors"]["401"] <= len(rejected), (agent, len(rejected))  # each one a refused request
+    assert record["error"]["message"].startswith("provider refused every request: 401 x"), record["error"]
+    assert record["error"]["retryable"] is False
+    events = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
+    assert any(e["allowed"] and 401 in (e["statuses"] or []) for e in events), events

@@ -98,6 +98,8 @@ def test_preset_cell_passes_with_usage_cost_trajectory_and_no_secret(
         assert usage["output_tokens"] and usage["output_tokens"] >= 100, usage
     assert usage["cost_usd"] is not None and usage["cost_usd"] > 0, usage
     trajectory = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
+    pinned = BY_KIND[kind].version  # the agent's own report where it gives one, else the installed pin
+    assert record["agent"]["version"] == pinned == trajectory["agent"]["version"], (record["agent"], pinned)
     calls = [c for s in trajectory["steps"] for c in s.get("tool_calls") or []]
     assert calls, f"the trajectory has the agent's tool call: {trajectory}"
     assert record["agent"]["telemetry"]["tool_calls"] >= 1

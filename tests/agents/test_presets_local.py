@@ -38,5 +38,5 @@ def test_claude_code_on_the_local_executor(cohort: Cohort, agent_cache, secret_e
     assert record["usage"]["input_tokens"] >= 500 and record["usage"]["cost_usd"] > 0
     assert any("/opt/maka/agent (ro" in m for m in record["isolation"]["mounts"]), record["isolation"]["mounts"]
     transcript = json.loads((cohort.out / record["artifacts"]["trajectory"]).read_text())
-    assert transcript["agent"]["version"] == "2.1.332"
+    assert transcript["agent"]["version"] == "2.1.332" == record["agent"]["version"]
     assert not tree_contains(cohort.out, SECRET)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pytest_maka.core.provider import NO_ANSWER, Connection, ProviderEvidence, judge, silent_connections
+from pytest_maka.core.provider import (
+    NO_ANSWER,
+    Connection,
+    ProviderEvidence,
+    failed_statuses,
+    judge,
+    silent_connections,
+)
 from pytest_maka.core.taxonomy import AttemptFacts, Status, SubjectOutcome, VerifierOutcome, classify
 
 
@@ -73,3 +80,26 @@ def test_silent_connections_are_requests_to_the_provider_that_got_nothing_back()
     assert silent_connections(seen, ["127.0.0.1:4000"]) == 2
     assert silent_connections(seen, ["api.anthropic.com"]) == 1
     assert silent_connections(seen, []) == 0
+
+
+def test_the_proxys_statuses_are_the_providers_failures_a_side_requests_404_is_not() -> None:
+    seen = [
+        Connection("model.test:8080", True, 900, 246, statuses=(401,)),
+        Connection("model.test:8080", True, 900, 903, statuses=(200, 401, 404, 401)),  # keep-alive
+        Connection("model.test:8080", True, 900, 246, statuses=(503,)),
+        Connection("other.test:8080", True, 900, 246, statuses=(401,)),  # not the provider
+        Connection("model.test:8080", False, 90, 120, statuses=(403,)),  # the proxy refused it
+    ]
+    assert failed_statuses(seen, ["model.test:8080"]) == (401, 401, 401, 503)
+    assert failed_statuses(seen, []) == ()
+
+
+def test_what_the_proxy_saw_and_what_the_agent_reported_of_the_same_requests_count_once() -> None:
+    agent = ProviderEvidence((401, 401, 429), unanswered=1)
+    both = agent.seen_by_the_proxy((401, 401, 401), unanswered=0)
+    assert sorted(both.statuses) == [401, 401, 401, 429] and both.unanswered == 1 and not both.answered
+    silent = ProviderEvidence(answered=False).seen_by_the_proxy((401,) * 7, unanswered=0)
+    judged = judge(silent)
+    assert judged.errors == {"401": 7}
+    assert judged.unusable == "provider refused every request: 401 x7 (authentication rejected)"
+    assert judge(ProviderEvidence(answered=True).seen_by_the_proxy((401,), 0)).unusable is None

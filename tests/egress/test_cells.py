@@ -65,9 +65,11 @@ def test_agent_reaches_only_its_allowlist_and_the_record_says_so(cohort: Cohort,
         lines = [json.loads(x) for x in (cohort.out / record["artifacts"]["egress_log"]).read_text().splitlines()]
         assert [(x["phase"], x["allowed"]) for x in lines] == [("agent", True), ("agent", False), ("agent", False)]
         assert set(lines[0]) == {
-            "time", "phase", "method", "destination", "allowed", "bytes", "bytes_out", "bytes_in", "sni", "reason"
+            "time", "phase", "method", "destination", "allowed", "bytes", "bytes_out", "bytes_in", "sni", "reason",
+            "statuses",
         }  # fmt: skip
         assert all(x["bytes"] == x["bytes_out"] + x["bytes_in"] and x["bytes_in"] > 0 for x in lines), lines
+        assert [x["statuses"] for x in lines] == [[200], [403], [403]], lines  # the server's, then the proxy's
     summary = (cohort.out / "summary.md").read_text()
     for name in ("a", "b"):
         assert f"| {name} | agent | telemetry.test:{server.port} | 1 | 1 |" in summary, summary

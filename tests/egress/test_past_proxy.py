@@ -135,7 +135,8 @@ def test_traffic_past_the_proxy_is_refused_at_once_and_logged(
     assert past[0]["bytes"] == past[0]["bytes_out"] == 20 + 8 + 20, past[0]  # IP + UDP headers + payload
     assert past[2]["bytes"] >= 40, "a SYN: IP and TCP headers at least"
     assert set(past[0]) == {
-        "time", "phase", "method", "destination", "allowed", "bytes", "bytes_out", "bytes_in", "sni", "reason"
+        "time", "phase", "method", "destination", "allowed", "bytes", "bytes_out", "bytes_in", "sni", "reason",
+        "statuses",
     }  # fmt: skip
     summary = log.summary("agent")
     assert summary["off_proxy"] == "refused and logged"

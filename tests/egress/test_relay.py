@@ -7,10 +7,13 @@ on 127.0.0.0/8 addresses of their own (a port 443 listener per test, so tests ne
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import ssl
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -18,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.core import hostpattern
-from pytest_maka.egress import relay
+from pytest_maka.core.provider import Connection, silent_connections
+from pytest_maka.egress import relay, wire
 from pytest_maka.egress.host import HostProxy
 from pytest_maka.egress.log import EgressEvent
 from pytest_maka.testing.servers import TcpServer, tcp_server
@@ -50,6 +54,43 @@ def test_sni_is_read_from_real_client_hellos() -> None:
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"SSH-2.0-OpenSSH_9.2\r\n", b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00"):
         with pytest.raises(ValueError):
             relay.client_hello_sni(junk)
+
+
+def _answer(status: int, body: bytes = b"", *, chunked: bool = False) -> bytes:
+    if chunked:
+        half = len(body) // 2
+        data = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:]) if p)
+        return b"HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n\r\n%s0\r\nTrailer: x\r\n\r\n" % (status, data)
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+def test_the_status_of_every_answer_on_a_kept_alive_connection_is_read_however_the_bytes_come() -> None:
+    stream = (
+        _answer(200, b'{"ok": true}')
+        + _answer(401, b"HTTP/1.1 500 inside a body is not an answer")
+        + b"HTTP/1.1 100 Continue\r\n\r\n"
+        + _answer(429, b"x" * 70_000, chunked=True)
+        + b"HTTP/1.1 204 No Content\r\n\r\n"
+        + _answer(503)
+    )
+    for size in (1, 7, 4096, len(stream)):
+        answers = wire.HttpAnswers()
+        for i in range(0, len(stream), size):
+            answers.feed(stream[i : i + size])
+        assert answers.statuses == [200, 401, 100, 429, 204, 503], size
+
+
+def test_the_status_reader_stops_at_what_it_cannot_frame() -> None:
+    tls = wire.HttpAnswers()
+    tls.feed(b"\x16\x03\x03\x00\x7a\x02" + b"\x00" * 200)  # a TLS ServerHello: not read
+    assert tls.statuses == []
+    to_close = wire.HttpAnswers()  # no length: the body runs to the close, nothing after it is framed
+    to_close.feed(b"HTTP/1.0 401 No\r\nContent-Type: text/plain\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")
+    assert to_close.statuses == [401]
+    endless = wire.HttpAnswers()
+    endless.feed(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20_000)  # a head without an end: given up, bounded
+    endless.feed(_answer(200))
+    assert endless.statuses == []
 
 
 def _split_records(hello: bytes) -> bytes:
@@ -120,8 +161,77 @@ def test_a_tunnel_whose_sni_names_another_host_is_cut_before_a_byte_reaches_it(t
     ]
     first = ev[0]
     assert first.bytes_out == len(connect("tls.test")) + len(good) + 3
-    assert first.bytes_in is not None and first.bytes_in > len(b"SERVER-HELLO")
+    assert first.bytes_in == len(b"SERVER-HELLO")  # what the destination sent: not the proxy's "200" opening it
     assert first.bytes == first.bytes_out + first.bytes_in
+
+
+@contextmanager
+def silent_upstream(port: int) -> Iterator[tuple[str, list[bytes]]]:
+    """A real server on a 127.x.y.z address of its own that reads what it is sent and never answers
+    (a hung provider); its connections close when the block ends."""
+    address = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+    received: list[bytes] = []
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    with socket.create_server((address, port)) as sock:
+        sock.settimeout(0.2)
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    continue
+                held.append(conn)
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    received.append(conn.recv(65536))
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield address, received
+        finally:
+            stop.set()
+            thread.join(2)
+            for conn in held:
+                conn.close()
+
+
+@needs_tinyproxy
+def test_a_tunnel_whose_destination_never_answers_has_no_bytes_in_and_counts_as_no_answer(tmp_path: Path) -> None:
+    """A hung provider behind CONNECT: the proxy's own "200 Connection established" is not an answer."""
+    hello = client_hello("hang.test")
+    with (
+        silent_upstream(443) as (address, received),
+        proxy(tmp_path, ["hang.test:443"], {"hang.test": address}) as (p, ev),
+    ):
+        _unanswered_tunnel(p, "hang.test", hello)
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert received == [hello], "the ClientHello reached the destination"
+    (event,) = ev
+    assert (event.method, event.destination, event.allowed) == ("CONNECT", "hang.test:443", True), event
+    assert event.bytes_out == len(connect("hang.test")) + len(hello) and event.bytes_in == 0, event
+    seen = [Connection(e.destination, e.allowed, e.bytes_out, e.bytes_in) for e in ev]
+    assert silent_connections(seen, ["hang.test:443"]) == 1
+
+
+def _unanswered_tunnel(p: HostProxy, name: str, hello: bytes) -> None:
+    """Open a tunnel to ``name``, send ``hello`` and wait a second for an answer that never comes."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(p.socket_path))
+        s.sendall(connect(name))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(65536)
+        assert b" 200 " in head.split(b"\r\n", 1)[0], head  # the proxy opened the tunnel
+        s.sendall(hello)
+        s.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            s.recv(65536)  # and the destination never says a word
 
 
 @needs_tinyproxy

@@ -55,6 +55,8 @@ def _cell(p: Profile, i: int, task: str) -> AttemptRecord:
     usage: dict[str, Any] = {}
     if p.version:
         agent["version"] = p.version
+    if p.kind == "acp":  # the name the ACP agent gave in its initialize answer
+        agent["name"] = "@qwen-code/qwen-code"
     if p.tokens:
         usage |= {"input_tokens": p.tokens[0] + 1000 * i, "output_tokens": p.tokens[1]}
     if p.cost is not None:

@@ -36,7 +36,7 @@ def row(view: ChoiceView, name: str) -> SubjectChoice:
 
 def test_agent_and_version_per_subject(view: ChoiceView) -> None:
     assert row(view, "claude-sonnet").agent_text == "claude-code 2.0.14"
-    assert row(view, "qwen-acp").agent_text == "acp 1.2.0"
+    assert row(view, "qwen-acp").agent_text == "acp: @qwen-code/qwen-code 1.2.0"  # agent.name, not plain acp
     assert row(view, "gemini-flash").agent_text == "gemini-cli (version not recorded)"
     assert row(view, "scripted-baseline").agent_text == "command subject: no agent version"
     assert row(view, "oracle").agent_text == "oracle (reference): no agent version"

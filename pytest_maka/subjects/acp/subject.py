@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...core import hostpattern
 from ...core.errors import SpecError
 from ...core.hostreqs import Need
+from ...core.provider import ProviderEvidence
 from ...core.spec import SubjectSpec
 from ...core.task import Task
 from ...core.trajectory import Trajectory
@@ -152,6 +153,10 @@ class AcpSubject(SubjectBase):
             ),
             "claim": {"final_message": claim_text, "authoritative": False} if claim_text else None,
             "agent_version": session.agent_version,
+            "agent_name": session.agent_name,
+            # the model answered when the agent called a tool, spoke or counted tokens; what failed is
+            # what the egress proxy saw (an ACP agent reports no status codes of its requests)
+            "provider": ProviderEvidence(answered=_answered(final, usage)),
             "cost": CostProvenance("agent")
             if usage.get("cost_usd") is not None
             else CostProvenance("unknown", note="the ACP agent reported no cost"),
@@ -213,8 +218,9 @@ class _Session:
         )
         self.events: list[str] = []
         self.handoff = Handoff()
-        #: The version the agent gave in its ``initialize`` answer.
+        #: The name and version the agent gave in its ``initialize`` answer (``agentInfo``).
         self.agent_version: str | None = None
+        self.agent_name: str | None = None
 
     def _budget_hit(self) -> None:
         if self._cancel is not None:
@@ -241,6 +247,7 @@ class _Session:
             self.events.append(f"initialized: protocol {init.protocol_version}")
             info = getattr(init, "agent_info", None)  # ACP's Implementation {name, title, version}
             self.agent_version = str(info.version) if getattr(info, "version", None) else None
+            self.agent_name = str(info.name) if getattr(info, "name", None) else None
             servers = mcp_servers(self.task.mcp_servers, init, self.subject.given(), self.handoff)
             session = await _until(conn.new_session(cwd=self.task.workdir, mcp_servers=servers), deadline)
             if self.subject.opts.mode:
@@ -276,6 +283,12 @@ class _Session:
         if usage and self.budget.update(tokens=(usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)):
             self.events.append(f"budget exceeded: {self.budget.exceeded}")
         return {"stop_reason": response.stop_reason, "usage": usage, "timed_out": timed_out}
+
+
+def _answered(trajectory: Trajectory, usage: dict[str, Any]) -> bool:
+    """Did a model answer: an agent step (a message or a tool call), or tokens or a cost reported?"""
+    spoke = any(s["source"] == "agent" and (s["message"] or s.get("tool_calls")) for s in trajectory.steps)
+    return spoke or bool(usage.get("input_tokens") or usage.get("output_tokens") or usage.get("cost_usd"))
 
 
 async def _until(coro: Any, deadline: float | None) -> Any:

@@ -19,6 +19,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -72,6 +74,28 @@ class InstallSpec:
     @property
     def requirement(self) -> str:
         return f"{self.package}@{self.version}" if self.registry == "npm" else f"{self.package}=={self.version}"
+
+
+@dataclass
+class InstallWatch:
+    """The seconds ``ensure`` spent on installs that were not in the cache when it was asked
+    (building them, or waiting for another worker building them); None: every install was there."""
+
+    seconds: float | None = None
+
+
+_WATCH: ContextVar[InstallWatch | None] = ContextVar("maka_install_watch", default=None)
+
+
+@contextlib.contextmanager
+def watch_installs() -> Iterator[InstallWatch]:
+    """Within the block, ``AgentCache.ensure`` calls of this thread book their cold time to the watch."""
+    watch = InstallWatch()
+    token = _WATCH.set(watch)
+    try:
+        yield watch
+    finally:
+        _WATCH.reset(token)
 
 
 def _platform() -> str:
@@ -132,6 +156,15 @@ class AgentCache:
         dest = self.path(spec)
         if self.installed(spec):
             return dest
+        asked = time.monotonic()
+        try:
+            return self._install(spec, dest)
+        finally:
+            watch = _WATCH.get()
+            if watch is not None:
+                watch.seconds = (watch.seconds or 0.0) + time.monotonic() - asked
+
+    def _install(self, spec: InstallSpec, dest: Path) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         log = self.root / f"{spec.dirname}.log"
         progress.phase(INSTALL_PHASE, f"{spec.requirement} into {self.root} (first use only; log: {log})")
