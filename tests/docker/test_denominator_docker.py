@@ -8,14 +8,18 @@ never ``verifier_failure``, ``budget_exhausted`` or ``infra_failure``.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ..conftest import Cohort
 from ..executors.test_denominator import READS_OUTPUT
+from .second_engine import SecondEngine
 
 pytestmark = pytest.mark.docker
 
@@ -82,3 +86,58 @@ def test_deeply_nested_reports_are_the_subjects_own_problem(cohort: Cohort, stat
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert rebuilt.returncode == 0 and "Traceback" not in rebuilt.stderr, rebuilt.stderr[-2000:]
     assert "t[s-r0]" in (cohort.out / "report.html").read_text() and (cohort.out / "summary.md").is_file()
+
+
+SMALL_IMAGE = "debian:bookworm-slim"
+
+
+@pytest.fixture
+def small_engine(docker_api) -> Iterator[SecondEngine]:  # type: ignore[no-untyped-def]
+    """A second engine whose data-root is a 400 MB ext4 disk of its own (loop-mounted in its
+    root, unmounted and deleted by ``stop``): filling it fills nothing else."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("dockerd", "ip", "mkfs.ext4", "mount")):
+        pytest.skip("a second dockerd on a loop disk needs root, dockerd, ip, mkfs.ext4 and mount")
+    engine = SecondEngine()
+    try:
+        image, data = engine.root / "disk.img", engine.root / "data"
+        subprocess.run(["truncate", "-s", "400M", str(image)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-m", "0", "-N", "40000", str(image)], check=True)
+        data.mkdir()
+        subprocess.run(["mount", "-o", "loop", str(image), str(data)], check=True)
+        engine.start()
+        engine.load_from(docker_api, SMALL_IMAGE)
+        yield engine
+    finally:
+        engine.stop()
+
+
+def _on_small_disk(cohort: Cohort, engine: SecondEngine, state: Path, command: str, **spec: object) -> dict:
+    cohort.task("t", test=READS_OUTPUT, agent_timeout=180)
+    executor = {"kind": "docker", "engines": [engine.url], "default_image": SMALL_IMAGE, "state_dir": str(state),
+                "kill_grace_sec": 0.5}  # fmt: skip
+    cohort.write(subjects=[{"name": "s", "kind": "command", "command": command}], executor=executor, **spec)
+    result = cohort.run_subprocess("-p", "no:cacheprovider", timeout=600)
+    records = cohort.results() if (cohort.out / "results.jsonl").is_file() else {}
+    assert "t[s-r0]" in records, result.stdout.str()[-3000:]
+    return records["t[s-r0]"]
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null; dd if=/dev/zero of=/app/fill2 bs=4k 2>/dev/null",
+        "mkdir /app/many; cd /app/many; i=0; while : > f$i 2>/dev/null; do i=$((i+1)); done",
+    ],
+    ids=["space", "inodes"],
+)
+def test_a_full_disk_the_container_s_layer_filled_is_the_subject_s_result(
+    cohort: Cohort, small_engine: SecondEngine, state: Path, fill: str
+) -> None:
+    """The subject fills the engine's disk from its writable layer: the harness's own write of
+    the tests' mount point fails, and the evidence (the layer holds what was free) makes it the
+    subject's official failure, run once."""
+    record = _on_small_disk(cohort, small_engine, state, f"echo wrong > /app/output.txt; {fill}; true",
+                            retries={"infra": 1})  # fmt: skip
+    assert record["status"] == "agent_failure" and record["official"], record
+    assert record["attempt_count"] == 1
+    assert "the subject filled it" in json.dumps(record), record
