@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +143,28 @@ def test_a_full_disk_the_container_s_layer_filled_is_the_subject_s_result(
     assert record["status"] == "agent_failure" and record["official"], record
     assert record["attempt_count"] == 1
     assert "the subject filled it" in json.dumps(record), record
+
+
+def test_a_disk_something_else_filled_stays_an_infrastructure_failure(
+    cohort: Cohort, small_engine: SecondEngine, state: Path
+) -> None:
+    """While the subject sleeps after writing its output, a host process fills the engine's disk
+    (a file beside the containers' layers): the harness's write fails, the layer accounts for
+    nothing of it, so no verdict is given and the attempt is not official."""
+    data = small_engine.root / "data"
+    filler = data / "filler"
+
+    def fill() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(data.glob("overlay2/*/diff/app/output.txt")):
+            time.sleep(0.1)
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True, check=False)
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}.tail", "bs=4k"], capture_output=True, check=False)
+
+    thread = threading.Thread(target=fill, daemon=True)
+    thread.start()
+    record = _on_small_disk(cohort, small_engine, state, "echo wrong > /app/output.txt; sleep 8", retries={"infra": 0})
+    thread.join(timeout=60)
+    assert filler.is_file(), "the host filler never ran"
+    assert record["status"] == "infra_failure" and not record["official"], record
+    assert "no space left on device" in json.dumps(record), record
