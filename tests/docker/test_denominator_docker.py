@@ -1,8 +1,10 @@
 """A subject cannot push its failure out of the official denominator, on Docker (issue 22, §4).
 
-The attacks of ``tests/executors/test_denominator.py`` run by a ``command`` subject in a real
-container (``executor: {kind: docker}``): each ends as the subject's official result, run once,
-never ``verifier_failure``, ``budget_exhausted`` or ``infra_failure``.
+The executor-level attacks (a FIFO or a link to /dev/zero where the verifier reads, network
+failure text, an absurd usage.json, nested reports) are in the conformance suite
+(``testing/conformance/denominator.py``, run on Docker by ``test_conformance.py``). Here, whole
+cohorts with ``executor: {kind: docker}``: nested reports with the reports and ``maka report``
+still written, and a full disk, on a second engine whose data-root is a small loop disk.
 """
 
 from __future__ import annotations
@@ -48,32 +50,6 @@ def _one(
 @pytest.fixture
 def state(docker_api, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     return tmp_path_factory.mktemp("state")
-
-
-@pytest.mark.parametrize(
-    "plant",
-    ["mkfifo /app/output.txt", "ln -s /dev/zero /app/output.txt", "ln -s /dev/stdin /app/output.txt"],
-)
-def test_a_verifier_kept_waiting_by_what_the_subject_left_is_its_failure(
-    cohort: Cohort, state: Path, plant: str
-) -> None:
-    record = _one(cohort, state, plant, verifier_timeout=3)
-    assert record["status"] == "agent_failure" and record["official"], record
-    assert record["attempt_count"] == 1
-
-
-def test_network_failure_text_from_the_subject_is_no_evidence(cohort: Cohort, state: Path) -> None:
-    fake = "Temporary failure resolving 'deb.debian.org'; Could not resolve host: pypi.org"
-    test = "cat /app/output.txt; echo 0 > /logs/verifier/reward.txt\n"
-    record = _one(cohort, state, f'echo "{fake}" > /app/output.txt', test=test)
-    assert record["status"] == "agent_failure" and record["official"], record
-
-
-def test_an_absurd_self_reported_cost_after_a_rejection_stays_a_failure(cohort: Cohort, state: Path) -> None:
-    usage = json.dumps({"input_tokens": 10**12, "output_tokens": 10**12, "cost_usd": 1e12})
-    record = _one(cohort, state, f"echo wrong > /app/output.txt; echo '{usage}' > $MAKA_LOGS_DIR/usage.json",
-                  budgets={"max_cost_usd": 1.0, "max_tokens": 1000})  # fmt: skip
-    assert record["status"] == "agent_failure" and record["official"], record
 
 
 @pytest.mark.parametrize("name", ["usage.json", "claim.json", "trajectory.json"])
@@ -135,9 +111,11 @@ def _on_small_disk(cohort: Cohort, engine: SecondEngine, state: Path, command: s
 def test_a_full_disk_the_container_s_layer_filled_is_the_subject_s_result(
     cohort: Cohort, small_engine: SecondEngine, state: Path, fill: str
 ) -> None:
-    """The subject fills the engine's disk from its writable layer: the harness's own write of
-    the tests' mount point fails, and the evidence (the layer holds what was free) makes it the
-    subject's official failure, run once."""
+    """The subject fills the engine's disk from its writable layer: a harness step after it
+    fails (the reference container that reads the image's workdir for the diff, the archive of
+    the verification's mount points), and the evidence (the layer holds what was free at the
+    lease's start) makes it the subject's: a note beside the verifier's rejection, or the
+    attempt refused, either way its official failure, run once."""
     record = _on_small_disk(cohort, small_engine, state, f"echo wrong > /app/output.txt; {fill}; true",
                             retries={"infra": 1})  # fmt: skip
     assert record["status"] == "agent_failure" and record["official"], record
