@@ -126,7 +126,7 @@ def test_a_full_disk_the_container_s_layer_filled_is_the_subject_s_result(
 def test_a_disk_something_else_filled_stays_an_infrastructure_failure(
     cohort: Cohort, small_engine: SecondEngine, state: Path
 ) -> None:
-    """While the subject sleeps after writing its output, a host process fills the engine's disk
+    """While the subject waits after writing its output, a host process fills the engine's disk
     (a file beside the containers' layers): the harness's write fails, the layer accounts for
     nothing of it, so no verdict is given and the attempt is not official."""
     data = small_engine.root / "data"
@@ -141,7 +141,10 @@ def test_a_disk_something_else_filled_stays_an_infrastructure_failure(
 
     thread = threading.Thread(target=fill, daemon=True)
     thread.start()
-    record = _on_small_disk(cohort, small_engine, state, "echo wrong > /app/output.txt; sleep 8", retries={"infra": 0})
+    wait_full = 'while [ "$(stat -f -c %a /)" -gt 64 ]; do sleep 0.2; done'  # until the filler is done
+    record = _on_small_disk(
+        cohort, small_engine, state, f"echo wrong > /app/output.txt; {wait_full}", retries={"infra": 0}
+    )
     thread.join(timeout=60)
     assert filler.is_file(), "the host filler never ran"
     assert record["status"] == "infra_failure" and not record["official"], record
