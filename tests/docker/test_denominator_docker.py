@@ -89,8 +89,10 @@ def small_engine(docker_api) -> Iterator[SecondEngine]:  # type: ignore[no-untyp
         engine.stop()
 
 
-def _on_small_disk(cohort: Cohort, engine: SecondEngine, state: Path, command: str, **spec: object) -> dict:
-    cohort.task("t", test=READS_OUTPUT, agent_timeout=180)
+def _on_small_disk(
+    cohort: Cohort, engine: SecondEngine, state: Path, command: str, *, extra_toml: str = "", **spec: object
+) -> dict:
+    cohort.task("t", test=READS_OUTPUT, agent_timeout=180, extra_toml=extra_toml)
     executor = {"kind": "docker", "engines": [engine.url], "default_image": SMALL_IMAGE, "state_dir": str(state),
                 "kill_grace_sec": 0.5}  # fmt: skip
     cohort.write(subjects=[{"name": "s", "kind": "command", "command": command}], executor=executor, **spec)
@@ -121,6 +123,21 @@ def test_a_full_disk_the_container_s_layer_filled_is_the_subject_s_result(
     assert record["status"] == "agent_failure" and record["official"], record
     assert record["attempt_count"] == 1
     assert "the subject filled it" in json.dumps(record), record
+
+
+def test_a_full_disk_at_the_separate_verifier_s_container_is_the_subject_s_result(
+    cohort: Cohort, small_engine: SecondEngine, state: Path
+) -> None:
+    """A separate verifier environment shares the engine's disk: the subject's layer filled it,
+    so the verifier's container cannot be made, and the attempt is refused as its failure."""
+    fill = "dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null; dd if=/dev/zero of=/app/fill2 bs=4k 2>/dev/null"
+    separate = f'[verifier.environment]\ndocker_image = "{SMALL_IMAGE}"\n'
+    record = _on_small_disk(cohort, small_engine, state, f"echo wrong > /app/output.txt; {fill}; true",
+                            extra_toml=separate, retries={"infra": 1})  # fmt: skip
+    assert record["status"] == "agent_failure" and record["official"], record
+    assert record["attempt_count"] == 1
+    message = record["error"]["message"]
+    assert "verifier's container" in message and "the subject filled it" in message, message
 
 
 def test_a_disk_something_else_filled_stays_an_infrastructure_failure(
