@@ -28,19 +28,10 @@ from .second_engine import SecondEngine
 pytestmark = pytest.mark.docker
 
 
-def _one(
-    cohort: Cohort,
-    state: Path,
-    command: str,
-    *,
-    test: str = READS_OUTPUT,
-    verifier_timeout: float = 30,
-    extra_toml: str = "",
-    **spec: object,
-) -> dict:
-    cohort.task("t", test=test, verifier_timeout=verifier_timeout, extra_toml=extra_toml)
+def _one(cohort: Cohort, state: Path, command: str) -> dict:
+    cohort.task("t", test=READS_OUTPUT)
     executor = {"kind": "docker", "kill_grace_sec": 0.5, "state_dir": str(state)}
-    cohort.write(subjects=[{"name": "s", "kind": "command", "command": command}], executor=executor, **spec)
+    cohort.write(subjects=[{"name": "s", "kind": "command", "command": command}], executor=executor)
     result = cohort.run_subprocess("-p", "no:cacheprovider", timeout=600)
     records = cohort.results() if (cohort.out / "results.jsonl").is_file() else {}
     assert "t[s-r0]" in records, result.stdout.str()[-3000:]
