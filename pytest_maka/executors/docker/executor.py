@@ -219,6 +219,7 @@ class DockerExecutor(SeparateVerifier, Containers):
                         check_started(sandbox)
                     else:
                         sandbox.adopt(spare.keepers, name=_container_name(request))
+                    sandbox.measure_space()
                     if request.egress:  # the proxy and packet logger get ready while the lease goes on
                         egress.prepare(cid)
                     if self.options.prestart and plain:

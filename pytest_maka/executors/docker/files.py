@@ -16,6 +16,7 @@ from ..copyout import CopyReport
 from ..hostfs import remove_path
 from .archive import Batch, extract_archive
 from .engines import Engine
+from .full import LayerSpace
 from .protect_paths import GO_MODE_DIR, PROTECTED_ROOTS, find_rm, stat_path
 from .watch import AccessWatch, ProbeUnavailable
 
@@ -39,6 +40,7 @@ class ContainerFiles:
     _batch: Batch  # puts waiting to be sent as one archive
     _fresh: set[str]  # paths cleared since the last exec: put needs no clearing
     _dirty: bool  # an exec ran: the subject may have planted links
+    space: LayerSpace  # what the writable layer's disk had free at the lease's start
 
     api: Any  # the engine's client (ContainerProcesses)
     _run: Callable[[list[str]], tuple[int | None, bytes]]  # a harness command (ContainerProcesses)
@@ -83,6 +85,9 @@ class ContainerFiles:
                     self.api.put_archive(self.id, "/", tar)
                     return
                 except docker.errors.APIError as exc:
+                    full = self.space.fault(exc, f"sending {', '.join(paths[:3])} into the container")
+                    if full is not None:  # a full disk the container's own layer accounts for
+                        raise full from None
                     # the engine could not clear a path because a process in the container keeps
                     # writing into it (a live environment keeps what the subject left running)
                     if "directory not empty" not in str(exc.explanation or exc):

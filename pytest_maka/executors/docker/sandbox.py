@@ -23,6 +23,7 @@ from .commands import ContainerCommands
 from .egress import DockerEgress
 from .engines import Engine
 from .files import ContainerFiles, check_path
+from .full import LayerSpace, judged
 from .image_env import ImageFacts
 from .processes import ContainerProcesses
 from .protect import Restorer
@@ -86,6 +87,8 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
         self._watch_helper: AccessWatch | None = None
         #: What the harness itself placed outside the workdir (uploads such as /solution).
         self.harness_paths: tuple[str, ...] = ()
+        #: What the writable layer's disk had free when the lease began (``measure_space``).
+        self.space = LayerSpace(capped=False, upper=None)
 
     # --- exec -------------------------------------------------------------------------
     def exec(
@@ -209,7 +212,7 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
     def restore_protected(self, scratch: Path) -> dict[str, Any]:
         """Put the system back as the image has it and end every process the subject left
         (SWE-bench: its harness verifies a fresh container), through the engine (docs/security.md)."""
-        with self.engine.guard("restoring protected paths"):
+        with judged(self.space, "restoring protected paths"), self.engine.guard("restoring protected paths"):
             self._flush()
             with self._restorer() as restorer:
                 restorer.copy_back()
@@ -295,6 +298,17 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
         finally:
             self.close_watch()
 
+    def measure_space(self) -> None:
+        """At the lease's start: what the writable layer's disk has free, to judge a full disk later."""
+        capped = bool(((self._info.get("limits") or {}).get("storage") or {}).get("enforced"))
+        with self.engine.guard("reading the container's writable layer"):
+            self.space = LayerSpace.measure(self.api, self.id, capped=capped)
+
+    def full_disk(self) -> str | None:
+        """Why the container's disk counts as full now, when its writable layer filled it (the
+        verifier could not write its reward), or None."""
+        return self.space.full_now()
+
     def close_watch(self) -> None:
         if self._watch_helper is not None:
             self._watch_helper.close()
@@ -316,8 +330,10 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
         return dest
 
     def baseline_workspace(self) -> Path | None:
-        """The workdir as the attempt started (image content plus the task's workspace)."""
-        return self._baseline()
+        """The workdir as the attempt started (image content plus the task's workspace; the
+        engine makes a container to read the image's: a disk the subject filled is its fault)."""
+        with judged(self.space, "reading the image's workdir"):
+            return self._baseline()
 
     def isolation(self, *, agent_network: bool, verifier_network: bool) -> dict[str, Any]:
         """What this container really provides, for the record."""

@@ -21,6 +21,7 @@ from ..copyout import CopyReport
 from ..hostfs import copy_out, remove_path
 from .engines import EngineDown
 from .execs import EXEC_TOKEN
+from .full import LayerSpace, judged
 from .spawn import read_via_archive
 from .verdict import Container, PrivateVerdict, confined, probe
 
@@ -55,6 +56,7 @@ class VerdictSandbox:
     _flush: Callable[[], None]
     resolve_user: Callable[[str | int, str], tuple[int, int, str]]
     removed_with_rm: str | None
+    space: LayerSpace
 
     def _container(self) -> Container | str:
         with self.engine.guard("inspecting the container"):
@@ -70,11 +72,13 @@ class VerdictSandbox:
         self.close_verdict()
         found = self._container()
         empty = scratch / "empty-verifier-dir"
-        empty.mkdir(exist_ok=True)
         channel = None
-        if isinstance(found, Container):  # the container's own: only the mount points, empty
-            self._shared_why, self._stopped = None, 0
-            channel = PrivateVerdict(scratch / f"verdict-{secrets.token_hex(4)}", tests)
+        with judged(self.space, "laying out the verification's host directories", scratch):
+            empty.mkdir(exist_ok=True)
+            if isinstance(found, Container):  # the container's own: only the mount points, empty
+                self._shared_why, self._stopped = None, 0
+                channel = PrivateVerdict(scratch / f"verdict-{secrets.token_hex(4)}", tests)
+        if isinstance(found, Container):
             shown = empty if tests is not None else None
         else:
             self._shared_why, shown = found, tests

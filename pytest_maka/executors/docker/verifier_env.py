@@ -26,6 +26,7 @@ from ..hostfs import remove_path
 from ..separate import ArtifactReport
 from . import labels as L
 from .containers import cell_labels, first_entries
+from .full import judged
 from .protect_paths import GO_MODE_DIR, GO_MODE_SYMLINK, stat_path
 from .sandbox import DockerSandbox
 
@@ -101,16 +102,21 @@ class SeparateVerifier:
     def verifier_lease(
         self: DockerExecutor, sandbox: Sandbox, request: LeaseRequest, environment: VerifierEnvironment
     ) -> Iterator[DockerSandbox]:
-        """A fresh container for the verifier on the subject's engine, removed on exit."""
-        engine = _as_docker(sandbox).engine
+        """A fresh container for the verifier on the subject's engine, removed on exit. It shares
+        the subject's disk: a full disk is judged by the subject's layer (``full.py``)."""
+        subject = _as_docker(sandbox)
+        engine, space = subject.engine, subject.space
         task = verifier_task(request.cell.task, environment)
-        image_id = self.images.resolve(engine, task, request.attempt_dir / "verifier-build.log")
-        key = self._env_key(engine, image_id, task)
-        cid, info = self._create(key, cell_labels(request, **{L.ROLE: "verifier"}))
+        with judged(space, "making the verifier's container"):
+            image_id = self.images.resolve(engine, task, request.attempt_dir / "verifier-build.log")
+            key = self._env_key(engine, image_id, task)
+            cid, info = self._create(key, cell_labels(request, **{L.ROLE: "verifier"}))
         try:
             box = self._sandbox(engine, cid, workdir=task.workdir, info={**info, "role": "verifier"}, image_id=image_id)
             box.egress = getattr(sandbox, "egress", None)  # the attempt's proxy serves both phases
-            box.start()
+            box.space = space
+            with judged(space, "starting the verifier's container"):
+                box.start()
             box.put_many(first_entries(task))
             yield box
         finally:

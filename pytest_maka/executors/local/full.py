@@ -51,7 +51,7 @@ class SpaceWatch:
             return None
         if self.capped:
             return SubjectFault(f"{step}: the lease's own disk (storage_mb) is full: the subject filled it")
-        used_bytes, used_inodes = _usage(self.area, self.free_bytes * SHARE, self.free_inodes * SHARE)
+        used_bytes, used_inodes = usage(self.area, self.free_bytes * SHARE, self.free_inodes * SHARE)
         if used_bytes >= self.free_bytes * SHARE or used_inodes >= self.free_inodes * SHARE:
             return SubjectFault(
                 f"{step}: the disk is full and the subject's own files hold {used_bytes} bytes in "
@@ -74,7 +74,7 @@ class SpaceWatch:
         return None
 
 
-def _usage(root: Path, enough_bytes: float, enough_inodes: float) -> tuple[int, int]:
+def usage(root: Path, enough_bytes: float, enough_inodes: float) -> tuple[int, int]:
     """Bytes allocated and entries below ``root`` (links not followed); stops once either is enough."""
     used = count = 0
     for _, st in scan_tree(str(root), lambda _, __: True):
@@ -82,5 +82,4 @@ def _usage(root: Path, enough_bytes: float, enough_inodes: float) -> tuple[int, 
         used += st.st_blocks * 512
         if used >= enough_bytes or count >= enough_inodes:
             return used, count
-    return used, count
     return used, count

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .base import SECRET_NAME, SECRET_VALUE, TOKEN, WORKSPACE_FILES, ConformanceBase, Run, make_cell, make_task
 from .contract import ContractTests
+from .denominator import DenominatorTests
 from .egress import EgressTarget, EgressTests
 from .files import FileTests
 from .isolation import IsolationTests
@@ -30,9 +31,10 @@ class ExecutorConformance(
     VerdictChannelTests,
     TaintTests,
     TamperTests,
+    DenominatorTests,
     ConformanceBase,
 ):
-    """Lifecycle, isolation, tamper and verdict-channel tests every executor must pass."""
+    """Lifecycle, isolation, tamper, verdict-channel and denominator tests every executor must pass."""
 
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "WORKSPACE_FILES",
     "ConformanceBase",
     "ContractTests",
+    "DenominatorTests",
     "EgressTarget",
     "EgressTests",
     "ExecutorConformance",
