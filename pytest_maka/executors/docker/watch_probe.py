@@ -31,9 +31,15 @@ MAX_PATHS = 20_000
 
 
 def enter_root(root: str) -> None:
+    """Change the root to the sandbox's; from then on an import fails instead of loading a file
+    (the files are the subject's, and on the engine's host this process is root)."""
     os.chdir(root)
     os.chroot(".")
     os.chdir("/")
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+    sys.path_hooks.clear()
+    sys.meta_path.clear()
 
 
 def arm(paths: list[str]) -> dict[str, object]:
