@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ...core import subject_json
+from ...core.provider import ProviderEvidence
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
 from .base import Invocation, Parsed, Preset, as_mapping
 
 TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
+#: The OpenAI SDK's words for the request that ended the run, in the traceback mini prints on stderr
+#: (``AuthenticationError: Error code: 401 - invalid x-api-key``); the requests it retried leave no line.
+_STATUS = re.compile(r"Error code: (\d{3})\b")
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -67,6 +72,12 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
+def evidence(stdout: str, stderr: str) -> ProviderEvidence:
+    """The failed request its fatal traceback names (chained exceptions repeat it: the last one counts)."""
+    found = _STATUS.findall(stderr)
+    return ProviderEvidence((int(found[-1]),) if found else ())
+
+
 def _args(value: Any) -> Any:
     try:
         return subject_json.loads(value) if isinstance(value, str) else value
@@ -91,4 +102,5 @@ PRESET = Preset(
     env=_env,
     parse=_parse,
     no_mcp="mini-swe-agent has one bash tool and no MCP client",
+    evidence=evidence,
 )
