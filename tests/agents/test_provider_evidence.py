@@ -134,3 +134,24 @@ def test_mini_swe_agent_the_request_its_traceback_names_once() -> None:
     )
     assert mini_swe_agent.evidence("", stderr) == ProviderEvidence(statuses=(401,))
     assert mini_swe_agent.evidence("", "Warning: Input is not a terminal (fd=0).\n") == ProviderEvidence()
+
+
+def test_aider_litellms_exception_names_and_a_401_that_names_no_status() -> None:
+    from pytest_maka.subjects.presets import aider
+
+    out = (
+        "litellm.RateLimitError: RateLimitError: OpenAIException - rate limit exceeded: \ntry again shortly\n"
+        "The API provider has rate limited you. Try again later or check your quotas.\nRetrying in 0.5 seconds...\n"
+        "litellm.InternalServerError: InternalServerError: OpenAIException - internal \nserver error\n"
+    )
+    assert aider.PRESET.parse(out, lambda p: None).provider == ProviderEvidence(statuses=(429, 500))
+    refused = "litellm.BadRequestError: OpenAIException - invalid x-api-key\n"
+    assert aider.PRESET.parse(refused, lambda p: None).provider == ProviderEvidence()
+
+
+def test_mini_swe_agent_the_retries_tenacity_logs() -> None:
+    from pytest_maka.subjects.presets import mini_swe_agent
+
+    line = "Retrying <unknown> in {} seconds as it raised RateLimitError: litellm.RateLimitError: RateLimitError: x.\n"
+    stderr = line.format(4) + line.format(8) + "RateLimitError: Error code: 429 - rate limit exceeded\n"
+    assert mini_swe_agent.evidence("", stderr) == ProviderEvidence(statuses=(429, 429, 429))

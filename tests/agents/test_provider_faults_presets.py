@@ -71,3 +71,26 @@ def test_an_intermittent_429_is_official(cohort: Cohort, agent_cache, secret_env
     assert agent["provider_answered"] is True and "provider_unusable" not in agent, agent
     counted = {"gemini-cli": {"429": len(limited)}}.get(kind)  # the one CLI that reports its retries
     assert (agent.get("provider_errors") or None) == counted, agent
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"), [("pi", "429"), ("gemini-cli", "429"), ("aider", "500"), ("mini-swe-agent", "429")]
+)
+def test_every_request_failing_is_infra_failure_even_when_killed_retrying(
+    cohort: Cohort, agent_cache, secret_env: str, kind: str, status: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A 429 or 5xx on every request: most CLIs back off for minutes; the failures they printed
+    before the timeout are the evidence (aider and mini-swe-agent: litellm's exception names)."""
+    installed(agent_cache, kind)
+    with model_server(Script(actions=WRITE, fault=Fault(status))) as server:
+        cohort.task("t", agent_timeout=45)
+        cohort.write(subjects=[_subject(kind, server.url, str(agent_cache.root))], retries={"infra": 1})
+        result = cohort.run()
+        failed = len([r for r in server.seen() if r.method == "POST" and r.wire and "count_tokens" not in r.path])
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], record["agent"], result.outlines[-20:])
+    errors = record["agent"]["provider_errors"]
+    assert set(errors) == {status} and 2 <= errors[status] <= failed, (errors, failed)
+    assert record["error"]["message"].startswith(f"provider failed every request: {status} x"), record["error"]

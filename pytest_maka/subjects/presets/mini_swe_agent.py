@@ -12,12 +12,15 @@ from ...core.provider import ProviderEvidence
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
+from . import litellm_errors
 from .base import Invocation, Parsed, Preset, as_mapping
 
 TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
 #: The OpenAI SDK's words for the request that ended the run, in the traceback mini prints on stderr
 #: (``AuthenticationError: Error code: 401 - invalid x-api-key``); the requests it retried leave no line.
 _STATUS = re.compile(r"Error code: (\d{3})\b")
+#: A request it retries (tenacity's log line): ``Retrying <unknown> in 4 seconds as it raised RateLimitError: ...``.
+_RETRIED = re.compile(r"^Retrying .* seconds as it raised (\w+):", re.MULTILINE)
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -73,9 +76,11 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
 
 
 def evidence(stdout: str, stderr: str) -> ProviderEvidence:
-    """The failed request its fatal traceback names (chained exceptions repeat it: the last one counts)."""
+    """The requests it retried, and the one its fatal traceback names (chained exceptions repeat it:
+    the last one counts)."""
+    retried = litellm_errors.statuses(stderr, _RETRIED)
     found = _STATUS.findall(stderr)
-    return ProviderEvidence((int(found[-1]),) if found else ())
+    return ProviderEvidence((*retried, *((int(found[-1]),) if found else ())))
 
 
 def _args(value: Any) -> Any:
