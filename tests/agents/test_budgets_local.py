@@ -53,7 +53,7 @@ TIMEOUT = {"opencode": 45.0}
 
 #: mini-swe-agent streams no usage but saves its trajectory after every step: what it kept is read after the kill.
 #: It rewrites that file whole (truncate, then write), so a kill inside a rewrite loses it; against an instant
-#: stand-in it reached ~130 steps in 20 s and one run of 10 kept no usage (most likely so); 1 s a reply here.
+#: stand-in it reached ~130 steps in 20 s and one run of 10 failed (most likely so); 1 s a reply here.
 @pytest.mark.parametrize("kind", ["claude-code", "pi", "qwen-code", "opencode", "mini-swe-agent"])
 def test_an_agent_killed_at_its_timeout_keeps_the_usage_it_streamed(
     cohort: Cohort, agent_cache: Any, secret_env: str, kind: str
