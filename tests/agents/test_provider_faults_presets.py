@@ -74,13 +74,15 @@ def test_an_intermittent_429_is_official(cohort: Cohort, agent_cache, secret_env
 
 
 @pytest.mark.parametrize(
-    ("kind", "status"), [("pi", "429"), ("gemini-cli", "429"), ("aider", "500"), ("mini-swe-agent", "429")]
+    ("kind", "status"),
+    [("pi", "429"), ("gemini-cli", "429"), ("aider", "500"), ("mini-swe-agent", "429"), ("opencode", "429")],
 )
 def test_every_request_failing_is_infra_failure_even_when_killed_retrying(
     cohort: Cohort, agent_cache, secret_env: str, kind: str, status: str
 ) -> None:  # type: ignore[no-untyped-def]
     """A 429 or 5xx on every request: most CLIs back off for minutes; the failures they printed
-    before the timeout are the evidence (aider and mini-swe-agent: litellm's exception names)."""
+    before the timeout are the evidence (aider and mini-swe-agent: litellm's exception names).
+    opencode gives up within the timeout and reports only its last attempt (a lower bound)."""
     installed(agent_cache, kind)
     with model_server(Script(actions=WRITE, fault=Fault(status))) as server:
         cohort.task("t", agent_timeout=45)
@@ -92,5 +94,5 @@ def test_every_request_failing_is_infra_failure_even_when_killed_retrying(
     record = attempts[0]
     assert record["status"] == "infra_failure", (record["error"], record["agent"], result.outlines[-20:])
     errors = record["agent"]["provider_errors"]
-    assert set(errors) == {status} and 2 <= errors[status] <= failed, (errors, failed)
+    assert set(errors) == {status} and (1 if kind == "opencode" else 2) <= errors[status] <= failed, (errors, failed)
     assert record["error"]["message"].startswith(f"provider failed every request: {status} x"), record["error"]
