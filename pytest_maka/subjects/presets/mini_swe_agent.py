@@ -17,9 +17,10 @@ from .base import Invocation, Parsed, Preset, as_mapping
 
 TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
 #: The OpenAI SDK's words for the request that ended the run, in the traceback mini prints on stderr
-#: (``AuthenticationError: Error code: 401 - invalid x-api-key``); the requests it retried leave no line.
+#: (``AuthenticationError: Error code: 401 - invalid x-api-key``).
 _STATUS = re.compile(r"Error code: (\d{3})\b")
-#: A request it retries (tenacity's log line): ``Retrying <unknown> in 4 seconds as it raised RateLimitError: ...``.
+#: A request it retries (tenacity's log line): ``Retrying <unknown> in 4 seconds as it raised RateLimitError: ...``;
+#: one litellm retried through by itself leaves no line.
 _RETRIED = re.compile(r"^Retrying .* seconds as it raised (\w+):", re.MULTILINE)
 
 
