@@ -20,7 +20,7 @@ TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
 #: (``AuthenticationError: Error code: 401 - invalid x-api-key``).
 _STATUS = re.compile(r"Error code: (\d{3})\b")
 #: A request it retries (tenacity's log line): ``Retrying <unknown> in 4 seconds as it raised RateLimitError: ...``;
-#: one litellm retried through by itself leaves no line.
+#: an intermittent 429 it got through left none (2026-12-04).
 _RETRIED = re.compile(r"^Retrying .* seconds as it raised (\w+):", re.MULTILINE)
 
 
