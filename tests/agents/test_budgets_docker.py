@@ -25,23 +25,26 @@ def _turns(requests: list[dict[str, Any]]) -> int:
     return sum(1 for r in requests if isinstance(r.get("body"), dict) and r["body"].get("tools"))
 
 
-def test_max_tokens_stops_claude_code_in_docker_within_one_request(
+@pytest.mark.parametrize(("kind", "key"), [("claude-code", "ANTHROPIC_API_KEY"), ("qwen-code", "OPENAI_API_KEY")])
+def test_max_tokens_stops_an_agent_in_docker_within_one_request(
     cohort: Cohort,
     agent_cache: Any,
     secret_env: str,
     docker_api: Any,
     tmp_path: Any,
+    kind: str,
+    key: str,
 ) -> None:
-    installed(agent_cache, "claude-code")
+    installed(agent_cache, kind)
     limit = 3000
     crossing = limit // PER_REPLY + 1
     with docker_model_server(docker_api, LOOP, tmp_path) as model:
         cohort.task("t", agent_timeout=240)
         subject = {
             "name": "a",
-            "kind": "claude-code",
+            "kind": kind,
             "base_url": model.url,
-            "env": ["ANTHROPIC_API_KEY"],
+            "env": [key],
             "cache_dir": str(agent_cache.root),
         }
         executor = model.executor(agent_install="mount")

@@ -3,6 +3,7 @@ them finish: a killed agent keeps the usage its stream reported, and a budget st
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,10 +18,14 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.agent, needs_bwrap]
 #: Tokens the scripted model reports per reply.
 PER_REPLY_IN, PER_REPLY_OUT = 500, 30
 LOOP = Script(actions=[Action.shell("true")], input_tokens=PER_REPLY_IN, output_tokens=PER_REPLY_OUT, repeat=True)
+#: A loop at a provider's pace, for the agents whose usage is read from a file rewritten after every step.
+SCRIPT = {"mini-swe-agent": replace(LOOP, reply_delay_sec=1.0)}
 
 
 def subject(kind: str, server: ModelServer, cache: Any, **extra: Any) -> dict[str, Any]:
-    key = {"claude-code": "ANTHROPIC_API_KEY", "pi": "ANTHROPIC_API_KEY"}[kind]
+    key = {"claude-code": "ANTHROPIC_API_KEY", "pi": "ANTHROPIC_API_KEY", "opencode": "ANTHROPIC_API_KEY"}.get(
+        kind, "OPENAI_API_KEY"
+    )
     return {
         "name": "a",
         "kind": kind,
@@ -33,7 +38,7 @@ def subject(kind: str, server: ModelServer, cache: Any, **extra: Any) -> dict[st
 
 def run_looping(cohort: Cohort, kind: str, cache: Any, *, agent_timeout: float, budgets: dict[str, Any]) -> tuple:
     installed(cache, kind)
-    with model_server(LOOP) as server:
+    with model_server(SCRIPT.get(kind, LOOP)) as server:
         cohort.task("t", agent_timeout=agent_timeout)
         cohort.write(subjects=[subject(kind, server, cache)], retries={"infra": 0}, budgets=budgets)
         result = cohort.run()
@@ -42,11 +47,19 @@ def run_looping(cohort: Cohort, kind: str, cache: Any, *, agent_timeout: float, 
     return record, turns, result
 
 
-@pytest.mark.parametrize("kind", ["claude-code", "pi"])
+#: Seconds before the kill: opencode 1.18.33 spent 13-18 s before its first model request on 2 busy cores.
+TIMEOUT = {"opencode": 45.0}
+
+
+#: mini-swe-agent streams no usage but saves its trajectory after every step: what it kept is read after the kill.
+#: It rewrites that file whole (truncate, then write), so a kill inside a rewrite loses it; against an instant
+#: stand-in it reached ~130 steps in 20 s and one run of 10 failed (most likely so); 1 s a reply here.
+@pytest.mark.parametrize("kind", ["claude-code", "pi", "qwen-code", "opencode", "mini-swe-agent"])
 def test_an_agent_killed_at_its_timeout_keeps_the_usage_it_streamed(
     cohort: Cohort, agent_cache: Any, secret_env: str, kind: str
 ) -> None:
-    record, turns, result = run_looping(cohort, kind, agent_cache, agent_timeout=20, budgets={})
+    timeout = TIMEOUT.get(kind, 20.0)
+    record, turns, result = run_looping(cohort, kind, agent_cache, agent_timeout=timeout, budgets={})
     assert turns >= 2, (turns, record["error"], result.outlines[-20:])
     assert record["agent"]["timed_out"] is True, record["agent"]
     assert record["status"] == "agent_incomplete", record["status"]
@@ -58,7 +71,7 @@ def test_an_agent_killed_at_its_timeout_keeps_the_usage_it_streamed(
     assert record["agent"]["version"], record["agent"]
 
 
-@pytest.mark.parametrize("kind", ["claude-code", "pi"])
+@pytest.mark.parametrize("kind", ["claude-code", "pi", "qwen-code", "opencode"])
 def test_max_tokens_stops_a_looping_agent_within_one_request(
     cohort: Cohort, agent_cache: Any, secret_env: str, kind: str
 ) -> None:

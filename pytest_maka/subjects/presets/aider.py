@@ -7,12 +7,16 @@ import json
 import re
 from collections.abc import Callable
 
+from ...core.provider import ProviderEvidence
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
+from . import litellm_errors
 from .base import Invocation, Parsed, Preset, json_lines
 from .meter import StreamUsage
 
+#: One failed request, retried or not: ``litellm.RateLimitError: RateLimitError: OpenAIException - ...``.
+_FAILED = re.compile(r"^litellm\.(\w+): ", re.MULTILINE)
 _TOKENS = re.compile(r"Tokens: ([\d.]+)(k?) sent, ([\d.]+)(k?) received(?:\. Cost: \$([\d.]+) message)?")
 
 
@@ -58,7 +62,9 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
         traj.call(f"edit-{i + 1}", "apply_edit", {"path": path, "content": "(SEARCH/REPLACE block)"})
         traj.result(f"edit-{i + 1}", f"Applied edit to {path}")
     error = None if usage.as_dict() else "aider reported no token usage (no model reply reached it)"
+    provider = ProviderEvidence(tuple(litellm_errors.statuses(stdout, _FAILED)), 0, bool(usage.as_dict()))
     return Parsed(
+        provider=provider,
         usage=usage,
         stop_reason="end_turn" if not error else "error",
         error=error,

@@ -145,6 +145,9 @@ class Preset:
     #: Reads the usage one line of its stdout reports as it streams (presets/meter.py), or None
     #: when its output carries usage only at the end: then a budget is checked after the run.
     stream_usage: StreamReader | None = None
+    #: Reads what the CLI printed of its failed model requests from (stdout, stderr), for a CLI that
+    #: reports them on stderr; merged into what ``parse`` found.
+    evidence: Callable[[str, str], ProviderEvidence] | None = None
 
     def install_spec(self, version: str | None, runtime: str | None = None) -> InstallSpec:
         default_runtime = NODE_VERSION if self.registry == "npm" else "python:3.11-slim"
@@ -278,6 +281,9 @@ class PresetSubject(SubjectBase):
         if not meter.enforcing:
             meter.feed_text(stdout)
         parsed = self.preset.parse(stdout, lambda p: _read(sandbox, p))
+        if self.preset.evidence is not None:
+            seen = self.preset.evidence(stdout, _head(ctx.stderr_path, MAX_STDOUT))
+            parsed.provider = parsed.provider.merged(seen)
         setup = setup_error(f"{self.preset.kind} {self.install.version}", result, stderr + stdout, parsed.provider)
         if setup is not None:
             return SubjectResult.not_started(setup, retryable=False)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
+from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
 from . import mcp
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
+
+#: The failed request its result reports (``[API Error: {"error":{"code":401,...``).
+API_ERROR = re.compile(r'API Error: (?:\{"error":\{"code":\s*)?(\d{3})\b')
+#: A failed request it retries, on stderr (``Attempt 1 failed with status 429. Retrying with backoff...``).
+_RETRIED = re.compile(r"^Attempt \d+ failed with status (\d{3})\b", re.MULTILINE)
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -29,14 +36,17 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="gemini-cli")
     result: dict[str, Any] = {}
     final = ""
+    answered = False
     for event in json_lines(stdout):
         kind, ts = event.get("type"), event.get("timestamp")
         if kind == "init":
             traj.model, traj.session_id = event.get("model"), event.get("session_id")
         elif kind == "message" and event.get("role") == "assistant":
+            answered = True
             final = final + str(event.get("content") or "") if event.get("delta") else str(event.get("content") or "")
             traj.say(str(event.get("content") or ""))
         elif kind == "tool_use":
+            answered = True
             traj.call(event.get("tool_id", ""), event.get("tool_name", ""), event.get("parameters"), ts=ts)
             final = ""
         elif kind == "tool_result":
@@ -47,6 +57,8 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     reported = {"input_tokens": stats.get("input_tokens"), "output_tokens": stats.get("output_tokens")}
     usage = TokenUsage.of({**reported, "cache_read_tokens": stats.get("cached")})
     error = None
+    failed = API_ERROR.search(str(as_mapping(result.get("error")).get("message", "")))
+    provider = ProviderEvidence((int(failed[1]),) if failed else (), 0, answered)
     if not result:
         error = "the agent printed no result"
     elif result.get("status") != "success":
@@ -59,7 +71,13 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
         error=error,
         final_message=final or None,
         trajectory=traj.to_json(),
+        provider=provider,
     )
+
+
+def evidence(stdout: str, stderr: str) -> ProviderEvidence:
+    """The requests it retried, one stderr line each (its stream-json output does not mention them)."""
+    return ProviderEvidence(tuple(int(m) for m in _RETRIED.findall(stderr)))
 
 
 PRESET = Preset(
@@ -77,4 +95,5 @@ PRESET = Preset(
     parse=_parse,
     mcp=mcp.GEMINI,
     skills=(".gemini/skills",),
+    evidence=evidence,
 )

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ...core import subject_json
+from ...core.provider import ProviderEvidence
 from ...core.task import AGENT_LOGS_DIR
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
+from . import litellm_errors
 from .base import Invocation, Parsed, Preset, as_mapping
 
 TRAJ_FILE = f"{AGENT_LOGS_DIR}/mini.traj.json"
+#: The OpenAI SDK's words for the request that ended the run, in the traceback mini prints on stderr
+#: (``AuthenticationError: Error code: 401 - invalid x-api-key``).
+_STATUS = re.compile(r"Error code: (\d{3})\b")
+#: A request it retries (tenacity's log line): ``Retrying <unknown> in 4 seconds as it raised RateLimitError: ...``;
+#: an intermittent 429 it got through left none (2026-12-04).
+_RETRIED = re.compile(r"^Retrying .* seconds as it raised (\w+):", re.MULTILINE)
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -67,6 +76,14 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     )
 
 
+def evidence(stdout: str, stderr: str) -> ProviderEvidence:
+    """The requests it retried, and the one its fatal traceback names (chained exceptions repeat it:
+    the last one counts)."""
+    retried = litellm_errors.statuses(stderr, _RETRIED)
+    found = _STATUS.findall(stderr)
+    return ProviderEvidence((*retried, *((int(found[-1]),) if found else ())))
+
+
 def _args(value: Any) -> Any:
     try:
         return subject_json.loads(value) if isinstance(value, str) else value
@@ -91,4 +108,5 @@ PRESET = Preset(
     env=_env,
     parse=_parse,
     no_mcp="mini-swe-agent has one bash tool and no MCP client",
+    evidence=evidence,
 )

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
 from . import mcp
@@ -36,6 +37,7 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="opencode")
     usage = TokenUsage()
     final = error = stop = None
+    statuses: list[int] = []
     for event in json_lines(stdout):
         kind, part = event.get("type"), as_mapping(event.get("part"))
         ts = event["timestamp"] / 1000 if isinstance(event.get("timestamp"), (int, float)) else None
@@ -51,11 +53,17 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
             usage += _step_usage(part)
             stop = "end_turn" if part.get("reason") == "stop" else stop
         elif kind == "error":
-            message = as_mapping(as_mapping(event.get("error")).get("data")).get("message") or event.get("error")
+            data = as_mapping(as_mapping(event.get("error")).get("data"))
+            if isinstance(data.get("statusCode"), int):  # the provider's answer to its last attempt
+                statuses.append(data["statusCode"])
+            message = data.get("message") or event.get("error")
             error, stop = f"the agent reported an error: {str(message)[:300]}", "error"
     if stop is None and error is None:
         error = "the agent never finished a step"
-    return Parsed(usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json())
+    provider = ProviderEvidence(tuple(statuses), 0, answered=bool(usage.as_dict()) or final is not None)
+    return Parsed(
+        usage=usage, stop_reason=stop, error=error, final_message=final, trajectory=traj.to_json(), provider=provider
+    )
 
 
 def stream_usage(line: str) -> StreamUsage | None:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...core.provider import ProviderEvidence
 from ...core.trajectory import Trajectory
 from ...core.usage import TokenUsage
 from .base import Invocation, Parsed, Preset, as_mapping, json_lines
 from .meter import StreamUsage
+
+#: A failed request's ``errorMessage``: the provider's status, then its body (``401 {"type":"error",...``).
+_STATUS = re.compile(r"^(\d{3}) ")
 
 
 def _argv(inv: Invocation) -> list[str]:
@@ -27,6 +32,8 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     traj = Trajectory(agent="pi")
     usage = TokenUsage()
     final = stop = error = None
+    statuses: list[int] = []
+    answered = False
     for event in json_lines(stdout):
         kind = event.get("type")
         if kind == "session":
@@ -40,6 +47,11 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
                 stop = message.get("stopReason")
                 if message.get("errorMessage"):
                     error = f"the agent reported an error: {str(message['errorMessage'])[:300]}"
+                    status = _STATUS.match(str(message["errorMessage"]))
+                    if status and stop == "error":
+                        statuses.append(int(status[1]))
+                else:
+                    answered = True
                 for block in message.get("content") or []:
                     if block.get("type") == "text":
                         final = block.get("text")
@@ -53,7 +65,13 @@ def _parse(stdout: str, read: Callable[[str], bytes | None]) -> Parsed:
     if reason is None and error is None:
         error = "the agent never finished a message"
     return Parsed(
-        usage=usage, model=traj.model, stop_reason=reason, error=error, final_message=final, trajectory=traj.to_json()
+        usage=usage,
+        model=traj.model,
+        stop_reason=reason,
+        error=error,
+        final_message=final,
+        trajectory=traj.to_json(),
+        provider=ProviderEvidence(tuple(statuses), 0, answered),
     )
 
 
