@@ -259,9 +259,7 @@ def _listed(raw: Any) -> list[Any]:
     return [raw] if isinstance(raw, (str, int)) else list(raw or [])
 
 
-def _networks(
-    raw: Any, declared: dict[str, Any], subs: dict[str, str]
-) -> tuple[tuple[MainNetwork, ...], str | None]:
+def _networks(raw: Any, declared: dict[str, Any], subs: dict[str, str]) -> tuple[tuple[MainNetwork, ...], str | None]:
     """The networks ``main`` lists (list or mapping form), and why they cannot be given as
     Compose would (an external network, a driver other than a bridge, a key not applied), if so."""
     entries: dict[str, Any] = raw if isinstance(raw, dict) else {str(n): None for n in raw or []}
