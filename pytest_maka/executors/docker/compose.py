@@ -3,9 +3,11 @@
 The task's ``environment/docker-compose.yaml`` names a ``main`` service and sidecars. Each
 attempt is its own compose project (``maka-<attempt id>``): the sidecars are started by
 ``docker compose up --wait`` (so ``depends_on: condition: service_healthy`` and the services'
-healthchecks are Compose's own), on the project's network, made ``internal`` (no route out)
-by an override file; the main container is the executor's usual one (limits, keepers,
-restore), created on that network with the alias ``main``. A sidecar with a ``build`` is
+healthchecks are Compose's own), on the project's networks, each made ``internal`` (no route
+out) by an override file; the main container is the executor's usual one (limits, keepers,
+restore), joined to the networks its service lists (``default`` when none) as ``main``. A
+file Compose rejects is found before any cell (``check_definition``, ``definition_problem``:
+the executor's ``TaskChecks``). A sidecar with a ``build`` is
 tagged by the digest of its context, so it is built once per digest. The main service's own
 keys (``compose_file.main_service``) become the main container's create options
 (``main_options``), its named volumes are made here per project. The override labels every
