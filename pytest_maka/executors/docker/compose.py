@@ -151,7 +151,7 @@ class ComposeProject:
             # every network internal (no route out) and the project's own (a fixed ``name:`` would be shared)
             "networks": {
                 k: {"name": self.network_name(k), "internal": True, "labels": dict(self.labels)}
-                for k in {"default", *self.declared_networks}
+                for k in sorted({"default", *self.declared_networks})
             },
             # every volume of the project by the project's name (a fixed ``name:`` would be shared)
             "volumes": {k: {"name": self.volume_name(k), "labels": dict(self.labels)} for k in self.declared_volumes},
