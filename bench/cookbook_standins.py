@@ -46,7 +46,8 @@ APK = (
     "apt-get update && apt-get install -y --no-install-recommends dnsmasq bind9-dnsutils",
 )
 #: example.com resolves on no DNS server here: the sidecar answers it itself (still the only name that resolves).
-DNSMASQ = ("server=/example.com/127.0.0.11", "address=/example.com/10.0.0.80")
+#: (``local=``: its AAAA query is answered empty, not refused, so the recipe's ``nslookup`` healthcheck passes)
+DNSMASQ = ("server=/example.com/127.0.0.11", "local=/example.com/\naddress=/example.com/10.0.0.80")
 UV_BUILD = re.compile(r"RUN curl -LsSf https://astral\.sh/uv/[^\n]*\nENV PATH=[^\n]*\nRUN uvx [^\n]*\n")
 PYTEST_BUILD = "RUN apt-get update && apt-get install -y --no-install-recommends python3-pytest\n"
 TEST_SH = """\
