@@ -26,11 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harbor_parity import AGENTS, maka_verdict, run_harbor, run_maka
 
 REPO = "harbor-framework/harbor-cookbook"
-#: recipe -> the commit it is taken at (survey_repos.yaml)
+#: stand-in name -> (recipe, the commit it is taken at: survey_repos.yaml)
 RECIPES = {
-    "multi-container": "e093c9a860b988d9d74901010ddddb9c7f124f92",
-    "simulated-user": "e093c9a860b988d9d74901010ddddb9c7f124f92",
-    "sidecar-dns": "bfd953c62e1068309ba1225a3e970df175fb7e14",
+    "multi-container": ("multi-container", "e093c9a860b988d9d74901010ddddb9c7f124f92"),
+    "simulated-user": ("simulated-user", "e093c9a860b988d9d74901010ddddb9c7f124f92"),
+    # the last on main: main's resolv.conf names Docker's resolver (127.0.0.11), not the sidecar
+    "sidecar-dns": ("sidecar-dns", "bfd953c62e1068309ba1225a3e970df175fb7e14"),
+    # pull request 14's: main's resolver is the sidecar (`dns: 10.0.0.53`)
+    "sidecar-dns-pr14": ("sidecar-dns", "7566f6fe5bb8583908687bc501394e4460c1415c"),
 }
 LEFT_OUT = {
     name: "a sidecar built FROM ghcr.io/astral-sh/uv:latest (no registry here)"
@@ -45,9 +48,11 @@ APK = (
     "apk add --no-cache dnsmasq bind-tools",
     "apt-get update && apt-get install -y --no-install-recommends dnsmasq bind9-dnsutils",
 )
-#: example.com resolves on no DNS server here: the sidecar answers it itself (still the only name that resolves).
-#: (``local=``: its AAAA query is answered empty, not refused, so the recipe's ``nslookup`` healthcheck passes)
-DNSMASQ = ("server=/example.com/127.0.0.11", "local=/example.com/\naddress=/example.com/10.0.0.80")
+#: example.com resolves on no DNS server here and 8.8.8.8 is out of reach: the sidecar answers
+#: example.com itself, instead of forwarding it (``local=``: its AAAA query is answered empty, not
+#: refused, so the recipe's ``nslookup`` healthcheck passes); the blocked names stay blocked.
+ANSWER = "local=/example.com/\naddress=/example.com/10.0.0.80"
+DNSMASQ = (("server=/example.com/127.0.0.11", ANSWER), ("server=8.8.8.8", ANSWER))
 UV_BUILD = re.compile(r"RUN curl -LsSf https://astral\.sh/uv/[^\n]*\nENV PATH=[^\n]*\nRUN uvx [^\n]*\n")
 PYTEST_BUILD = "RUN apt-get update && apt-get install -y --no-install-recommends python3-pytest\n"
 TEST_SH = """\
@@ -62,12 +67,12 @@ fi
 """
 
 
-def standin(mirror: Path, name: str, commit: str, work: Path) -> tuple[Path, list[str]]:
+def standin(mirror: Path, name: str, recipe: str, commit: str, work: Path) -> tuple[Path, list[str]]:
     """The recipe extracted under ``work`` with the substitutions made; and what they were."""
     dest = work / name
     subprocess.run(["rm", "-rf", str(dest)], check=True)
     dest.mkdir(parents=True)
-    prefix = f"harbor_cookbook/recipes/{name}/"
+    prefix = f"harbor_cookbook/recipes/{recipe}/"
     archive = subprocess.run(["git", "-C", str(mirror), "archive", commit, prefix], capture_output=True, check=True)
     subprocess.run(
         ["tar", "-x", "-C", str(dest), f"--strip-components={prefix.count('/')}"], input=archive.stdout, check=True
@@ -83,9 +88,10 @@ def standin(mirror: Path, name: str, commit: str, work: Path) -> tuple[Path, lis
             dockerfile.write_text(text)
             changes.append(f"{dockerfile.relative_to(dest)}: base image local; apk/uv download replaced by apt-get")
     dnsmasq = dest / "environment" / "dns-server" / "dnsmasq.conf"
-    if dnsmasq.is_file() and DNSMASQ[0] in dnsmasq.read_text():
-        dnsmasq.write_text(dnsmasq.read_text().replace(*DNSMASQ))
-        changes.append("dnsmasq.conf: example.com answered by the sidecar (it resolves nowhere here)")
+    for forward, answer in DNSMASQ if dnsmasq.is_file() else ():
+        if forward in dnsmasq.read_text():
+            dnsmasq.write_text(dnsmasq.read_text().replace(forward, answer))
+            changes.append(f"dnsmasq.conf: {forward} replaced by answering example.com itself")
     test = dest / "tests" / "test.sh"
     preinstalled = "python3-pytest" in (dest / "environment" / "Dockerfile").read_text()
     install = "" if preinstalled else "apt-get update\napt-get install -y --no-install-recommends python3-pytest\n"
@@ -104,10 +110,10 @@ def main() -> int:
     mirror = args.mirrors / REPO.replace("/", "+") / "repo"
     args.work.mkdir(parents=True, exist_ok=True)
     dirs = []
-    for name, commit in RECIPES.items():
+    for name, (recipe, commit) in RECIPES.items():
         if args.only and name not in args.only:
             continue
-        task, changes = standin(mirror, name, commit, args.work / "tasks")
+        task, changes = standin(mirror, name, recipe, commit, args.work / "tasks")
         dirs.append(task)
         print(f"{name} ({commit[:7]}): " + "; ".join(changes))
     for name, why in LEFT_OUT.items():
