@@ -35,7 +35,7 @@ def _command_found(name: str) -> bool:
 
 
 def _compose_found() -> bool:
-    from .executors.docker.compose import compose_command
+    from .executors.docker.compose_cli import compose_command
 
     return compose_command() is not None
 

@@ -31,6 +31,7 @@ from pytest_maka.executors.base import (
     ExecutorCapabilities,
     Sandbox,
     SharedCapacity,
+    TaskChecks,
     VerifierEnvironments,
 )
 from pytest_maka.executors.local import LocalExecutor
@@ -55,7 +56,7 @@ class _NoOptions(BaseModel):
 
 def _capability_protocols() -> list[type]:
     """Every optional capability Protocol of the contract files."""
-    return [c.protocol for c in SANDBOX_CAPABILITIES] + [VerifierEnvironments, SharedCapacity, PlansExec]
+    return [c.protocol for c in SANDBOX_CAPABILITIES] + [VerifierEnvironments, SharedCapacity, TaskChecks, PlansExec]
 
 
 def _contract_names() -> dict[str, set[str]]:
@@ -66,6 +67,7 @@ def _contract_names() -> dict[str, set[str]]:
         "executor": set(protocol_members(Executor))
         | set(protocol_members(VerifierEnvironments))
         | set(protocol_members(SharedCapacity))
+        | set(protocol_members(TaskChecks))
         | {"features"},
         "verifier": set(protocol_members(Verifier)) | set(protocol_members(PlansExec)),
         "sandbox": sandbox,

@@ -27,7 +27,10 @@ import yaml
 from .errors import TaskError
 from .task import LOGS_DIR, SOLUTION_DIR, TESTS_DIR
 
-SUPPORTED = ("environment", "working_dir", "volumes", "extra_hosts", "shm_size", "cap_add", "cap_drop")
+SUPPORTED = (
+    *("environment", "working_dir", "volumes", "extra_hosts", "shm_size", "cap_add", "cap_drop"),
+    *("networks", "dns"),
+)
 #: Keys of the main service that are accepted and not applied, and why.
 IGNORED = {
     "build": "the executor builds the main image from the task's environment (once per digest)",
@@ -35,7 +38,6 @@ IGNORED = {
     "container_name": "every attempt names its own container",
     "command": "replaced by the harness's keep-alive, as Harbor's base compose file does",
     "depends_on": "the sidecars are up (and healthy where they say so) before the main container is made",
-    "networks": "the main container joins the project's default network as 'main'",
     "hostname": "the sandbox's hostname is the harness's",
     "labels": "the harness labels the main container itself",
     "restart": "the harness owns the main container's lifetime",
@@ -63,6 +65,21 @@ HARNESS_DIRS = (LOGS_DIR, TESTS_DIR, SOLUTION_DIR)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+#: Keys of a network the main service lists that are applied (the rest: a skip with its name).
+NETWORK_KEYS = ("aliases", "ipv4_address")
+#: Network drivers a task may declare: each becomes an internal bridge of the attempt's project.
+NETWORK_DRIVERS = ("bridge",)
+
+
+@dataclass(frozen=True)
+class MainNetwork:
+    """A network the main service lists: its key in the file, its extra aliases, its fixed address."""
+
+    key: str
+    aliases: tuple[str, ...] = ()
+    ipv4_address: str | None = None
+
+
 @dataclass(frozen=True)
 class MainService:
     """What the main container takes from its compose service."""
@@ -77,6 +94,9 @@ class MainService:
     shm_size: str | int | None = None
     cap_add: tuple[str, ...] = ()
     cap_drop: tuple[str, ...] = ()
+    #: The networks it lists (none: the project's default network, as Compose does).
+    networks: tuple[MainNetwork, ...] = ()
+    dns: tuple[str, ...] = ()
     #: Keys given and not applied (IGNORED), for the record.
     ignored: tuple[str, ...] = ()
     unsupported: str | None = None
@@ -196,6 +216,9 @@ def main_service(compose_file: Path, main: str, variables: dict[str, str] | None
         reason = f"{compose_file}: {where}.{unsupported[0]} is not supported (supported: {', '.join(SUPPORTED)})"
     elif unsafe:
         reason = f"{compose_file}: {where}.cap_add: {unsafe[0]} is not granted to a sandbox"
+    networks, network_problem = _networks(spec.get("networks"), data.get("networks") or {}, subs)
+    if reason is None and network_problem:
+        reason = f"{compose_file}: {where}.networks: {network_problem}"
     binds, volumes = _volumes(compose_file, where, spec.get("volumes") or [], data.get("volumes") or {}, subs)
     working_dir = spec.get("working_dir")
     return MainService(
@@ -207,6 +230,8 @@ def main_service(compose_file: Path, main: str, variables: dict[str, str] | None
         shm_size=spec.get("shm_size"),
         cap_add=caps,
         cap_drop=tuple(str(c).upper().removeprefix("CAP_") for c in spec.get("cap_drop") or ()),
+        networks=networks,
+        dns=tuple(substitute(str(d), subs) for d in _listed(spec.get("dns"))),
         ignored=tuple(k for k in spec if k in IGNORED),
         unsupported=reason,
     )
@@ -227,6 +252,32 @@ def _environment(raw: Any, subs: dict[str, str]) -> dict[str, str]:
         if sep:
             out[name] = substitute(value, subs)
     return out
+
+
+def _listed(raw: Any) -> list[Any]:
+    """A key Compose takes as one value or a list of them."""
+    return [raw] if isinstance(raw, (str, int)) else list(raw or [])
+
+
+def _networks(raw: Any, declared: dict[str, Any], subs: dict[str, str]) -> tuple[tuple[MainNetwork, ...], str | None]:
+    """The networks ``main`` lists (list or mapping form), and why they cannot be given as
+    Compose would (an external network, a driver other than a bridge, a key not applied), if so."""
+    entries: dict[str, Any] = raw if isinstance(raw, dict) else {str(n): None for n in raw or []}
+    out: list[MainNetwork] = []
+    for key, spec in entries.items():
+        top = declared.get(key) if isinstance(declared.get(key), dict) else {}
+        if top.get("external"):
+            return (), f"{key} is external: a task's networks are its own project's"
+        if top.get("driver", "bridge") not in NETWORK_DRIVERS or top.get("driver_opts"):
+            return (), f"{key}: driver {top.get('driver')!r} is not supported (an internal bridge is)"
+        spec = spec if isinstance(spec, dict) else {}
+        extra = [k for k in spec if k not in NETWORK_KEYS]
+        if extra:
+            return (), f"{key}.{extra[0]} is not supported (supported: {', '.join(NETWORK_KEYS)})"
+        address = spec.get("ipv4_address")
+        aliases = tuple(substitute(str(a), subs) for a in spec.get("aliases") or ())
+        out.append(MainNetwork(str(key), aliases, substitute(str(address), subs) if address else None))
+    return tuple(out), None
 
 
 def _pairs(raw: Any, subs: dict[str, str]) -> dict[str, str]:

@@ -21,8 +21,8 @@ from ..core.cohort import Cohort
 from ..core.errors import ExecutorUnavailable
 from ..core.record_model import AttemptRecord
 from ..core.steps import step_views
-from ..core.task import FEATURES
-from ..executors.base import Executor, LeaseRequest
+from ..core.task import FEATURES, Task
+from ..executors.base import Executor, LeaseRequest, TaskChecks
 from ..run.lifecycle import CellRunner, LeaseFn, RunSettings
 from ..store.ledger import Ledger
 from ..store.redact import Redactor
@@ -94,6 +94,7 @@ class Engine:
         self.options = options
         self.out_dir = (options.out_dir or options.reports_root / cohort.name).resolve()
         self._runner: CellRunner | None = None
+        self._task_problems: dict[str, str | None] = {}  # TaskChecks' answer per task id
 
     @classmethod
     def build(cls, spec_path: Path, registries: Registries, options: EngineOptions) -> Engine:
@@ -137,8 +138,18 @@ class Engine:
         if missing:
             kind = self.cohort.loaded.executor.kind
             return f"{task.id}: {FEATURES[missing[0]]} not supported on the {kind} executor yet"
+        if problem := self.task_problem(task):
+            return f"{task.id}: {problem}"
         subject = self.subjects[cell.subject.name]  # a multi-step task: every step's view must be supported
         return next((r for r in map(subject.unsupported, step_views(task)) if r), None)
+
+    def task_problem(self, task: Task) -> str | None:
+        """The executor's ``TaskChecks`` answer for ``task``, asked once per task."""
+        if not isinstance(self.executor, TaskChecks):
+            return None
+        if task.id not in self._task_problems:
+            self._task_problems[task.id] = self.executor.task_problem(task)
+        return self._task_problems[task.id]
 
     @cached_property
     def redactor(self) -> Redactor:

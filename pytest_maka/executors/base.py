@@ -17,7 +17,8 @@ Everything else is optional and declared here with what the kernel does without 
   needs one is skipped with the reason ``core.task_parts.FEATURES`` gives) and ``host_needs``
   (default: nothing). ``ExecutorBase`` holds these defaults. ``capabilities.separate_verifier``
   means the executor also implements ``VerifierEnvironments``; ``SharedCapacity``: its leases
-  take slots shared host-wide and report their wait (``LeaseRequest.slot_wait``).
+  take slots shared host-wide and report their wait (``LeaseRequest.slot_wait``); ``TaskChecks``:
+  a task it cannot run as given is skipped at collection with the reason, once.
 - On the sandbox: the Protocols of ``SANDBOX_CAPABILITIES`` below (declared in
   ``executors/capabilities.py``, re-exported here), each checked with ``isinstance`` and each
   with its default. ``EgressSandbox`` is the important one: inside its
@@ -53,6 +54,7 @@ from .capabilities import (
     ReadOnlySystemView,
     ReportsFullDisk,
     SharedCapacity,
+    TaskChecks,
     VerdictChannel,
     VerifierEnvironments,
 )
@@ -79,6 +81,7 @@ __all__ = [
     "Sandbox",
     "SandboxCapability",
     "SharedCapacity",
+    "TaskChecks",
     "VerdictChannel",
     "VerifierEnvironments",
 ]

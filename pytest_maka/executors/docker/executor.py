@@ -23,7 +23,7 @@ from ...core.task import Task
 from ..base import ExecutorCapabilities, LeaseRequest
 from . import labels as L
 from .cleanup import is_local, reap_shims, sweep
-from .compose import ComposeProject
+from .compose import ComposeProject, compose_command, definition_problem
 from .containers import Containers, EnvKey, cell_labels, check_started, first_entries
 from .containers import storage_support as storage_support  # re-exported
 from .egress import DockerEgress
@@ -82,6 +82,13 @@ class DockerExecutor(SeparateVerifier, Containers):
             more = f" and {len(compose) - 1} more" if len(compose) > 1 else ""
             needs.append(Need("compose", f"the multi-container task {compose[0]}{more}"))
         return needs
+
+    def task_problem(self, task: Task) -> str | None:
+        """``TaskChecks``: a compose file Docker Compose rejects, checked once per task before any
+        cell runs (no engine needed); where Compose is absent, ``host_needs`` says so instead."""
+        if task.compose_file is None or compose_command() is None:
+            return None
+        return definition_problem(self.engines[0], task, self.options.resolved_state_dir())
 
     def check(self) -> None:
         """Raise ExecutorUnavailable (one line) when no engine answers; take silent ones out."""
@@ -185,7 +192,6 @@ class DockerExecutor(SeparateVerifier, Containers):
                         key,
                         cell_labels(request),
                         mounts=mounts,
-                        network=project.network if project and project.services else None,
                         main=main,
                     )
                 else:
