@@ -2,9 +2,10 @@
 test_provider_faults.py): each preset's reader turns what its CLI printed into the record's evidence.
 
 What each pinned CLI shows of a failed request is in docs/agents.md ("Provider evidence"). The CLIs
-that retry an intermittent 429 without a word (opencode, pi, qwen-code, mini-swe-agent) stay
-official and count nothing, as the 429 rows assert. aider makes one model request per task here,
-so an every-other-request 429 never reaches it, and it prints no status (docs/agents.md).
+that retry an intermittent 429 without a word (opencode, pi, mini-swe-agent) stay official and
+count nothing, as the 429 rows assert; qwen-code's are counted by the egress proxy. aider makes one
+model request per task here, so an every-other-request 429 never reaches it, and it prints no
+status (docs/agents.md).
 """
 
 from __future__ import annotations
@@ -69,13 +70,22 @@ def test_an_intermittent_429_is_official(cohort: Cohort, agent_cache, secret_env
     assert record["status"] == "agent_success" and record["official"] is True, (record["error"], result.outlines[-20:])
     agent = record["agent"]
     assert agent["provider_answered"] is True and "provider_unusable" not in agent, agent
-    counted = {"gemini-cli": {"429": len(limited)}}.get(kind)  # the one CLI that reports its retries
+    # gemini-cli reports its retries; qwen-code tunnels plain HTTP through CONNECT, where the egress
+    # proxy reads the answers' statuses; the others retry in silence over a path the proxy cannot read
+    counted = {"gemini-cli": {"429": len(limited)}, "qwen-code": {"429": len(limited)}}.get(kind)
     assert (agent.get("provider_errors") or None) == counted, agent
 
 
 @pytest.mark.parametrize(
     ("kind", "status"),
-    [("pi", "429"), ("gemini-cli", "429"), ("aider", "500"), ("mini-swe-agent", "429"), ("opencode", "429")],
+    [
+        ("pi", "429"),
+        ("gemini-cli", "429"),
+        ("aider", "500"),
+        ("mini-swe-agent", "429"),
+        ("opencode", "429"),
+        ("qwen-code", "429"),
+    ],
 )
 def test_every_request_failing_is_infra_failure_even_when_killed_retrying(
     cohort: Cohort, agent_cache, secret_env: str, kind: str, status: str
@@ -96,3 +106,19 @@ def test_every_request_failing_is_infra_failure_even_when_killed_retrying(
     errors = record["agent"]["provider_errors"]
     assert set(errors) == {status} and (1 if kind == "opencode" else 2) <= errors[status] <= failed, (errors, failed)
     assert record["error"]["message"].startswith(f"provider failed every request: {status} x"), record["error"]
+
+
+def test_qwen_code_when_the_provider_hangs_is_infra_failure(cohort: Cohort, agent_cache, secret_env: str) -> None:  # type: ignore[no-untyped-def]
+    """qwen-code tunnels plain HTTP through CONNECT: the proxy's own "200 Connection established" is
+    not an answer from the provider, so a provider that never answers is seen as such."""
+    installed(agent_cache, "qwen-code")
+    with model_server(Script(actions=WRITE, fault=Fault("hang"))) as server:
+        cohort.task("t", agent_timeout=15)
+        cohort.write(subjects=[_subject("qwen-code", server.url, str(agent_cache.root))], retries={"infra": 1})
+        result = cohort.run()
+    attempts = cohort.attempts()
+    assert len(attempts) == 1, "not retried"
+    record = attempts[0]
+    assert record["status"] == "infra_failure", (record["error"], record["agent"], result.outlines[-20:])
+    assert record["agent"]["provider_answered"] is False, record["agent"]
+    assert record["error"]["message"].startswith("provider never answered: no answer x"), record["error"]
