@@ -99,8 +99,8 @@ def test_a_service_the_subject_left_running_answers_the_verifier(cohort: Cohort,
 
 
 def test_the_parity_sets_feature_tasks_pass_with_oracle_and_fail_with_nop_on_docker(
-    cohort: Cohort, docker_api, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    cohort: Cohort, docker_api: object, tmp_path: Path
+) -> None:
     names = tuple(sorted(p.name for p in FEATURE_TASKS.iterdir() if (p / "task.toml").is_file()))
     assert {"image-env", "multi-reward", "separate-verifier"} <= set(names), names
     for name in names:
