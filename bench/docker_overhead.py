@@ -2,6 +2,7 @@
 
     python bench/docker_overhead.py                 # executor level: 40 cells at concurrency 1 and 4
     python bench/docker_overhead.py --pytest        # also through pytest -n 1 / -n 4 (2 s tasks)
+    python bench/docker_overhead.py --skip-executor --harbor /tmp/harbor-venv/bin/harbor  # beside Harbor
 
 Executor level: each cell goes through the lifecycle's executor calls for a trivial task
 (lease, put instruction, subject ``true``, the lifecycle's restore step, the taint rule's
@@ -9,6 +10,9 @@ access watch, verifier, copy-out, release) and every
 phase is timed; the table shows medians. Then cells whose subject sleeps 2 s run at
 concurrency 1 and 4 and the throughputs are compared. ``--pytest`` runs a generated cohort
 of 2 s tasks with ``executor: {kind: docker}`` under ``pytest -n 1`` and ``-n 4``.
+``--harbor PATH`` runs the trivial parity task (``bench/harbor_parity_tasks/make-file``, oracle
+and nop) ``--harbor-trials`` times through Harbor 0.25 and through pytest-maka, warm (images
+built first) at concurrency 1, and prints each one's median wall time per trial / cell and the ratio.
 Needs a Docker engine with python:3.11-slim (../shared/ci/provision-docker.sh).
 """
 
@@ -242,6 +246,43 @@ def pytest_level(args: argparse.Namespace, work: Path) -> None:
     print(f"  throughput -n 4 / -n 1 (cells running): {rates[4] / rates[1]:.2f}x (target >= 3x)")
 
 
+def beside_harbor(args: argparse.Namespace, work: Path) -> None:
+    """The trivial task, warm, at concurrency 1: Harbor's wall time per trial against ours per cell."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from harbor_parity import AGENTS, maka_verdict, run_harbor, run_maka
+
+    task = ROOT / "bench" / "harbor_parity_tasks" / "make-file"
+    n = args.harbor_trials
+    print(f"\nBeside Harbor: {task.name}, oracle and nop, {n} warm trials / cells each, concurrency 1")
+    print(f"  load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    run_maka([task], work, "parity-cold")  # builds the image
+    maka, _ = run_maka([task], work, "parity-warm", n)
+    run_harbor(args.harbor, task, "nop", work / "jobs", "cold")  # builds the image
+    theirs = {a: run_harbor(args.harbor, task, a, work / "jobs", f"warm-{a}", n) for a in AGENTS}
+    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    ours_all: list[float] = []
+    theirs_all: list[float] = []
+    for agent in AGENTS:
+        cells = maka.get((task.name, agent), [])
+        ours = [c["duration_s"] for c in cells if c.get("duration_s") is not None]
+        h = theirs[agent]
+        ours_all += ours
+        theirs_all += h["trials_s"]
+        verdicts = {maka_verdict(c) for c in cells}
+        print(
+            f"  {agent:<6} Harbor 0.25: {h['verdict']}, median {_median(h['trials_s'])} s per trial "
+            f"({len(h['trials_s'])} trials) | pytest-maka: {'/'.join(sorted(verdicts))}, "
+            f"median {_median(ours)} s per cell ({len(ours)} cells)"
+        )
+    if ours_all and theirs_all:
+        ratio = statistics.median(theirs_all) / statistics.median(ours_all)
+        print(f"  Harbor trial / pytest-maka cell (medians over both agents): {ratio:.1f}x")
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=40)
@@ -251,6 +292,8 @@ def main() -> None:
     parser.add_argument("--pytest-cells", type=int, default=16)
     parser.add_argument("--plugin", default=None, help="extra -p plugin for pytest (e.g. one registering docker)")
     parser.add_argument("--skip-executor", action="store_true")
+    parser.add_argument("--harbor", default=None, help="the harbor executable: also time the trivial task beside it")
+    parser.add_argument("--harbor-trials", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="maka-bench-") as tmp:
         work = Path(tmp)
@@ -258,6 +301,8 @@ def main() -> None:
             executor_level(args, work)
         if args.pytest:
             pytest_level(args, work)
+        if args.harbor:
+            beside_harbor(args, work)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ own ``Path.home()``, as the public jupyter-notebook-server task does), a command
 oracle 1 and each nop 0; so must this harness. Where the verifier ran code the subject placed
 outside the workdir, the pass is recorded as tainted (with the paths), and refused only under
 ``policy.refuse_tainted``.
+
+With the tasks of ``bench/harbor_parity_tasks/`` (an image ``ENV PATH``, a multi-key reward, a
+separate verifier) they are the parity set that ``bench/harbor_parity.py`` runs through Harbor
+0.25 and this harness (docs/benchmarks.md has the table); the tests here keep this harness's
+half of it true without Harbor.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from ..conftest import Cohort
 pytestmark = pytest.mark.docker
 
 TASKS = Path(__file__).parent / "honest_tasks"
+#: The parity set's other folder: harness features rather than changes to the environment.
+FEATURE_TASKS = Path(__file__).parents[2] / "bench" / "harbor_parity_tasks"
 NAMES = ("command-in-usr-local-bin", "config-in-etc", "config-in-home", "package-in-system-site-packages")
 #: A service the subject left running, which the verifier checks: it keeps running on Docker, whose
 #: verdict channel is private (docs/security.md, "The verdict channel").
@@ -89,3 +96,18 @@ def test_a_service_the_subject_left_running_answers_the_verifier(cohort: Cohort,
     oracle = records[f"{SERVICE}[oracle-r0]"]
     assert oracle["status"] == "agent_success", oracle["error"]
     assert not oracle["taint"]["tainted"], oracle["taint"]
+
+
+def test_the_parity_sets_feature_tasks_pass_with_oracle_and_fail_with_nop_on_docker(
+    cohort: Cohort, docker_api: object, tmp_path: Path
+) -> None:
+    names = tuple(sorted(p.name for p in FEATURE_TASKS.iterdir() if (p / "task.toml").is_file()))
+    assert {"image-env", "multi-reward", "separate-verifier"} <= set(names), names
+    for name in names:
+        shutil.copytree(FEATURE_TASKS / name, cohort.tasks / name)
+    cohort.state = tmp_path / "state"  # type: ignore[attr-defined]
+    records = run(cohort, names)
+    assert {cid: r["status"] for cid, r in records.items()} == {
+        **{f"{n}[oracle-r0]": "agent_success" for n in names},
+        **{f"{n}[nop-r0]": "agent_failure" for n in names},
+    }, {cid: (r["status"], r["error"]) for cid, r in records.items()}

@@ -303,3 +303,18 @@ def test_the_helper_never_imports_a_file_of_the_container(sandbox: DockerSandbox
     sandbox.close_verdict()
     code, out = run(sandbox, "cat /planted-ran 2>/dev/null; echo checked", tmp_path, "after")
     assert out == "checked\n", f"a planted module ran in the helper: {out}"
+
+
+def test_the_leftover_count_is_the_channels_until_a_command_runs(sandbox: DockerSandbox, tmp_path: Path) -> None:
+    """The taint rule's count of what the subject left running is the one the channel just took
+    (no second listing), and a fresh one once any command ran since."""
+    daemons = "".join(detached(f".maka-{n}.sh", f"echo $$ > /tmp/{n}.pid; exec sleep 300") for n in "ab")
+    code, out = run(sandbox, daemons, tmp_path, "subject")
+    assert code == 0, out
+    sandbox.open_verdict(None, tmp_path / "scratch")
+    assert "2 processes the subject left ran" in sandbox.verdict_channel(), sandbox.verdict_channel()
+    assert sandbox.leftover_processes()[0] == 2
+    code, out = run(sandbox, "kill -9 $(cat /tmp/a.pid) && echo killed", tmp_path, "verify")
+    sandbox.close_verdict()
+    assert code == 0 and "killed" in out, out
+    assert sandbox.leftover_processes()[0] == 1

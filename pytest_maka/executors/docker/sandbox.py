@@ -104,7 +104,7 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
         max_output_bytes: int = DEFAULT_MAX_OUTPUT,
     ) -> ExecResult:
         """``sh -c command``; returns once every process it started is gone (also on timeout)."""
-        self._dirty, self._fresh = True, set()
+        self._dirty, self._fresh, self._witnesses_current = True, set(), False
         started = time.monotonic()
         proxied = self.egress.current if network and self.egress is not None else None
         target = proxied.network if proxied else self._network
@@ -249,12 +249,17 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
             self._restart()
 
     def leftover_processes(self) -> tuple[int, int | None]:
-        """(processes running besides the image's own, the container's process limit or None)."""
+        """(processes running besides the image's own, the container's process limit or None).
+
+        Right after ``open_verdict`` (no command ran since) its count is the answer."""
         with self.engine.guard("counting the container's processes"):
-            try:
-                left = len(self._processes() - self._keepers)
-            except docker.errors.APIError:  # stopped
-                return 0, None
+            if self._witnesses_current and self._witnesses is not None:
+                left, self._witnesses_current = self._witnesses, False
+            else:
+                try:
+                    left = len(self._processes() - self._keepers)
+                except docker.errors.APIError:  # stopped
+                    return 0, None
             limit = (self.api.inspect_container(self.id).get("HostConfig") or {}).get("PidsLimit")
         return left, int(limit) if limit and int(limit) > 0 else None
 
