@@ -27,7 +27,9 @@ dir the two harnesses load differently, with both reasons; ``--json`` writes eve
 
 ``--match`` (a glob on the task dir's path, repeatable) and ``--only N`` pick the task dirs that
 run; ``--base-image PUBLIC=LOCAL`` puts a local image in the ``FROM`` lines of the extracted
-copies (both harnesses run the same copy; each substitution is recorded and printed);
+copies (both harnesses run the same copy; each substitution is recorded and printed), and
+``--public-network`` makes their ``task.toml`` networks public (Harbor 0.25 refuses ``no-network``
+on Docker where its egress-control probe image cannot be pulled);
 ``--timings`` runs each side twice (cold: images built; warm). Every run prints where its wall
 time went: the sum of each phase over its cells (our records' ``timings``; Harbor's
 ``result.json`` spans), the cells' time in no phase, idle worker time, and the time before the
@@ -54,7 +56,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 MANIFEST = ROOT / "bench" / "survey_repos.yaml"
 
 from survey_runs import AGENTS, RunTime, median, run_harbor_cells, run_maka  # noqa: E402
-from survey_tasks import TaskFacts, extract, git_dir, harbor_load, harbor_python, load, substitute_bases, task_dirs  # noqa: E402
+from survey_tasks import (  # noqa: E402
+    TaskFacts,
+    extract,
+    git_dir,
+    harbor_load,
+    harbor_python,
+    load,
+    substitute_bases,
+    substitute_network,
+    task_dirs,
+)
 
 
 def _arguments() -> argparse.Namespace:
@@ -69,6 +81,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--only", type=int, help="run at most this many task dirs")
     parser.add_argument("--base-image", action="append", default=[], metavar="PUBLIC=LOCAL",
                         help="a local image for a public base image (FROM lines of the extracted copies)")  # fmt: skip
+    parser.add_argument("--public-network", action="store_true",
+                        help="make the picked tasks' networks public (task.toml of the extracted copies)")  # fmt: skip
     parser.add_argument("--timings", action="store_true", help="run each side twice (cold, warm)")
     return parser.parse_args()
 
@@ -118,7 +132,9 @@ def print_reasons(facts: list[TaskFacts], harbor: bool) -> None:
     if ignored:
         print("  ignored keys (loaded anyway): " + ", ".join(f"{k} x{n}" for k, n in ignored.most_common()))
     for b in sorted({b for f in facts for b in f.substituted}):
-        print(f"  base image substituted: {b} ({sum(b in f.substituted for f in facts)} task dirs)")
+        network = b.startswith(("network_mode", "allow_internet"))
+        what = "network substituted" if network else "base image substituted"
+        print(f"  {what}: {b} ({sum(b in f.substituted for f in facts)} task dirs)")
 
 
 def print_times(times: list[RunTime]) -> None:
@@ -149,11 +165,14 @@ def main() -> int:
         if git is None:
             missing.append(f"{repo} @ {commit}")
             continue
-        root = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12])
+        root, absent = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12])
+        if absent:
+            missing.append(f"{repo} @ {commit}: {absent} files listed but absent from the mirror (the rest surveyed)")
         for task_dir in task_dirs(root):
             relative = str(task_dir.relative_to(root))
             chosen = not args.match or any(fnmatch.fnmatch(relative, m) for m in args.match)
             substituted = substitute_bases(task_dir, bases) if bases and chosen else []
+            substituted += substitute_network(task_dir) if args.public_network and chosen else []
             one = load(repo, task_dir, root, features)
             one.substituted = substituted
             facts.append((one, task_dir))
@@ -193,7 +212,7 @@ def main() -> int:
                 print(f"{task_id[:44]:<44} {agent:<6} {mine:<16} {theirs_v[:12]:<12} {one.why_not.get(agent, '')[:90]}")
     print_times(times)
     for line in missing:
-        print(f"  not fetched: {line} (fetch it into {args.mirrors} first)")
+        print(f"  not fetched: {line}" + ("" if ": " in line else f" (fetch it into {args.mirrors} first)"))
     if args.json:
         args.json.write_text(json.dumps([asdict(f) for f in only], indent=1))
     return 0

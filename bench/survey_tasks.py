@@ -43,16 +43,43 @@ def git_dir(mirrors: Path, repo: str) -> Path | None:
     return None
 
 
-def extract(git: Path, commit: str, path: str, dest: Path) -> Path:
-    """The repository's ``path`` at ``commit``, extracted under ``dest``."""
+def extract(git: Path, commit: str, path: str, dest: Path) -> tuple[Path, int]:
+    """The repository's ``path`` at ``commit``, extracted under ``dest``, and how many files its mirror lacks.
+
+    A snapshot may list its largest files without holding them: then ``git archive`` fails, and every
+    file the mirror holds is written one by one (the absent ones counted, and named by the caller).
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(
-        ["git", f"--git-dir={git}", "archive", "--format=tar", commit, *([path] if path not in ("", ".") else [])],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / path if path not in ("", ".") else dest
+    where = [path] if path not in ("", ".") else []
+    archive = subprocess.run(["git", f"--git-dir={git}", "archive", commit, *where], capture_output=True)
+    root = dest / path if where else dest
+    if archive.returncode == 0:
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return root, 0
+    listing = subprocess.run(["git", f"--git-dir={git}", "ls-tree", "-r", "-z", commit, "--", *where],
+                             capture_output=True, check=True).stdout.decode()  # fmt: skip
+    entries = [line.split("\t", 1) for line in listing.split("\0") if line]
+    blobs = [(head.split()[0], head.split()[2], name) for head, name in entries if head.split()[1] == "blob"]
+    batch = subprocess.run(["git", f"--git-dir={git}", "cat-file", "--batch"], capture_output=True, check=True,
+                           input="".join(f"{oid}\n" for _, oid, _ in blobs).encode()).stdout  # fmt: skip
+    missing, at = 0, 0
+    for mode, _, name in blobs:
+        end = batch.index(b"\n", at)
+        head = batch[at:end].split()
+        if head[-1] == b"missing":
+            missing, at = missing + 1, end + 1
+            continue
+        size = int(head[2])
+        body, at = batch[end + 1 : end + 1 + size], end + 2 + size
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "120000":
+            target.unlink(missing_ok=True)
+            target.symlink_to(body.decode())
+        else:
+            target.write_bytes(body)
+            target.chmod(0o755 if mode == "100755" else 0o644)
+    return root, missing
 
 
 def task_dirs(root: Path) -> list[Path]:
@@ -71,6 +98,27 @@ def substitute_bases(task_dir: Path, bases: dict[str, str]) -> list[str]:
         if new != text:
             dockerfile.write_text(new)
             done += [f"{p}={new_}" for p, new_ in bases.items() if p in text and f"{p}={new_}" not in done]
+    return done
+
+
+#: ``--public-network``: what makes a task's network public in its ``task.toml`` (Harbor 0.25 cannot
+#: run a ``no-network`` task on Docker here: its egress control probes the kernel with an image it pulls)
+NETWORK_KEYS = (
+    (r'(?m)^(\s*network_mode\s*=\s*)"(?:no-network|allowlist)"', r'\g<1>"public"', "network_mode=public"),
+    (r"(?m)^(\s*allow_internet\s*=\s*)false\b", r"\g<1>true", "allow_internet=true"),
+)
+
+
+def substitute_network(task_dir: Path) -> list[str]:
+    """Make every network a ``task.toml`` of the task declares public; what was changed."""
+    done: list[str] = []
+    for toml in sorted(task_dir.rglob("task.toml")):
+        text = new = toml.read_text(errors="replace")
+        for pattern, replacement, label in NETWORK_KEYS:
+            new, n = re.subn(pattern, replacement, new)
+            done += [label] if n and label not in done else []
+        if new != text:
+            toml.write_text(new)
     return done
 
 

@@ -135,3 +135,44 @@ def test_phase_sums_account_for_every_second_of_a_run() -> None:
     theirs = run_time("Harbor", [harbor_trial], start, start + 62, 1, "harbor")
     assert dict(theirs.rows())["environment_setup"] == 30.0 and theirs.phases["verifier"] == 18.0
     assert dict(theirs.rows())["in a cell, in no phase"] == 2.0
+
+
+def test_a_mirror_lacking_some_files_is_surveyed_from_the_files_it_holds(tmp_path: Path) -> None:
+    """A snapshot that lists a file without holding it: the rest is extracted and loaded, the gap is named."""
+    manifest, commit = _repo(tmp_path, ("alpha-task", "beta-task"))
+    repo = tmp_path / "mirrors" / "someone+tasks"
+    (repo / "beta-task" / "big.bin").write_bytes(b"\x00" * 4096)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a large file"], check=True)
+    commit = subprocess.run([*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    oid = subprocess.run([*git[:3], "rev-parse", "HEAD:beta-task/big.bin"], capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    (repo / ".git" / "objects" / oid[:2] / oid[2:]).unlink()  # loose, as a fresh commit leaves it
+    manifest.write_text(f'repositories:\n  - {{repo: someone/tasks, commit: {commit}, path: ""}}\n')
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(SCRIPT), str(manifest), "--mirrors", str(tmp_path / "mirrors"), "--work", str(work)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("someone/tasks"))
+    assert row.split()[1:4] == ["2", "2", "2"], done.stdout
+    assert f"someone/tasks @ {commit}: 1 files listed but absent from the mirror" in done.stdout
+    extracted = work / "someone+tasks" / commit[:12]
+    assert (extracted / "beta-task" / "task.yaml").read_text().startswith("instruction:")
+    assert not (extracted / "beta-task" / "big.bin").exists()
+
+
+def test_public_network_rewrites_only_the_picked_tasks(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from survey_tasks import substitute_network
+
+    task = tmp_path / "offline"
+    task.mkdir()
+    (task / "task.toml").write_text(
+        '[environment]\nallow_internet = false\n[verifier]\nnetwork_mode = "no-network"\n'
+        '[agent]\nnetwork_mode = "public"\n'
+    )
+    assert substitute_network(task) == ["network_mode=public", "allow_internet=true"]
+    text = (task / "task.toml").read_text()
+    assert "allow_internet = true" in text and 'network_mode = "no-network"' not in text
+    assert substitute_network(task) == [], "a second pass finds nothing left to change"
