@@ -25,8 +25,8 @@ dir the two harnesses load differently, with both reasons; ``--json`` writes eve
     python bench/survey.py --run --harbor /tmp/harbor-venv/bin/harbor --match '*flood*' --match '*kmeans*' \
         --base-image ghcr.io/laude-institute/t-bench/python-3-13:20250620=python:3.11-slim --timings
 
-``--match`` (a glob on the task dir's path, repeatable) and ``--only N`` pick the task dirs that
-run; ``--base-image PUBLIC=LOCAL`` puts a local image in the ``FROM`` lines of the extracted
+``--match`` (a glob on the task dir's path or on ``OWNER/NAME/PATH``, repeatable) and ``--only N``
+pick the task dirs that run; ``--base-image PUBLIC=LOCAL`` puts a local image in the ``FROM`` lines of the extracted
 copies (both harnesses run the same copy; each substitution is recorded and printed), and
 ``--public-network`` makes their ``task.toml`` networks public (Harbor 0.25 refuses ``no-network``
 on Docker where its egress-control probe image cannot be pulled);
@@ -170,7 +170,8 @@ def main() -> int:
             missing.append(f"{repo} @ {commit}: {absent} files listed but absent from the mirror (the rest surveyed)")
         for task_dir in task_dirs(root):
             relative = str(task_dir.relative_to(root))
-            chosen = not args.match or any(fnmatch.fnmatch(relative, m) for m in args.match)
+            named = (relative, f"{repo}/{relative}".removesuffix("/."))  # a glob may name the repository too
+            chosen = not args.match or any(fnmatch.fnmatch(n, m) for n in named for m in args.match)
             substituted = substitute_bases(task_dir, bases) if bases and chosen else []
             substituted += substitute_network(task_dir) if args.public_network and chosen else []
             one = load(repo, task_dir, root, features)
