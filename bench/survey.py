@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -74,6 +75,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("manifest", nargs="?", type=Path, default=MANIFEST)
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"), help="the fetched repositories")
     parser.add_argument("--work", type=Path, help="where to extract them (default: a temporary directory)")
+    parser.add_argument("--repo", action="append", default=[], help="survey only this OWNER/NAME of the manifest")
     parser.add_argument("--run", action="store_true", help="run oracle and nop on Docker")
     parser.add_argument("--harbor", help="the harbor executable: Harbor 0.25's load columns, and its trials with --run")
     parser.add_argument("--json", type=Path, help="write every task's facts here")
@@ -115,12 +117,28 @@ def print_summary(facts: list[TaskFacts], ran: bool, harbor: bool) -> None:
         print(f"{repo:<46} {row['dirs']:>5} {load_col:>11} {run_col:>11} {ran_col:>5} {agree:>8}")
 
 
+#: What varies from one task to the next inside one reason (a line number, a name): counted as one reason
+_VARIES = (
+    (re.compile(r"\(at line \d+, column \d+\)"), "(at line L, column C)"),
+    (re.compile(r"\(got '[^']*'\)"), "(got '...')"),
+    (re.compile(r"(Package name must be in 'org/name' format).*"), r"\1 ..."),
+    (re.compile(r"(Environment variable) '[^']*'"), r"\1 '...'"),
+)
+
+
+def reason(why: str) -> str:
+    """``why`` without what varies from task to task, cut to one line."""
+    for pattern, replacement in _VARIES:
+        why = pattern.sub(replacement, why)
+    return why[:150]
+
+
 def print_reasons(facts: list[TaskFacts], harbor: bool) -> None:
-    for why, n in Counter(f.why for f in facts if not f.runnable).most_common():
-        print(f"  not runnable here x{n}: {why[:150]}")
+    for why, n in Counter(reason(f.why) for f in facts if not f.runnable).most_common():
+        print(f"  not runnable here x{n}: {why}")
     if harbor:
-        for why, n in Counter(f.harbor_why for f in facts if not f.harbor_runnable).most_common():
-            print(f"  not runnable in Harbor x{n}: {why[:150]}")
+        for why, n in Counter(reason(f.harbor_why) for f in facts if not f.harbor_runnable).most_common():
+            print(f"  not runnable in Harbor x{n}: {why}")
         differ = [f for f in facts if (f.loadable, f.runnable) != (f.harbor_loadable, f.harbor_runnable)]
         if differ:
             print(f"\n{len(differ)} task dirs the two harnesses load differently (loadable/runnable here; Harbor):")
@@ -140,10 +158,11 @@ def print_reasons(facts: list[TaskFacts], harbor: bool) -> None:
 def print_times(times: list[RunTime]) -> None:
     for t in times:
         shown = "-" if median(t.durations) is None else f"{median(t.durations):.1f} s"
-        print(f"\n{t.label}: {t.cells} cells in {t.wall_s:.0f} s wall on {t.workers} worker(s), median cell {shown}")
         total = t.wall_s * t.workers
+        print(f"\n{t.label}: {t.cells} cells in {t.wall_s:.0f} s wall on {t.workers} worker(s) = {total:.0f} worker-s, "
+              f"median cell {shown}")  # fmt: skip
         for what, seconds in t.rows():
-            print(f"  {what:<52} {seconds:>8.0f} s  {100 * seconds / total if total else 0:>5.1f}% of worker time")
+            print(f"  {what:<52} {seconds:>8.0f} s  {100 * seconds / total if total else 0:>5.1f}%")
 
 
 def main() -> int:
@@ -155,6 +174,7 @@ def main() -> int:
 
     features = DockerExecutor.capabilities.features - ({"compose"} if not compose_command() else set())
     entries = yaml.safe_load(args.manifest.read_text())["repositories"]
+    entries = [e for e in entries if e["repo"] in args.repo or not args.repo]
     work = args.work or Path(tempfile.mkdtemp(prefix="maka-survey-"))
     facts: list[tuple[TaskFacts, Path]] = []
     dirs_by_id: dict[str, tuple[TaskFacts, Path]] = {}

@@ -39,13 +39,16 @@ class RunTime:
     durations: list[float] = field(default_factory=list)
 
     def rows(self) -> list[tuple[str, float]]:
-        """(what, seconds): every phase, the cells' time in no phase, idle worker time, before and after."""
+        """(what, worker-seconds): every phase, the cells' time in no phase, idle workers, before and after.
+
+        They add up to the wall time times the workers (a worker is idle before the first cell and after the last).
+        """
         out = list(self.phases.most_common())
         out.append(("in a cell, in no phase", max(self.cell_s - sum(self.phases.values()), 0.0)))
         span = max(self.wall_s - self.before_s - self.after_s, 0.0)
         out.append(("worker idle between the first and last cell", max(span * self.workers - self.cell_s, 0.0)))
-        out.append(("before the first cell (collection, session start)", self.before_s))
-        out.append(("after the last cell (session end, reports)", self.after_s))
+        out.append(("before the first cell (collection, session start)", self.before_s * self.workers))
+        out.append(("after the last cell (session end, reports)", self.after_s * self.workers))
         return out
 
 

@@ -121,10 +121,10 @@ def test_phase_sums_account_for_every_second_of_a_run() -> None:
     assert spent.cells == 2 and spent.cell_s == 40.0
     assert (rows["setup"], rows["agent"], rows["verify"], rows["slot_wait"]) == (14.0, 10.0, 8.0, 4.0)
     assert rows["in a cell, in no phase"] == 4.0
-    assert rows["before the first cell (collection, session start)"] == 10.0
-    assert rows["after the last cell (session end, reports)"] == 5.0
+    assert rows["before the first cell (collection, session start)"] == 20.0  # 10 s x 2 workers
+    assert rows["after the last cell (session end, reports)"] == 10.0
     assert rows["worker idle between the first and last cell"] == 20.0  # 30 s span x 2 workers - 40 s of cells
-    assert sum(rows.values()) == 45.0 * 2 - 10.0 - 5.0  # before and after counted once, not per worker
+    assert sum(rows.values()) == 45.0 * 2, "every worker-second of the run is in one row"
 
     harbor_trial = {
         "started_at": "2026-12-04T10:00:00.000000Z", "finished_at": "2026-12-04T10:01:00.000000Z",
@@ -149,14 +149,18 @@ def test_a_mirror_lacking_some_files_is_surveyed_from_the_files_it_holds(tmp_pat
     oid = subprocess.run([*git[:3], "rev-parse", "HEAD:beta-task/big.bin"], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     (repo / ".git" / "objects" / oid[:2] / oid[2:]).unlink()  # loose, as a fresh commit leaves it
-    manifest.write_text(f'repositories:\n  - {{repo: someone/tasks, commit: {commit}, path: ""}}\n')
+    manifest.write_text(
+        f'repositories:\n  - {{repo: someone/tasks, commit: {commit}, path: ""}}\n'
+        f'  - {{repo: someone/elsewhere, commit: {commit}, path: ""}}\n'
+    )
     work = tmp_path / "work"
     cmd = [sys.executable, str(SCRIPT), str(manifest), "--mirrors", str(tmp_path / "mirrors"), "--work", str(work)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*cmd, "--repo", "someone/tasks"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     row = next(line for line in done.stdout.splitlines() if line.startswith("someone/tasks"))
     assert row.split()[1:4] == ["2", "2", "2"], done.stdout
     assert f"someone/tasks @ {commit}: 1 files listed but absent from the mirror" in done.stdout
+    assert "someone/elsewhere" not in done.stdout, "--repo leaves the other repositories out, unfetched or not"
     extracted = work / "someone+tasks" / commit[:12]
     assert (extracted / "beta-task" / "task.yaml").read_text().startswith("instruction:")
     assert not (extracted / "beta-task" / "big.bin").exists()
