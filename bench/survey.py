@@ -226,12 +226,12 @@ def main() -> int:
     print_summary(only, args.run, bool(args.harbor))
     print_reasons(only, bool(args.harbor))
     if args.run and dirs_by_id:
-        print(f"\n{'task':<44} {'agent':<6} {'pytest-maka':<16} {'Harbor 0.25':<12} why not a pass here")
+        print(f"\n{'task':<44} {'agent':<6} {'pytest-maka':<16} {'Harbor 0.25':<24} why not a pass here")
         for one, _ in dirs_by_id.values():
             name = one.repo if one.path == "." else f"{one.repo}/{one.path}"  # a task id may be a commit
             for agent in AGENTS:
                 mine, theirs_v = one.verdicts.get(agent, "missing"), one.harbor.get(agent, "-")
-                print(f"{name[-44:]:<44} {agent:<6} {mine:<16} {theirs_v[:12]:<12} {one.why_not.get(agent, '')[:90]}")
+                print(f"{name[-44:]:<44} {agent:<6} {mine:<16} {theirs_v[:24]:<24} {one.why_not.get(agent, '')[:80]}")
     print_times(times)
     for line in missing:
         print(f"  not fetched: {line}" + ("" if ": " in line else f" (fetch it into {args.mirrors} first)"))
