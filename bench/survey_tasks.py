@@ -87,10 +87,16 @@ def task_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for marker in MARKERS for p in root.rglob(marker)})
 
 
+def _own(task_dir: Path, pattern: str) -> list[Path]:
+    """The files matching ``pattern`` in the task dir, not in a task dir nested inside it."""
+    nested = {d for d in task_dirs(task_dir) if d != task_dir}
+    return sorted(p for p in task_dir.rglob(pattern) if not any(n in p.parents for n in nested))
+
+
 def substitute_bases(task_dir: Path, bases: dict[str, str]) -> list[str]:
     """Put the local image in place of each public one in the task's Dockerfiles' ``FROM`` lines."""
     done: list[str] = []
-    for dockerfile in sorted(task_dir.rglob("Dockerfile*")):
+    for dockerfile in _own(task_dir, "Dockerfile*"):
         text = dockerfile.read_text(errors="replace")
         new = text
         for public, local in bases.items():
@@ -112,7 +118,7 @@ NETWORK_KEYS = (
 def substitute_network(task_dir: Path) -> list[str]:
     """Make every network a ``task.toml`` of the task declares public; what was changed."""
     done: list[str] = []
-    for toml in sorted(task_dir.rglob("task.toml")):
+    for toml in _own(task_dir, "task.toml"):
         text = new = toml.read_text(errors="replace")
         for pattern, replacement, label in NETWORK_KEYS:
             new, n = re.subn(pattern, replacement, new)

@@ -180,3 +180,9 @@ def test_public_network_rewrites_only_the_picked_tasks(tmp_path: Path) -> None:
     text = (task / "task.toml").read_text()
     assert "allow_internet = true" in text and 'network_mode = "no-network"' not in text
     assert substitute_network(task) == [], "a second pass finds nothing left to change"
+    nested = task / "inner"  # a task dir inside the picked one is another task: left as it is
+    nested.mkdir()
+    (nested / "task.toml").write_text("[environment]\nallow_internet = false\n")
+    (task / "task.toml").write_text("[environment]\nallow_internet = false\n")
+    assert substitute_network(task) == ["allow_internet=true"]
+    assert (nested / "task.toml").read_text() == "[environment]\nallow_internet = false\n"
