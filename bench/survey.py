@@ -167,6 +167,8 @@ def print_times(times: list[RunTime]) -> None:
 
 def main() -> int:
     args = _arguments()
+    if args.harbor and not harbor_python(args.harbor).is_file():
+        raise SystemExit(f"--harbor {args.harbor}: expected the harbor executable of a venv, with its python beside it")
     bases = dict(b.split("=", 1) for b in args.base_image if "=" in b)
     from pytest_maka.core.task import task_id_for
     from pytest_maka.executors.docker.compose import compose_command

@@ -186,3 +186,12 @@ def test_public_network_rewrites_only_the_picked_tasks(tmp_path: Path) -> None:
     (task / "task.toml").write_text("[environment]\nallow_internet = false\n")
     assert substitute_network(task) == ["allow_internet=true"]
     assert (nested / "task.toml").read_text() == "[environment]\nallow_internet = false\n"
+
+
+def test_a_harbor_path_without_its_venv_is_one_clear_message(tmp_path: Path) -> None:
+    manifest, _ = _repo(tmp_path, ("alpha-task",))
+    cmd = [sys.executable, str(SCRIPT), str(manifest), "--mirrors", str(tmp_path / "mirrors")]
+    done = subprocess.run([*cmd, "--harbor", str(tmp_path / "nowhere" / "harbor")], capture_output=True, text=True)
+    assert done.returncode == 1
+    expected = "expected the harbor executable of a venv, with its python beside it"
+    assert done.stderr.strip() == f"--harbor {tmp_path}/nowhere/harbor: {expected}"
