@@ -187,7 +187,8 @@ def main() -> int:
         if git is None:
             missing.append(f"{repo} @ {commit}")
             continue
-        root, absent = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12])
+        # under the repository's name: a task at its root gets that name as its task id
+        root, absent = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12] / repo.split("/")[-1])
         if absent:
             missing.append(f"{repo} @ {commit}: {absent} files listed but absent from the mirror (the rest surveyed)")
         for task_dir in task_dirs(root):

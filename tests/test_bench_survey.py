@@ -39,7 +39,7 @@ def test_the_survey_substitutes_the_base_images_of_the_tasks_it_picks(tmp_path: 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "base image substituted: ghcr.io/example/base:1=debian:bookworm-slim (1 task dirs)" in done.stdout
-    extracted = work / "someone+tasks" / commit[:12]
+    extracted = work / "someone+tasks" / commit[:12] / "tasks"
     assert (extracted / "beta-task" / "Dockerfile").read_text().startswith("FROM debian:bookworm-slim AS builder\n")
     untouched = (extracted / "alpha-task" / "Dockerfile").read_text()
     assert untouched.startswith("FROM ghcr.io/example/base:1 "), "a task dir not picked keeps its image"
@@ -161,7 +161,7 @@ def test_a_mirror_lacking_some_files_is_surveyed_from_the_files_it_holds(tmp_pat
     assert row.split()[1:4] == ["2", "2", "2"], done.stdout
     assert f"someone/tasks @ {commit}: 1 files listed but absent from the mirror" in done.stdout
     assert "someone/elsewhere" not in done.stdout, "--repo leaves the other repositories out, unfetched or not"
-    extracted = work / "someone+tasks" / commit[:12]
+    extracted = work / "someone+tasks" / commit[:12] / "tasks"
     assert (extracted / "beta-task" / "task.yaml").read_text().startswith("instruction:")
     assert not (extracted / "beta-task" / "big.bin").exists()
 
