@@ -1,6 +1,7 @@
-"""Survey public task repositories: how many task dirs load, run, and agree with Harbor.
+"""Survey public task repositories: how many task dirs load, run, and agree, here and in Harbor 0.25.
 
     python bench/survey.py                                  # bench/survey_repos.yaml, loading only
+    python bench/survey.py --harbor /tmp/harbor-venv/bin/harbor         # + Harbor 0.25's load columns
     python bench/survey.py --run                            # + oracle and nop on Docker (-n 2)
     python bench/survey.py --run --harbor /tmp/harbor-venv/bin/harbor   # + Harbor 0.25, same cells
 
@@ -8,25 +9,33 @@ The repositories are named at pinned commits in ``bench/survey_repos.yaml``; the
 them first (a bare mirror ``MIRRORS/OWNER+NAME/repo``, as the session's ``fetch`` makes, or a
 clone ``MIRRORS/OWNER+NAME`` with ``.git``); nothing is downloaded here. Each repository's path
 at its commit is extracted with ``git archive`` under ``--work`` and its task directories (a
-``task.toml`` or a ``task.yaml``) are loaded by pytest-maka's adapters:
+``task.toml`` or a ``task.yaml``) are loaded by pytest-maka's adapters and, with ``--harbor``,
+by Harbor 0.25's own task model (``bench/survey_harbor.py``, run by the interpreter of Harbor's
+venv; a legacy ``task.yaml`` dir through Harbor's ``harbor tasks migrate`` mapper first):
 
-- loadable: the task dir loads (an invalid one is counted with its first line);
-- runnable: it loads and nothing skips it on the Docker executor (a feature, a parser, a key);
+- loadable: the task dir loads (here: our adapter; Harbor: ``Task(dir)``);
+- runnable: it loads and nothing refuses it on the Docker executor (here: a feature, a parser, a
+  key; Harbor: ``Trial.create`` of an oracle trial on its Docker environment, nothing started);
 - ran / agreeing (``--run``): its oracle and nop cells got a verdict here, and the same verdict
   as Harbor's trial (``--harbor``), under the same network (the verifier's network granted).
 
-One row per repository, then the totals; ``--json`` also writes every task's facts.
+One row per repository (``here/Harbor`` in the load columns), then the totals, then every task
+dir the two harnesses load differently, with both reasons; ``--json`` writes every task's facts.
 
     python bench/survey.py --run --harbor /tmp/harbor-venv/bin/harbor --match '*flood*' --match '*kmeans*' \
         --base-image ghcr.io/laude-institute/t-bench/python-3-13:20250620=python:3.11-slim --timings
 
-``--match`` (a glob on the task dir's path, repeatable) and ``--only N`` pick the task dirs that
-run; ``--base-image PUBLIC=LOCAL`` puts a local image in the ``FROM`` lines of the extracted
-copies (both harnesses run the same copy; each substitution is recorded and printed);
-``--timings`` runs each side twice (cold: images built; warm) and prints the wall times, and
-with ``--run`` one row per task: both harnesses' verdicts and pytest-maka's reason for a
-non-verdict. A legacy ``task.yaml`` task goes to Harbor through ``harbor tasks migrate``, run
-with the variables its migrated compose file still names (``MIGRATED_ENV``).
+``--match`` (a glob on the task dir's path or on ``OWNER/NAME/PATH``, repeatable) and ``--only N``
+pick the task dirs that run; ``--base-image PUBLIC=LOCAL`` puts a local image in the ``FROM`` lines of the extracted
+copies (both harnesses run the same copy; each substitution is recorded and printed), and
+``--public-network`` makes their ``task.toml`` networks public (Harbor 0.25 refuses ``no-network``
+on Docker where its egress-control probe image cannot be pulled);
+``--timings`` runs each side twice (cold: images built; warm). Every run prints where its wall
+time went: the sum of each phase over its cells (our records' ``timings``; Harbor's
+``result.json`` spans), the cells' time in no phase, idle worker time, and the time before the
+first and after the last cell. With ``--run`` one row per task gives both harnesses' verdicts
+and pytest-maka's reason for a non-verdict. A legacy ``task.yaml`` task runs in Harbor through
+``harbor tasks migrate``, with the variables its migrated compose file still names (``MIGRATED_ENV``).
 """
 
 from __future__ import annotations
@@ -34,14 +43,11 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -49,175 +55,130 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 MANIFEST = ROOT / "bench" / "survey_repos.yaml"
-MARKERS = ("task.toml", "task.yaml")
+
+from survey_runs import AGENTS, RunTime, median, run_harbor_cells, run_maka  # noqa: E402
+from survey_tasks import (  # noqa: E402
+    TaskFacts,
+    extract,
+    git_dir,
+    harbor_load,
+    harbor_python,
+    load,
+    substitute_bases,
+    substitute_network,
+    task_dirs,
+)
 
 
-@dataclass
-class TaskFacts:
-    repo: str
-    path: str
-    loadable: bool = False
-    runnable: bool = False
-    why: str = ""
-    ignored_keys: list[str] = field(default_factory=list)
-    verdicts: dict[str, str] = field(default_factory=dict)  # agent -> pass / fail / class
-    harbor: dict[str, str] = field(default_factory=dict)
-    #: agent -> pytest-maka's one-line reason for a non-pass
-    why_not: dict[str, str] = field(default_factory=dict)
-    #: PUBLIC=LOCAL base images put in this task's Dockerfiles
-    substituted: list[str] = field(default_factory=list)
-
-
-#: What a compose file written by ``harbor tasks migrate`` names that Harbor 0.25 no longer sets
-#: (bench/RESULTS.md, "Compose recipes"): Harbor's own defaults, so the migrated task can run.
-MIGRATED_ENV = {"CPUS": "1", "MEMORY": "2G", "TEST_DIR": "/tests"}
-
-
-def git_dir(mirrors: Path, repo: str) -> Path | None:
-    base = mirrors / repo.replace("/", "+")
-    for candidate in (base / "repo", base / ".git", base):
-        if (candidate / "HEAD").is_file():
-            return candidate
-    return None
-
-
-def extract(git: Path, commit: str, path: str, dest: Path) -> Path:
-    """The repository's ``path`` at ``commit``, extracted under ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(
-        ["git", f"--git-dir={git}", "archive", "--format=tar", commit, *([path] if path not in ("", ".") else [])],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / path if path not in ("", ".") else dest
-
-
-def task_dirs(root: Path) -> list[Path]:
-    """Every directory holding a task file (a task dir inside another is one too, as in Harbor)."""
-    return sorted({p.parent for marker in MARKERS for p in root.rglob(marker)})
-
-
-def substitute_bases(task_dir: Path, bases: dict[str, str]) -> list[str]:
-    """Put the local image in place of each public one in the task's Dockerfiles' ``FROM`` lines."""
-    done: list[str] = []
-    for dockerfile in sorted(task_dir.rglob("Dockerfile*")):
-        text = dockerfile.read_text(errors="replace")
-        new = text
-        for public, local in bases.items():
-            new = re.sub(rf"(?im)^(FROM\s+(?:--\S+\s+)*){re.escape(public)}(?=\s|$)", rf"\g<1>{local}", new)
-        if new != text:
-            dockerfile.write_text(new)
-            done += [f"{p}={new_}" for p, new_ in bases.items() if p in text and f"{p}={new_}" not in done]
-    return done
-
-
-def harbor_dir(harbor: str, task_dir: Path, work: Path) -> Path:
-    """The task dir Harbor runs: itself, or its ``harbor tasks migrate`` output for a legacy task."""
-    if (task_dir / "task.toml").is_file():
-        return task_dir
-    out = work / "harbor-migrated" / task_dir.name
-    if not out.is_dir():
-        subprocess.run([harbor, "tasks", "migrate", "-i", str(task_dir), "-o", str(out.parent)],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
-    return out
-
-
-def load(repo: str, task_dir: Path, root: Path, features: frozenset[str]) -> TaskFacts:
-    from pytest_maka.benchmarks import harbor, terminal_bench
-    from pytest_maka.core.errors import TaskError
-    from pytest_maka.verifiers import parsers
-
-    facts = TaskFacts(repo=repo, path=str(task_dir.relative_to(root)))
-    loader = harbor.load_task if (task_dir / "task.toml").is_file() else terminal_bench.load_task
-    try:
-        task = loader(task_dir)
-    except TaskError as exc:
-        facts.why = f"invalid: {exc}".replace(str(task_dir), "TASK")
-        return facts
-    facts.loadable = True
-    facts.ignored_keys = list(task.metadata.get("ignored_keys") or [])
-    missing = sorted(task.features - features)
-    parser = task.grading_options.get("parser")
-    if task.unsupported:
-        facts.why = task.unsupported.replace(str(task_dir), "TASK").replace(task.id, "TASK")
-    elif missing:
-        facts.why = f"needs {', '.join(missing)}"
-    elif parser and parsers.get(parser) is None:
-        facts.why = f"no parser {parser!r}"
-    else:
-        facts.runnable = True
-    return facts
-
-
-def run_maka(dirs: list[Path], work: Path, out_name: str = "maka-out") -> tuple[dict[str, dict[str, dict]], float]:
-    """Oracle and nop over every runnable task dir on Docker: records by (task id, agent), and the wall time."""
-    spec = work / "survey.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "name": "survey",
-                "tasks": [{"path": str(d)} for d in dirs],
-                "subjects": [{"name": a, "kind": a} for a in ("oracle", "nop")],
-                "executor": {"kind": "docker"},
-                "policy": {"verifier_network": True},  # Harbor gives the verifier the network too
-            }
-        )
-    )
-    out = work / out_name
-    cmd = [sys.executable, "-m", "pytest", f"--maka-spec={spec}", f"--maka-out={out}", "-q", "-n", "2"]
-    started = time.monotonic()
-    subprocess.run([*cmd, "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=work, timeout=6 * 3600)
-    wall = time.monotonic() - started
-    records: dict[str, dict[str, dict]] = {}
-    results = out / "results.jsonl"
-    for line in results.read_text().splitlines() if results.is_file() else []:
-        record = json.loads(line)
-        records.setdefault(record["task"], {})[record["subject"]] = record
-    return records, wall
-
-
-def run_harbor_cells(harbor: str, dirs: dict[str, tuple[TaskFacts, Path]], work: Path, jobs: str) -> tuple[dict, float]:
-    """Every (task, agent) trial through Harbor, one at a time: results by (task id, agent), and the wall time."""
-    from harbor_parity import run_harbor
-
-    os.environ.update({k: v for k, v in MIGRATED_ENV.items() if k not in os.environ})
-    out: dict[tuple[str, str], dict] = {}
-    started = time.monotonic()
-    for task_id, (_, task_dir) in dirs.items():
-        for agent in ("oracle", "nop"):
-            out[(task_id, agent)] = run_harbor(harbor, harbor_dir(harbor, task_dir, work), agent, work / jobs,
-                                               f"{task_id}-{agent}")  # fmt: skip
-    return out, time.monotonic() - started
-
-
-def _median(values: list[float]) -> float | None:
-    values = sorted(v for v in values if v is not None)
-    return values[len(values) // 2] if values else None
-
-
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("manifest", nargs="?", type=Path, default=MANIFEST)
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"), help="the fetched repositories")
     parser.add_argument("--work", type=Path, help="where to extract them (default: a temporary directory)")
+    parser.add_argument("--repo", action="append", default=[], help="survey only this OWNER/NAME of the manifest")
     parser.add_argument("--run", action="store_true", help="run oracle and nop on Docker")
-    parser.add_argument("--harbor", help="the harbor executable: run the same cells through Harbor 0.25")
+    parser.add_argument("--harbor", help="the harbor executable: Harbor 0.25's load columns, and its trials with --run")
     parser.add_argument("--json", type=Path, help="write every task's facts here")
     parser.add_argument("--match", action="append", default=[], help="run only task dirs whose path matches (glob)")
     parser.add_argument("--only", type=int, help="run at most this many task dirs")
     parser.add_argument("--base-image", action="append", default=[], metavar="PUBLIC=LOCAL",
                         help="a local image for a public base image (FROM lines of the extracted copies)")  # fmt: skip
-    parser.add_argument("--timings", action="store_true", help="run each side twice (cold, warm); print wall times")
-    args = parser.parse_args()
+    parser.add_argument("--public-network", action="store_true",
+                        help="make the picked tasks' networks public (task.toml of the extracted copies)")  # fmt: skip
+    parser.add_argument("--timings", action="store_true", help="run each side twice (cold, warm)")
+    return parser.parse_args()
+
+
+def _pair(here: int, harbor: int | None) -> str:
+    return str(here) if harbor is None else f"{here}/{harbor}"
+
+
+def _counts(mine: list[TaskFacts]) -> Counter[str]:
+    return Counter(
+        dirs=len(mine),
+        loadable=sum(f.loadable for f in mine),
+        runnable=sum(f.runnable for f in mine),
+        h_loadable=sum(bool(f.harbor_loadable) for f in mine),
+        h_runnable=sum(bool(f.harbor_runnable) for f in mine),
+        ran=sum(len([v for v in f.verdicts.values() if v in ("pass", "fail")]) for f in mine),
+        agreeing=sum(sum(f.harbor.get(a) == v for a, v in f.verdicts.items()) for f in mine),
+    )
+
+
+def print_summary(facts: list[TaskFacts], ran: bool, harbor: bool) -> None:
+    head = "here/Harbor" if harbor else "here"
+    print(f"{'repository':<46} {'dirs':>5} {'loadable':>11} {'runnable':>11} {'ran':>5} {'agreeing':>8}   ({head})")
+    rows = [(repo, _counts([f for f in facts if f.repo == repo])) for repo in dict.fromkeys(f.repo for f in facts)]
+    for repo, row in [*rows, ("total", _counts(facts))]:
+        load_col = _pair(row["loadable"], row["h_loadable"] if harbor else None)
+        run_col = _pair(row["runnable"], row["h_runnable"] if harbor else None)
+        ran_col = str(row["ran"]) if ran else "-"
+        agree = str(row["agreeing"]) if ran and harbor else "-"
+        print(f"{repo:<46} {row['dirs']:>5} {load_col:>11} {run_col:>11} {ran_col:>5} {agree:>8}")
+
+
+#: What varies from one task to the next inside one reason (a line number, a name): counted as one reason
+_VARIES = (
+    (re.compile(r"\(at line \d+, column \d+\)"), "(at line L, column C)"),
+    (re.compile(r"\(got '[^']*'\)"), "(got '...')"),
+    (re.compile(r"(Package name must be in 'org/name' format).*"), r"\1 ..."),
+    (re.compile(r"(Environment variable) '[^']*'"), r"\1 '...'"),
+)
+
+
+def reason(why: str) -> str:
+    """``why`` without what varies from task to task, cut to one line."""
+    for pattern, replacement in _VARIES:
+        why = pattern.sub(replacement, why)
+    return why[:150]
+
+
+def print_reasons(facts: list[TaskFacts], harbor: bool) -> None:
+    for why, n in Counter(reason(f.why) for f in facts if not f.runnable).most_common():
+        print(f"  not runnable here x{n}: {why}")
+    if harbor:
+        for why, n in Counter(reason(f.harbor_why) for f in facts if not f.harbor_runnable).most_common():
+            print(f"  not runnable in Harbor x{n}: {why}")
+        differ = [f for f in facts if (f.loadable, f.runnable) != (f.harbor_loadable, f.harbor_runnable)]
+        if differ:
+            print(f"\n{len(differ)} task dirs the two harnesses load differently (loadable/runnable here; Harbor):")
+        for f in differ:
+            here = f"{int(f.loadable)}/{int(f.runnable)}"
+            theirs = f"{int(bool(f.harbor_loadable))}/{int(bool(f.harbor_runnable))}"
+            print(f"  {f.repo} {f.path}: here {here} {f.why[:110]!r}; Harbor {theirs} {f.harbor_why[:110]!r}")
+    ignored = Counter(k for f in facts for k in f.ignored_keys)
+    if ignored:
+        print("  ignored keys (loaded anyway): " + ", ".join(f"{k} x{n}" for k, n in ignored.most_common()))
+    for b in sorted({b for f in facts for b in f.substituted}):
+        network = b.startswith(("network_mode", "allow_internet"))
+        what = "network substituted" if network else "base image substituted"
+        print(f"  {what}: {b} ({sum(b in f.substituted for f in facts)} task dirs)")
+
+
+def print_times(times: list[RunTime]) -> None:
+    for t in times:
+        shown = "-" if median(t.durations) is None else f"{median(t.durations):.1f} s"
+        total = t.wall_s * t.workers
+        print(f"\n{t.label}: {t.cells} cells in {t.wall_s:.0f} s wall on {t.workers} worker(s) = {total:.0f} worker-s, "
+              f"median cell {shown}")  # fmt: skip
+        for what, seconds in t.rows():
+            print(f"  {what:<52} {seconds:>8.0f} s  {100 * seconds / total if total else 0:>5.1f}%")
+
+
+def main() -> int:
+    args = _arguments()
+    if args.harbor and not harbor_python(args.harbor).is_file():
+        raise SystemExit(f"--harbor {args.harbor}: expected the harbor executable of a venv, with its python beside it")
     bases = dict(b.split("=", 1) for b in args.base_image if "=" in b)
+    from pytest_maka.core.task import task_id_for
     from pytest_maka.executors.docker.compose import compose_command
     from pytest_maka.executors.docker.executor import DockerExecutor
 
     features = DockerExecutor.capabilities.features - ({"compose"} if not compose_command() else set())
     entries = yaml.safe_load(args.manifest.read_text())["repositories"]
+    entries = [e for e in entries if e["repo"] in args.repo or not args.repo]
     work = args.work or Path(tempfile.mkdtemp(prefix="maka-survey-"))
-    facts: list[TaskFacts] = []
+    facts: list[tuple[TaskFacts, Path]] = []
     dirs_by_id: dict[str, tuple[TaskFacts, Path]] = {}
     missing: list[str] = []
     for entry in entries:
@@ -226,28 +187,32 @@ def main() -> int:
         if git is None:
             missing.append(f"{repo} @ {commit}")
             continue
-        root = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12])
+        # under the repository's name: a task at its root gets that name as its task id
+        root, absent = extract(git, commit, path, work / repo.replace("/", "+") / commit[:12] / repo.split("/")[-1])
+        if absent:
+            missing.append(f"{repo} @ {commit}: {absent} files listed but absent from the mirror (the rest surveyed)")
         for task_dir in task_dirs(root):
             relative = str(task_dir.relative_to(root))
-            chosen = not args.match or any(fnmatch.fnmatch(relative, m) for m in args.match)
+            named = (relative, f"{repo}/{relative}".removesuffix("/."))  # a glob may name the repository too
+            chosen = not args.match or any(fnmatch.fnmatch(n, m) for n in named for m in args.match)
             substituted = substitute_bases(task_dir, bases) if bases and chosen else []
+            substituted += substitute_network(task_dir) if args.public_network and chosen else []
             one = load(repo, task_dir, root, features)
             one.substituted = substituted
-            facts.append(one)
+            facts.append((one, task_dir))
             if one.runnable and chosen and (args.only is None or len(dirs_by_id) < args.only):
-                from pytest_maka.core.task import task_id_for
-
                 dirs_by_id[task_id_for(task_dir.name)] = (one, task_dir)
-    walls: dict[str, float] = {}
-    cells: dict[str, list[float]] = {}
+    if args.harbor:
+        harbor_load(harbor_python(args.harbor), facts)
+    times: list[RunTime] = []
     if args.run and dirs_by_id:
         from harbor_parity import maka_verdict
 
         runs = ("cold", "warm") if args.timings else ("warm",)
         records: dict[str, dict[str, dict]] = {}
         for run in runs:
-            records, walls[f"pytest-maka {run}"] = run_maka([d for _, d in dirs_by_id.values()], work, f"maka-{run}")
-            cells[f"pytest-maka {run}"] = [r.get("duration_s") for t in records.values() for r in t.values()]
+            records, spent = run_maka([d for _, d in dirs_by_id.values()], work, f"maka-{run}")
+            times.append(spent)
         for task_id, (one, _) in dirs_by_id.items():
             for agent, record in records.get(task_id, {}).items():
                 one.verdicts[agent] = maka_verdict(record)
@@ -256,50 +221,25 @@ def main() -> int:
         if args.harbor:
             theirs: dict = {}
             for run in runs:
-                theirs, walls[f"Harbor 0.25 {run}"] = run_harbor_cells(args.harbor, dirs_by_id, work, f"harbor-{run}")
-                cells[f"Harbor 0.25 {run}"] = [h["trial_s"] for h in theirs.values()]
+                theirs, spent = run_harbor_cells(args.harbor, dirs_by_id, work, f"harbor-{run}")
+                times.append(spent)
             for (task_id, agent), h in theirs.items():
                 dirs_by_id[task_id][0].harbor[agent] = h["verdict"] + (f" ({h['note']})" if h.get("note") else "")
-    print(f"{'repository':<46} {'dirs':>5} {'loadable':>8} {'runnable':>8} {'ran':>5} {'agreeing':>8}")
-    totals: Counter[str] = Counter()
-    for repo in dict.fromkeys(f.repo for f in facts):
-        mine = [f for f in facts if f.repo == repo]
-        row = Counter(
-            dirs=len(mine),
-            loadable=sum(f.loadable for f in mine),
-            runnable=sum(f.runnable for f in mine),
-            ran=sum(len([v for v in f.verdicts.values() if v in ("pass", "fail")]) for f in mine),
-            agreeing=sum(sum(f.harbor.get(a) == v for a, v in f.verdicts.items()) for f in mine),
-        )
-        totals.update(row)
-        agree = str(row["agreeing"]) if args.harbor else "-"
-        ran = str(row["ran"]) if args.run else "-"
-        print(f"{repo:<46} {row['dirs']:>5} {row['loadable']:>8} {row['runnable']:>8} {ran:>5} {agree:>8}")
-    agree = str(totals["agreeing"]) if args.harbor else "-"
-    ran = str(totals["ran"]) if args.run else "-"
-    print(f"{'total':<46} {totals['dirs']:>5} {totals['loadable']:>8} {totals['runnable']:>8} {ran:>5} {agree:>8}")
-    reasons = Counter(f.why for f in facts if not f.runnable)
-    for why, n in reasons.most_common():
-        print(f"  not runnable x{n}: {why[:150]}")
-    ignored = Counter(k for f in facts for k in f.ignored_keys)
-    if ignored:
-        print("  ignored keys (loaded anyway): " + ", ".join(f"{k} x{n}" for k, n in ignored.most_common()))
-    for b in sorted({b for f in facts for b in f.substituted}):
-        print(f"  base image substituted: {b} ({sum(b in f.substituted for f in facts)} task dirs)")
+    only = [f for f, _ in facts]
+    print_summary(only, args.run, bool(args.harbor))
+    print_reasons(only, bool(args.harbor))
     if args.run and dirs_by_id:
-        print(f"\n{'task':<44} {'agent':<6} {'pytest-maka':<16} {'Harbor 0.25':<12} why not a pass here")
-        for task_id, (one, _) in dirs_by_id.items():
-            for agent in ("oracle", "nop"):
+        print(f"\n{'task':<44} {'agent':<6} {'pytest-maka':<16} {'Harbor 0.25':<24} why not a pass here")
+        for one, _ in dirs_by_id.values():
+            name = one.repo if one.path == "." else f"{one.repo}/{one.path}"  # a task id may be a commit
+            for agent in AGENTS:
                 mine, theirs_v = one.verdicts.get(agent, "missing"), one.harbor.get(agent, "-")
-                print(f"{task_id[:44]:<44} {agent:<6} {mine:<16} {theirs_v[:12]:<12} {one.why_not.get(agent, '')[:90]}")
-    for run, wall in walls.items():
-        median = _median(cells.get(run, []))
-        shown = "-" if median is None else f"{median:.1f} s"
-        print(f"  {run}: {len(cells.get(run, []))} cells in {wall:.0f} s, median cell {shown}")
+                print(f"{name[-44:]:<44} {agent:<6} {mine:<16} {theirs_v[:24]:<24} {one.why_not.get(agent, '')[:80]}")
+    print_times(times)
     for line in missing:
-        print(f"  not fetched: {line} (fetch it into {args.mirrors} first)")
+        print(f"  not fetched: {line}" + ("" if ": " in line else f" (fetch it into {args.mirrors} first)"))
     if args.json:
-        args.json.write_text(json.dumps([asdict(f) for f in facts], indent=1))
+        args.json.write_text(json.dumps([asdict(f) for f in only], indent=1))
     return 0
 
 
