@@ -164,7 +164,8 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
         own_tests = step_dir / "tests"
         verifier_env = verifier_environment(spec, root, file, section, own_tests)
         tests = _merged_tests(root / "tests", own_tests)
-        if not (tests / "test.sh").is_file() and not (verifier_env and verifier_env.bundled_tests):
+        linux = spec.environment.os == "linux"  # a Windows task's verifier is test.bat: skipped as unsupported
+        if linux and not (tests / "test.sh").is_file() and not (verifier_env and verifier_env.bundled_tests):
             raise TaskError(step_dir, "tests/test.sh", "missing: neither the step nor the task has a test.sh")
         solution = step_dir / "solution"
         workdir_dir = step_dir / "workdir"

@@ -440,3 +440,22 @@ def test_every_problem_of_a_task_is_named_not_the_first_of_them(tmp_path: Path) 
         harbor.load_task(root)
     text = str(again.value)
     assert "instruction.md: missing" in text and "tests/test.sh: missing" in text, text
+
+
+def test_a_windows_task_with_test_bat_loads_and_is_skipped_as_windows(tmp_path: Path) -> None:
+    """Harbor's own examples (hello-world-bat, hello-multi-step-bat): the verifier is tests/test.bat.
+    Such a task loads and is skipped for its OS, never called invalid for a missing test.sh."""
+    root = task_dir(tmp_path, '[environment]\nos = "windows"\n')
+    (root / "tests" / "test.sh").unlink()
+    (root / "tests" / "test.bat").write_text("echo 1 > C:\\logs\\verifier\\reward.txt\n")
+    reason = "windows environments (environment.os = 'windows') are not supported"
+    assert harbor.load_task(root).unsupported == reason
+    steps = tmp_path / "steps-task"
+    (steps / "steps" / "one" / "tests").mkdir(parents=True)
+    (steps / "steps" / "one" / "instruction.md").write_text("Do one.\n")
+    (steps / "steps" / "one" / "tests" / "test.bat").write_text("exit 0\n")
+    (steps / "task.toml").write_text('[environment]\nos = "windows"\n\n[[steps]]\nname = "one"\n')
+    assert harbor.load_task(steps).unsupported == reason
+    (steps / "task.toml").write_text('[[steps]]\nname = "one"\n')  # on Linux the step needs its test.sh
+    with pytest.raises(harbor.TaskError, match="test.sh"):
+        harbor.load_task(steps)
