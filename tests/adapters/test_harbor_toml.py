@@ -457,5 +457,5 @@ def test_a_windows_task_with_test_bat_loads_and_is_skipped_as_windows(tmp_path: 
     (steps / "task.toml").write_text('[environment]\nos = "windows"\n\n[[steps]]\nname = "one"\n')
     assert harbor.load_task(steps).unsupported == reason
     (steps / "task.toml").write_text('[[steps]]\nname = "one"\n')  # on Linux the step needs its test.sh
-    with pytest.raises(harbor.TaskError, match="test.sh"):
+    with pytest.raises(harbor.TaskError, match=r"test\.sh"):
         harbor.load_task(steps)
