@@ -8,6 +8,7 @@ solution/solve.sh  [steps/<name>/{instruction.md, tests/, solution/, workdir/[se
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from ..core.task import CollectHook, Task, TaskPackage, Tpu, check_workdir, dige
 from . import detect, harbor_parts, harbor_toml, ignore, lenient
 from .cache import materialize
 from .fields import Problems, Text, source_options
+from .host_env import HostEnv
 
 FORMAT = "harbor"
 
@@ -173,6 +175,9 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     metadata.update(lenient.Leniency(unknown).metadata())
     meaning = lenient.meaning(unknown, [s.name for s in spec.steps or []])
     package = spec.task
+    host = HostEnv(os.environ)  # ${VAR} in the env tables, filled as Harbor fills them
+    env_vars, verifier_vars = host.fill("environment.env", env.env), host.fill("verifier.env", verifier.env)
+    agent_vars, solution_vars = host.fill("agent.env", agent.env), host.fill("solution.env", spec.solution.env)
     return Task(
         id=task_id_for(path.name),
         path=path,
@@ -192,12 +197,12 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         docker_image=env.docker_image,
         tests_dir=tests_dir if tests_dir.is_dir() else None,
         solution_dir=solution_dir if (solution_dir / "solve.sh").is_file() else None,
-        verifier_env=dict(verifier.env),
-        env=dict(env.env),
+        verifier_env=verifier_vars,
+        env=env_vars,
         network=agent_network,
         metadata=metadata,
         grading_options={"multi_reward": options.grading()},
-        unsupported=meaning or _unsupported(spec) or (main.unsupported if main is not None else None),
+        unsupported=meaning or _unsupported(spec) or host.problem() or (main.unsupported if main is not None else None),
         schema_version=spec.schema_version or spec.version,
         package=TaskPackage(
             name=package.name,
@@ -216,8 +221,9 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
         healthcheck=harbor_parts.healthcheck(env.healthcheck),
         agent_user=agent.user,
         verifier_user=verifier.user,
-        agent_env=dict(agent.env),
-        solution_env=dict(spec.solution.env),
+        agent_env=agent_vars,
+        solution_env=solution_vars,
+        host_values=tuple(host.values),
         verifier_network=verifier_network,
         verifier_allowed_hosts=tuple(verifier_hosts or ()),
         agent_allowed_hosts=tuple(agent_hosts or ()),

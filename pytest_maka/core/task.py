@@ -159,6 +159,9 @@ class Task:
     verifier_user: str | int | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     solution_env: dict[str, str] = field(default_factory=dict)
+    #: Values the env tables took from the host's environment (``${VAR}``): scrubbed from every
+    #: artifact and record like a subject's secrets.
+    host_values: tuple[str, ...] = ()
     #: The verifier phase's declared network and hosts; None: not declared apart, the
     #: environment's (``network``). Read it as ``verifier_declared``.
     verifier_network: DeclaredNetwork | None = None

@@ -153,8 +153,10 @@ class Engine:
 
     @cached_property
     def redactor(self) -> Redactor:
-        """Scrubs every subject's secret values (all subjects': one leak is one too many)."""
-        return Redactor(value for subject in self.subjects.values() for value in subject.secrets())
+        """Scrubs every subject's secret values (all subjects': one leak is one too many) and the
+        values tasks took from the host's environment."""
+        secrets = [value for subject in self.subjects.values() for value in subject.secrets()]
+        return Redactor([*secrets, *(value for task in self.cohort.tasks for value in task.host_values)])
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -268,3 +268,34 @@ def test_a_task_whose_files_only_its_image_has_is_skipped_on_the_local_executor(
         result.stdout.str()
     )
     assert cohort.status() == {"plain[oracle-r0]": "agent_success", "seeded[oracle-r0]": "agent_success"}
+
+
+ENV_TEST = (
+    'echo "token is $MAKA_T_TOKEN"\n'
+    'if [ "$MAKA_T_TOKEN" = "s3cret-value-4711" ] && [ "$MAKA_T_OTHER" = "fallback" ]; then\n'
+    "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+)
+
+
+def test_env_templates_are_filled_from_the_host_as_harbor_fills_them(
+    cohort: Cohort, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KEY = "${VAR}"`` takes VAR from the host (found on johnbuck/harbor-tasks: 55 task dirs), and
+    ``${VAR:-default}`` its default; the host's value is scrubbed from every artifact and record. A
+    template whose variable the host does not set skips the task, naming it (Harbor refuses it)."""
+    env = '[environment.env]\nMAKA_T_TOKEN = "${MAKA_T_HOST_TOKEN}"\nMAKA_T_OTHER = "${MAKA_T_UNSET_1:-fallback}"\n'
+    cohort.task("filled", test=ENV_TEST, extra_toml=env)
+    cohort.task("unset", extra_toml='[environment.env]\nNEEDED = "${MAKA_T_UNSET_2}"\n')
+    cohort.write(subjects=[{"name": "oracle", "kind": "oracle"}])
+    monkeypatch.setenv("MAKA_T_HOST_TOKEN", "s3cret-value-4711")
+    monkeypatch.delenv("MAKA_T_UNSET_1", raising=False)
+    monkeypatch.delenv("MAKA_T_UNSET_2", raising=False)
+    result = cohort.run_subprocess("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert cohort.status() == {"filled[oracle-r0]": "agent_success"}
+    why = _skips(cohort)["unset[oracle-r0]"]
+    assert "environment.env.NEEDED = '${MAKA_T_UNSET_2}': takes a variable the host environment does not set" in why
+    written = [p for p in cohort.out.rglob("*") if p.is_file()]
+    assert not [p for p in written if b"s3cret-value-4711" in p.read_bytes()], "the host's value leaked"
+    shown = [p.relative_to(cohort.out) for p in written if b"token is [REDACTED]" in p.read_bytes()]
+    assert shown, [str(p.relative_to(cohort.out)) for p in written]
