@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,6 +177,8 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     meaning = lenient.meaning(unknown, [s.name for s in spec.steps or []])
     package = spec.task
     host = HostEnv(os.environ)  # ${VAR} in the env tables, filled as Harbor fills them
+    if verifier_env is not None and verifier_env.env:
+        verifier_env = replace(verifier_env, env=host.fill("verifier.environment.env", verifier_env.env))
     env_vars, verifier_vars = host.fill("environment.env", env.env), host.fill("verifier.env", verifier.env)
     agent_vars, solution_vars = host.fill("agent.env", agent.env), host.fill("solution.env", spec.solution.env)
     return Task(
