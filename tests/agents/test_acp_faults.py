@@ -22,8 +22,6 @@ from tests.conftest import Cohort, needs_bwrap
 
 from .conftest import docker_model_server, installed
 
-pytestmark = [pytest.mark.agent]
-
 CLAUDE_ACP = "npm:@zed-industries/claude-code-acp@0.16.2"
 WRITE = [Action.write("/app/done.txt", "ok\n")]
 #: Tokens the scripted model reports per reply, and the looping script.
@@ -98,9 +96,10 @@ def opencode_acp(cache: Any, url: str) -> dict[str, Any]:
 
 
 AGENTS = {"claude-code-acp": claude_acp, "opencode-acp": opencode_acp}
+#: Each cell installs and runs a real agent CLI (``-m agent``) in bubblewrap or Docker.
 EXECUTORS = [
-    pytest.param("local", marks=[pytest.mark.sandbox, needs_bwrap], id="local"),
-    pytest.param("docker", marks=[pytest.mark.docker], id="docker"),
+    pytest.param("local", marks=[pytest.mark.agent, pytest.mark.sandbox, needs_bwrap], id="local"),
+    pytest.param("docker", marks=[pytest.mark.agent, pytest.mark.docker], id="docker"),
 ]
 
 
