@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,8 @@ STOP_REASONS = {
     "cancelled": "cancelled",
 }
 CANCEL_GRACE_SEC = 10.0
+#: A URL in a ``set_env`` value: the whole value, or one inside it (a JSON config).
+_URL = re.compile(r"https?://[^\s\"'<>,}\]]+")
 ACP_HOME = "/logs/agent/home"
 
 
@@ -75,14 +78,14 @@ class AcpSubject(SubjectBase):
 
     def egress(self) -> list[str]:
         """Allowlist entries: the provider hosts of the preset it installs (if any), and the host of
-        every URL in ``set_env`` (a gateway or local model server)."""
+        every URL in ``set_env``, also one inside a value (a gateway or local model server, e.g. the
+        ``baseURL`` of opencode's ``OPENCODE_CONFIG_CONTENT``)."""
         from ..presets import PRESETS
 
         hosts = [h for p in PRESETS if p.kind == self.opts.install for h in p.egress]
         for value in self.opts.set_env.values():
-            if value.startswith(("http://", "https://")):
-                hosts.append(hostpattern.entry_for_url(value))
-        return hosts
+            hosts.extend(hostpattern.entry_for_url(url) for url in _URL.findall(value))
+        return list(dict.fromkeys(hosts))
 
     def env(self) -> dict[str, str]:
         path = {}
