@@ -6,7 +6,8 @@ sandbox's loopback through the proxy for its sake would refuse the sandbox's own
 services (an agent's own server on ``127.0.0.1:4096``). Instead the forwarder inside the
 sandbox listens on each listed endpoint's address and port, and passes each connection to a
 unix socket of its own; here, on the relay's loop, each such connection is spliced to the
-host's endpoint and logged (``TUNNEL``, allowed, bytes both ways). Every other loopback port
+host's endpoint and logged (``TUNNEL``, allowed, bytes both ways, and the statuses of the HTTP
+answers that came back, as for a plain-HTTP tunnel through the proxy). Every other loopback port
 in the sandbox stays the sandbox's own, and ``NO_PROXY`` keeps loopback off the proxy.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from ..core.hostpattern import HostPattern
 from .log import EgressEvent
-from .wire import stamp
+from .wire import HttpAnswers, stamp
 
 #: Names of the loopback that an allowlist entry may use.
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -135,6 +136,7 @@ class Tunnels:
         self._open.add(task)
         first = time.time()
         counts = [0, 0]
+        answers = HttpAnswers()
         reason: str | None = None
         try:
             upstream = await _connect(endpoint)
@@ -143,7 +145,7 @@ class Tunnels:
                 return
             up_r, up_w = upstream
             try:
-                await asyncio.gather(_pipe(reader, up_w, counts, 0), _pipe(up_r, writer, counts, 1))
+                await asyncio.gather(_pipe(reader, up_w, counts, 0), _pipe(up_r, writer, counts, 1, answers))
             finally:
                 up_w.close()
         except asyncio.CancelledError:
@@ -162,6 +164,7 @@ class Tunnels:
                     reason=reason,
                     bytes_out=counts[0],
                     bytes_in=counts[1],
+                    statuses=answers.statuses or None,
                 )
             )
 
@@ -176,11 +179,16 @@ async def _connect(endpoint: Endpoint) -> tuple[asyncio.StreamReader, asyncio.St
     return None
 
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, counts: list[int], i: int) -> None:
-    """Copy ``src`` to ``dst`` until end of file, then shut ``dst``'s writing side; count in ``counts[i]``."""
+async def _pipe(
+    src: asyncio.StreamReader, dst: asyncio.StreamWriter, counts: list[int], i: int, answers: HttpAnswers | None = None
+) -> None:
+    """Copy ``src`` to ``dst`` until end of file, then shut ``dst``'s writing side; count in ``counts[i]``
+    (and read the HTTP answers' statuses into ``answers``)."""
     with contextlib.suppress(OSError):
         while data := await src.read(CHUNK):
             counts[i] += len(data)
+            if answers is not None:
+                answers.feed(data)
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
