@@ -6,8 +6,8 @@ sandbox's loopback through the proxy for its sake would refuse the sandbox's own
 services (an agent's own server on ``127.0.0.1:4096``). Instead the forwarder inside the
 sandbox listens on each listed endpoint's address and port, and passes each connection to a
 unix socket of its own; here, on the relay's loop, each such connection is spliced to the
-host's endpoint and logged (``TUNNEL``, allowed, bytes both ways, the statuses of the
-endpoint's plain-HTTP answers: a model stand-in's refusals count as the provider's). Every other loopback port
+host's endpoint and logged (``TUNNEL``, allowed, bytes both ways, and the statuses of the HTTP
+answers that came back, as for a plain-HTTP tunnel through the proxy). Every other loopback port
 in the sandbox stays the sandbox's own, and ``NO_PROXY`` keeps loopback off the proxy.
 """
 
@@ -164,7 +164,7 @@ class Tunnels:
                     reason=reason,
                     bytes_out=counts[0],
                     bytes_in=counts[1],
-                    statuses=list(answers.statuses) or None,
+                    statuses=answers.statuses or None,
                 )
             )
 

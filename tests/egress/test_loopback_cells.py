@@ -82,7 +82,7 @@ def test_subject_serves_on_its_own_loopback_while_the_model_endpoint_is_allowlis
         ("TUNNEL", f"127.0.0.1:{server.port}", True)
     ], events
     assert events[0]["bytes_out"] > 0 and events[0]["bytes_in"] > 0, events
-    assert events[0]["statuses"] == [200], "the tunnel reads the endpoint's plain-HTTP answers"
+    assert events[0]["statuses"] == [200], "the tunnel reads the answers' statuses"
     agent = record["isolation"]["network"]["phases"]["agent"]
     assert agent["connections"] == {"allowed": 1, "refused": 0}, agent
 
