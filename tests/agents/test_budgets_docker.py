@@ -25,7 +25,15 @@ def _turns(requests: list[dict[str, Any]]) -> int:
     return sum(1 for r in requests if isinstance(r.get("body"), dict) and r["body"].get("tools"))
 
 
-@pytest.mark.parametrize(("kind", "key"), [("claude-code", "ANTHROPIC_API_KEY"), ("qwen-code", "OPENAI_API_KEY")])
+@pytest.mark.parametrize(
+    ("kind", "key"),
+    [
+        ("claude-code", "ANTHROPIC_API_KEY"),
+        ("qwen-code", "OPENAI_API_KEY"),
+        ("pi", "ANTHROPIC_API_KEY"),
+        ("opencode", "ANTHROPIC_API_KEY"),
+    ],
+)
 def test_max_tokens_stops_an_agent_in_docker_within_one_request(
     cohort: Cohort,
     agent_cache: Any,
