@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker.errors
 import pytest
 
 from pytest_maka.core.errors import ExecutorUnavailable
@@ -69,6 +70,49 @@ def test_a_command_that_kills_everything_does_not_break_the_sandbox(make_executo
         run(sandbox, "echo kept > /app/file; kill -9 -1", tmp_path)
         result, out, _ = run(sandbox, "cat /app/file", tmp_path)
         assert (result.exit_code, out) == (0, "kept\n")
+
+
+def test_an_exec_the_engine_forgot_with_its_stopped_container_reads_as_killed(
+    make_executor, docker_api, tmp_path: Path
+) -> None:
+    """The engine drops the execs a stopping container still holds: reading the exit code of one
+    it forgot is a kill (137), never "No such exec instance"."""
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        eid = docker_api.exec_create(sandbox.id, ["true"])["Id"]
+        docker_api.kill(sandbox.id)
+        docker_api.wait(sandbox.id, timeout=10)
+        with pytest.raises(docker.errors.NotFound):
+            docker_api.exec_inspect(eid)
+        assert sandbox.exec_state(eid) == {"Running": False, "ExitCode": 137}
+        result, out, _ = run(sandbox, "echo back", tmp_path)
+        assert (result.exit_code, out) == (0, "back\n")
+
+
+def test_a_command_made_while_the_container_ends_runs_after_a_restart(
+    make_executor, docker_api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI: after ``kill -9 -1`` the next command's exec was made while the container was ending;
+    the engine dropped it, and starting it failed with 404. The command runs in the restarted
+    container instead. The race is forced: the container is killed between making and starting."""
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        run(sandbox, "echo kept > /app/file", tmp_path)
+        api = sandbox.api
+        real_create = api.exec_create
+        killed: list[str] = []
+
+        def create_then_end(container: str, cmd: object, **kw: object) -> dict[str, str]:
+            made = real_create(container, cmd, **kw)
+            if not killed and cmd == ["sh", "-c", "cat /app/file"]:
+                killed.append(made["Id"])
+                docker_api.kill(container)
+                docker_api.wait(container, timeout=10)
+            return made
+
+        monkeypatch.setattr(api, "exec_create", create_then_end)
+        restarts = sandbox.restarts
+        result, out, _ = run(sandbox, "cat /app/file", tmp_path)
+        assert killed and (result.exit_code, out) == (0, "kept\n")
+        assert sandbox.restarts == restarts + 1
 
 
 @pytest.fixture

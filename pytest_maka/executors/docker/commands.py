@@ -125,6 +125,7 @@ class ContainerCommands(ContainerProcesses):
         """Create and start the exec; its output drains into the two files from now on."""
         with self.engine.guard("starting the command", refusals=False):
             for attempt in (1, 2):
+                created = False
                 try:
                     eid = self.api.exec_create(
                         self.id,
@@ -135,10 +136,14 @@ class ContainerCommands(ContainerProcesses):
                         stderr=True,
                         user=self._user or "",
                     )["Id"]
+                    created = True
                     sock = self.api.exec_start(eid, socket=True)
                     break
                 except docker.errors.APIError as exc:
-                    stopped = exc.status_code == 409 or "is not running" in str(exc.explanation or "")
+                    # 404 on start: the exec was made while the container was ending, and the
+                    # engine dropped it with the container's other execs (CI: "No such exec instance")
+                    forgotten = created and exc.status_code == 404
+                    stopped = forgotten or exc.status_code == 409 or "is not running" in str(exc.explanation or "")
                     if attempt == 2 or not stopped:
                         raise
                     self._restart()  # the previous command killed the keeper: start over
@@ -157,7 +162,7 @@ class ContainerCommands(ContainerProcesses):
                     return self._exit_code(eid), False
                 if deadline is not None and time.monotonic() >= deadline:
                     return None, True
-                info = self.api.exec_inspect(eid)
+                info = self.exec_state(eid)
                 if not info["Running"]:  # background processes still hold the output open
                     return info.get("ExitCode"), False
                 interval = min(interval * 2, 0.5)
@@ -165,7 +170,7 @@ class ContainerCommands(ContainerProcesses):
     def _exit_code(self, eid: str) -> int | None:
         with self.engine.guard("reading the command's exit code", refusals=False):
             for _ in range(200):
-                info = self.api.exec_inspect(eid)
+                info = self.exec_state(eid)
                 if not info["Running"]:
                     return info.get("ExitCode")
                 time.sleep(0.005)

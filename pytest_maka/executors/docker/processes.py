@@ -51,6 +51,15 @@ class ContainerProcesses:
     def api(self) -> Any:
         return self.engine.api
 
+    def exec_state(self, eid: str) -> dict[str, Any]:
+        """``exec_inspect``, or a killed exec's state once the engine has forgotten it: a container
+        whose keeper a command killed stops, and the engine drops its execs with it (CI saw
+        "No such exec instance" reading the exit code of ``kill -9 -1``)."""
+        try:
+            return dict(self.api.exec_inspect(eid))
+        except docker.errors.NotFound:
+            return {"Running": False, "ExitCode": 128 + signal.SIGKILL}
+
     # --- start and stop ---------------------------------------------------------------
     def start(self) -> None:
         """Start the container and note the processes its image starts (docker-init, the
@@ -199,7 +208,7 @@ class ContainerProcesses:
             sid = out.decode(errors="replace").strip()
             if code == 0 and sid.isdigit():
                 return sid
-            if eid is None or time.monotonic() > deadline or not self.api.exec_inspect(eid).get("Running"):
+            if eid is None or time.monotonic() > deadline or not self.exec_state(eid).get("Running"):
                 return None
             time.sleep(0.05)
 
@@ -207,19 +216,21 @@ class ContainerProcesses:
         """A short internal command (no caps, no timeout); restarts a stopped container once."""
         with self.engine.guard(f"running {argv[0]} in the container", refusals=False):
             for attempt in (1, 2):
+                created = False
                 try:
                     eid = self.api.exec_create(self.id, argv, stdout=True, stderr=True, user=user or "")["Id"]
+                    created = True
+                    out = self.api.exec_start(eid)
                     break
-                except docker.errors.APIError as exc:
-                    if attempt == 2 or exc.status_code != 409:
+                except docker.errors.APIError as exc:  # 409: stopped; 404 on start: dropped with it
+                    if attempt == 2 or exc.status_code not in ((409, 404) if created else (409,)):
                         raise
                     self._restart()
-            out = self.api.exec_start(eid)
             # the output can end before the engine has the exit status (ExitCode None, Running
             # true): under load, reading it at once made a stop find "no session" and kill nothing
             deadline = time.monotonic() + 5.0
             while True:
-                state = self.api.exec_inspect(eid)
+                state = self.exec_state(eid)
                 if not state.get("Running") or time.monotonic() > deadline:
                     return state.get("ExitCode"), out
                 time.sleep(0.02)
