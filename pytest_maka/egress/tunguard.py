@@ -108,6 +108,9 @@ class TunGuard:
         self._thread = threading.Thread(target=self._run, name="maka-tunguard", daemon=True)
         #: Set once the reader has read all it will read.
         self._read = threading.Event()
+        #: All bwrap wrote to its status pipe (``status``), complete once ``_closed`` is set.
+        self._status_data = b""
+        self._closed = threading.Event()
         #: The reader's token bucket.
         self._tokens, self._last = RATE, time.monotonic()
 
@@ -129,8 +132,10 @@ class TunGuard:
         ``ended``: the command is over; return once the reader has read what it sent.
         """
         for fd in (self._status_w, self._block_r):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._status_w = self._block_r = -1  # closed once: the numbers may be another file's next
         if ended:
             self._read.wait(10)
 
@@ -157,12 +162,12 @@ class TunGuard:
 
     def _status(self) -> dict[str, int] | None:
         """bwrap's first status message (the sandbox's pid and namespaces), None if bwrap ended first."""
-        data = b""
-        while b"}" not in data:
+        while b"}" not in self._status_data:
             chunk = os.read(self._status_r, 4096)
             if not chunk:
                 return None
-            data += chunk
+            self._status_data += chunk
+        data = self._status_data
         return dict(json.loads(data[: data.index(b"}") + 1]))
 
     def _enter_and_make(self, pid: int, netns: int) -> int:
@@ -195,7 +200,7 @@ class TunGuard:
             ready = {fd for fd, _ in poll.poll()}
             if tun in ready:
                 self._read_all(tun)
-            if self._status_r in ready and not os.read(self._status_r, 4096):
+            if self._status_r in ready and not self._more_status():
                 self._read_all(tun)  # what the command sent before it ended is queued on the device
                 return
 
@@ -225,9 +230,21 @@ class TunGuard:
             with contextlib.suppress(OSError):
                 os.write(tun, answer)
 
+    def _more_status(self) -> bool:
+        """Read what bwrap wrote next to its status pipe; False at its end."""
+        chunk = os.read(self._status_r, 4096)
+        self._status_data += chunk
+        return bool(chunk)
+
     def _drain(self) -> None:
         """Read the status pipe to its end (bwrap must never write to a closed pipe), then close it."""
         with contextlib.suppress(OSError):
-            while os.read(self._status_r, 4096):
+            while self._more_status():
                 pass
         os.close(self._status_r)
+        self._closed.set()
+
+    def status(self) -> bytes | None:
+        """Once bwrap has exited: all it wrote to ``--json-status-fd`` (an exit code only for a
+        command that ran); None if that could not be read to its end."""
+        return self._status_data if self._closed.wait(10) else None

@@ -34,7 +34,7 @@ from .process import wait_readable
 
 #: How long the worker waits before looking again while some attempt is doing harness work.
 IDLE_POLL_SEC = 0.01
-#: How long bwrap may take to set a sandbox up and report it (``--info-fd``).
+#: How long bwrap may take to set a sandbox up and report it (``--json-status-fd``).
 SETUP_TIMEOUT_SEC = 10.0
 
 
@@ -78,8 +78,15 @@ class Prepared:
         return True
 
     def release(self) -> None:
-        """Let the command start (once ``hold`` put it under its limits)."""
+        """Let the command start (once ``hold`` put it under its limits). bwrap's status stays
+        readable (``stopper.set_up``) until ``close``."""
         os.write(self._block_fd, b"x")
+        info_fd, self._info_fd = self._info_fd, -1
+        self._close_fds()
+        self._info_fd = info_fd
+
+    def close(self) -> None:
+        """Once its command ended: close what it still holds."""
         self._close_fds()
 
     def discard(self) -> None:
@@ -113,7 +120,7 @@ def start_prepared(
     env_fd: int,
     sources: Sequence[str],
 ) -> Prepared | None:
-    """Start bwrap (``argv`` holds ``--block-fd block_read`` and ``--info-fd info_write``) and wait
+    """Start bwrap (``argv`` holds ``--block-fd block_read`` and ``--json-status-fd info_write``) and wait
     until the sandbox is set up; None (nothing left running) when bwrap fails or takes too long.
 
     Takes ownership of the five descriptors."""
@@ -143,7 +150,7 @@ def start_prepared(
 
 
 def _read_info(fd: int) -> tuple[int, str] | None:
-    """(host pid of the sandbox's pid 1, its pid namespace) from bwrap's ``--info-fd``, once all of
+    """(host pid of the sandbox's pid 1, its pid namespace) from bwrap's ``--json-status-fd``, once all of
     it is written (bwrap writes it in several pieces); None if bwrap ends or stalls first."""
     deadline = time.monotonic() + SETUP_TIMEOUT_SEC
     data = b""

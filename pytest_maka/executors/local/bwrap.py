@@ -26,7 +26,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -202,7 +202,7 @@ def command_argv(
     ``wrapper`` is a shell script run instead of the command, which it gets as ``$1``.
     ``block_fd``: bwrap sets the sandbox up, then waits for a byte on it before the command.
     """
-    argv = list(prefix)
+    argv, extra_args = list(prefix), tuple(extra_args)
     if isolated and not network:
         argv.append("--unshare-net")
     if isolated and network and resolv_target:
@@ -210,8 +210,9 @@ def command_argv(
     for dest, src in binds.items():
         argv += ["--bind", str(src), dest]
     argv += extra_args
-    if info_fd is not None:
-        argv += ["--info-fd", str(info_fd)]
+    if info_fd is not None:  # the sandbox's pid 1 and namespace, then the exit code if the command ran
+        guarded = "--json-status-fd" in extra_args  # a TUN guard reads it: the pid 1 and namespace only
+        argv += ["--info-fd" if guarded else "--json-status-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
     argv += ["--chdir", cwd, "--clearenv", "--args", str(env_fd)]
@@ -242,20 +243,45 @@ def env_file(env: Mapping[str, str]) -> int:
     return fd
 
 
+def status_records(data: bytes) -> list[dict[str, object]]:
+    """The complete JSON objects bwrap wrote to ``--json-status-fd`` so far, in order: first the
+    sandbox's pid 1 and namespaces, then ``exit-code`` once the command ran and ended (never when
+    the sandbox could not be set up)."""
+    text, records, at = data.decode(errors="replace"), [], 0
+    decoder = json.JSONDecoder()
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        try:
+            record, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return records  # the end, or not all written yet
+        if isinstance(record, dict):
+            records.append(record)
+
+
 def parse_info(data: bytes) -> tuple[int, str] | None:
     """(host pid of the sandbox's pid 1, its pid namespace link text) from what bwrap wrote to
-    ``--info-fd``; None while that is not all there yet."""
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        info = json.loads(data)
-        return int(info["child-pid"]), f"pid:[{int(info['pid-namespace'])}]"
+    ``--json-status-fd``; None while that is not all there yet."""
+    with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
+        info = status_records(data)[0]
+        return int(info["child-pid"]), f"pid:[{int(info['pid-namespace'])}]"  # type: ignore[call-overload]
     return None
 
 
 class NamespaceStopper:
-    """Stops everything in a bwrap pid namespace; the namespace is learnt from ``--info-fd``."""
+    """Stops everything in a bwrap pid namespace; the namespace is learnt from ``--json-status-fd``."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], info_read_fd: int, info: tuple[int, str] | None = None) -> None:
-        """``info``: what bwrap reported, when the caller has read it already."""
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        info_read_fd: int,
+        info: tuple[int, str] | None = None,
+        status: Callable[[], bytes | None] | None = None,
+    ) -> None:
+        """``info``: what bwrap reported, when the caller has read it already. ``status``: where
+        its ``--json-status-fd`` output is read when another reader owns it (a TUN guard)."""
+        self._status = status
         self._proc = proc
         self._info_fd = info_read_fd
         self._info: tuple[int, str] | None = info
@@ -275,11 +301,25 @@ class NamespaceStopper:
     def _namespace(self) -> tuple[int, str] | None:
         """(host pid of the sandbox's pid 1, pid namespace link text), once bwrap reported it."""
         if self._info is None:
-            os.set_blocking(self._info_fd, False)
-            with contextlib.suppress(OSError):
-                self._info_data += os.read(self._info_fd, 65536)
+            self._read_status()
             self._info = parse_info(self._info_data)
         return self._info
+
+    def _read_status(self) -> None:
+        os.set_blocking(self._info_fd, False)
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self._info_fd, 65536):
+                self._info_data += chunk
+
+    def set_up(self) -> bool:
+        """After bwrap exited on its own: whether the command ran at all. bwrap reports its exit
+        code only then; a sandbox it could not set up (a bind source gone, no namespaces left)
+        ends with none: the host's failure, never the command's."""
+        if self._status is not None:
+            data = self._status()
+            return data is None or any("exit-code" in record for record in status_records(data))
+        self._read_status()
+        return any("exit-code" in record for record in status_records(self._info_data))
 
     def _members(self) -> list[int]:
         info = self._namespace()
@@ -337,6 +377,10 @@ class GroupStopper:
 
     def reap(self) -> None:
         _killpg(self._proc.pid, signal.SIGKILL)
+
+    def set_up(self) -> bool:
+        """Nothing to set up without a sandbox."""
+        return True
 
 
 def namespace_pids(ns_link: str) -> list[int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from ...core import cancel
+from ...core.errors import InfraError
 from ..base import ExecResult
 
 _CHUNK = 64 * 1024
@@ -39,6 +40,10 @@ class Stopper(Protocol):
 
     def reap(self) -> None:
         """After a normal exit: make sure nothing the command left behind survives."""
+        ...
+
+    def set_up(self) -> bool:
+        """After a normal exit: whether the command ran (False: its sandbox could not be set up)."""
         ...
 
 
@@ -239,11 +244,12 @@ def _supervise(
     sinks = [_Sink(proc.stdout.fileno(), out, max_output_bytes), _Sink(proc.stderr.fileno(), err, max_output_bytes)]
     pump = OutputPump(sinks)
     pump.start()
-    timed_out = False
+    timed_out, ran = False, True
     try:
         with cancel.on_cancel(stopper.kill):  # a cell cancelled on a pool thread (Ctrl-C)
             finished = wait_for(proc, timeout_sec)
         if finished:
+            ran = stopper.set_up()
             stopper.reap()
         else:
             timed_out = True
@@ -255,6 +261,9 @@ def _supervise(
         pump.finish(_PIPE_CLOSE_SEC)
         proc.stdout.close()
         proc.stderr.close()
+    if not ran:
+        err.flush()
+        raise never_set_up(proc.returncode, Path(err.name).read_bytes()[-4096:])
     return ExecResult(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
@@ -262,6 +271,14 @@ def _supervise(
         stdout_truncated=sinks[0].truncated,
         stderr_truncated=sinks[1].truncated,
     )
+
+
+def never_set_up(code: int | None, stderr: bytes) -> InfraError:
+    """The error of a command whose sandbox could not be set up: the host's failure, with what
+    bwrap said (the last ``bwrap:`` line of its output)."""
+    said = [line for line in stderr.decode(errors="replace").splitlines() if line.startswith("bwrap:")]
+    why = said[-1] if said else f"bwrap exited {code} before running it"
+    return InfraError(f"the command's sandbox could not be set up: {why}")
 
 
 def _open_gate(proc: subprocess.Popen[bytes], gate: int, hold: Callable[[int], None]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -132,16 +132,19 @@ class LocalSandbox(AheadCommands):
             prepared.discard()  # its set-up failed: the command starts as usual
             prepared = None
         if prepared is not None:
-            result = run_started(
-                prepared.proc,
-                prepared.release,
-                timeout_sec=timeout_sec,
-                stdout_path=stdout_path,
-                stderr_path=stderr_path,
-                max_output_bytes=max_output_bytes,
-                grace_sec=self.options.kill_grace_sec,
-                stopper=prepared.stopper,
-            )
+            try:
+                result = run_started(
+                    prepared.proc,
+                    prepared.release,
+                    timeout_sec=timeout_sec,
+                    stdout_path=stdout_path,
+                    stderr_path=stderr_path,
+                    max_output_bytes=max_output_bytes,
+                    grace_sec=self.options.kill_grace_sec,
+                    stopper=prepared.stopper,
+                )
+            finally:
+                prepared.close()
             return replace(result, limits_hit=tuple(self._limits.exceeded()), set_up_ahead=True)
         argv, pass_fds, env_fd, guard, (read_fd, write_fd) = self._launch(command, env, network, cwd)
         try:
@@ -152,9 +155,9 @@ class LocalSandbox(AheadCommands):
                 stderr_path=stderr_path,
                 max_output_bytes=max_output_bytes,
                 grace_sec=self.options.kill_grace_sec,
-                make_stopper=self._stopper(read_fd),
+                make_stopper=self._stopper(read_fd, guard),
                 pass_fds=pass_fds,
-                hold=self._limits.enter,
+                hold=self._hold(guard),
             )
             hit = self._limits.exceeded()
             return replace(result, limits_hit=tuple(hit)) if hit else result
@@ -215,11 +218,23 @@ class LocalSandbox(AheadCommands):
             block_fd=block_fd,
         )
 
-    def _stopper(self, read_fd: int) -> Any:
+    def _hold(self, guard: TunGuard | None) -> Callable[[int], None]:
+        """What runs once the command's process exists, before it may start: its limits, and the
+        TUN guard's pipe ends closed on this side (bwrap's end of its status then ends with it)."""
+
+        def hold(pid: int) -> None:
+            self._limits.enter(pid)
+            if guard is not None:
+                guard.launched()
+
+        return hold
+
+    def _stopper(self, read_fd: int, guard: TunGuard | None) -> Any:
         isolated = self.options.sandbox == "bwrap"
+        status = guard.status if guard is not None else None
 
         def make(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
-            return bwrap.NamespaceStopper(proc, read_fd) if isolated else bwrap.GroupStopper(proc)
+            return bwrap.NamespaceStopper(proc, read_fd, status=status) if isolated else bwrap.GroupStopper(proc)
 
         return make
 
@@ -236,7 +251,7 @@ class LocalSandbox(AheadCommands):
         try:
             proc = LocalProcess(
                 argv,
-                self._stopper(read_fd),
+                self._stopper(read_fd, guard),
                 pass_fds=pass_fds,
                 hold=self._limits.enter,
             )

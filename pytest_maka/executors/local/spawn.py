@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from .process import Stopper, wait_for
+from .process import Stopper, never_set_up, wait_for
 
 
 class LocalProcess:
@@ -49,6 +49,8 @@ class LocalProcess:
         self._stopper = make_stopper(self._proc)
         self._on_end: list[Callable[[], None]] = []
         self._ended = False
+        self._killed = False  # stopped by the harness: its sandbox may never have been set up
+        self._set_up = True
 
     @property
     def pid(self) -> int:
@@ -63,11 +65,14 @@ class LocalProcess:
         if not wait_for(self._proc, timeout):
             return None
         self._end(lambda: self._stopper.reap())
+        if not self._set_up:
+            raise never_set_up(self._proc.returncode, b"")
         return self._proc.returncode
 
     def kill(self, grace_sec: float = 1.0) -> None:
         """SIGTERM the tree, SIGKILL after ``grace_sec``; returns once nothing of it is left."""
         if self._proc.poll() is None:
+            self._killed = True
             self._stopper.terminate()
             if not wait_for(self._proc, grace_sec):
                 self._stopper.kill()
@@ -77,6 +82,7 @@ class LocalProcess:
         if self._ended:
             return
         self._ended = True
+        self._set_up = self._killed or self._stopper.set_up()  # before the callbacks close bwrap's status
         reap()
         self._proc.wait()
         for callback in self._on_end:
