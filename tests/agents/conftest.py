@@ -47,6 +47,29 @@ def installed(cache: AgentCache, kind: str) -> Path:
         raise
 
 
+def opencode_acp(cache: AgentCache, url: str, name: str = "acp") -> dict[str, object]:
+    """``opencode acp`` (installed) as an acp subject whose Anthropic base URL is ``url``/v1, set in
+    its JSON config (opencode reads no ``ANTHROPIC_BASE_URL``)."""
+    installed(cache, "opencode")
+    config = {
+        "model": "anthropic/claude-sonnet-4-5",
+        "provider": {"anthropic": {"options": {"baseURL": f"{url}/v1"}}},
+    }
+    return {
+        "name": name,
+        "kind": "acp",
+        "command": "opencode acp",
+        "install": "opencode",
+        "env": ["ANTHROPIC_API_KEY"],
+        "set_env": {
+            "OPENCODE_CONFIG_CONTENT": json.dumps(config),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        },
+        "cache_dir": str(cache.root),
+    }
+
+
 def bridge_gateway() -> str:
     """The host's address on Docker's default bridge (what host.docker.internal maps to)."""
     import docker

@@ -20,7 +20,7 @@ from pytest_maka.testing.model_faults import Fault
 from pytest_maka.testing.model_server import Action, Script, model_server
 from tests.conftest import Cohort, needs_bwrap
 
-from .conftest import docker_model_server, installed
+from .conftest import docker_model_server, opencode_acp
 
 CLAUDE_ACP = "npm:@zed-industries/claude-code-acp@0.16.2"
 WRITE = [Action.write("/app/done.txt", "ok\n")]
@@ -70,27 +70,6 @@ def claude_acp(cache: Any, url: str) -> dict[str, Any]:
         "install": CLAUDE_ACP,
         "env": ["ANTHROPIC_API_KEY"],
         "set_env": {"ANTHROPIC_BASE_URL": url, "IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
-        "cache_dir": str(cache.root),
-    }
-
-
-def opencode_acp(cache: Any, url: str) -> dict[str, Any]:
-    installed(cache, "opencode")
-    config = {
-        "model": "anthropic/claude-sonnet-4-5",
-        "provider": {"anthropic": {"options": {"baseURL": f"{url}/v1"}}},
-    }
-    return {
-        "name": "acp",
-        "kind": "acp",
-        "command": "opencode acp",
-        "install": "opencode",
-        "env": ["ANTHROPIC_API_KEY"],
-        "set_env": {
-            "OPENCODE_CONFIG_CONTENT": json.dumps(config),
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        },
         "cache_dir": str(cache.root),
     }
 

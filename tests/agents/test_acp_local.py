@@ -11,32 +11,15 @@ import pytest
 from pytest_maka.testing.model_server import Action, Script, model_server
 from tests.conftest import Cohort, needs_bwrap
 
-from .conftest import SECRET, installed, tree_contains
+from .conftest import SECRET, opencode_acp, tree_contains
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.agent, needs_bwrap]
 
 
 def test_opencode_acp_on_the_local_executor(cohort: Cohort, agent_cache, secret_env: str) -> None:  # type: ignore[no-untyped-def]
-    installed(agent_cache, "opencode")
     script = Script(actions=[Action.write("/app/done.txt", "ok\n")], final_text="Done.", input_tokens=500)
     with model_server(script) as server:
-        config = {
-            "model": "anthropic/claude-sonnet-4-5",
-            "provider": {"anthropic": {"options": {"baseURL": f"{server.url}/v1"}}},
-        }
-        subject = {
-            "name": "opencode-acp",
-            "kind": "acp",
-            "command": "opencode acp",
-            "install": "opencode",
-            "env": ["ANTHROPIC_API_KEY"],
-            "set_env": {
-                "OPENCODE_CONFIG_CONTENT": json.dumps(config),
-                "OPENCODE_DISABLE_MODELS_FETCH": "1",
-                "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            },
-            "cache_dir": str(agent_cache.root),
-        }
+        subject = opencode_acp(agent_cache, server.url, name="opencode-acp")
         cohort.task("t", instruction="Create /app/done.txt containing ok.", agent_timeout=240)
         cohort.write(subjects=[subject], policy={"egress": [f"127.0.0.1:{server.port}"]}, retries={"infra": 0})
         result = cohort.run()
