@@ -146,7 +146,8 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
             workdir = check_workdir(main.working_dir)
         except ValueError as exc:
             problems.found.append(str(TaskError(compose, "services.main.working_dir", str(exc))))
-    steps = problems.check(lambda: harbor_parts.steps(spec, root, toml_path, workdir)) or ()
+    host = HostEnv(os.environ)  # ${VAR} in the env tables, filled as Harbor fills them
+    steps = problems.check(lambda: harbor_parts.steps(spec, root, toml_path, workdir, host)) or ()
     verifier_env = None
     if not spec.steps:  # per step otherwise
         verifier_env = problems.check(lambda: harbor_parts.verifier_environment(spec, root, toml_path))
@@ -176,7 +177,6 @@ def load_task(path: Path, options: HarborOptions | None = None) -> Task:
     metadata.update(lenient.Leniency(unknown).metadata())
     meaning = lenient.meaning(unknown, [s.name for s in spec.steps or []])
     package = spec.task
-    host = HostEnv(os.environ)  # ${VAR} in the env tables, filled as Harbor fills them
     if verifier_env is not None and verifier_env.env:
         verifier_env = replace(verifier_env, env=host.fill("verifier.environment.env", verifier_env.env))
     env_vars, verifier_vars = host.fill("environment.env", env.env), host.fill("verifier.env", verifier.env)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from ..core import inputs
@@ -30,6 +31,7 @@ from .harbor_toml import (
     network,
     storage_mb,
 )
+from .host_env import HostEnv
 
 #: Harbor reads only this name (a docker-compose.yml in environment/ is task material, not its definition).
 COMPOSE_NAMES = ("docker-compose.yaml",)
@@ -149,8 +151,10 @@ def _inside(root: Path, step_dir: Path, names: tuple[str, ...]) -> None:
             raise TaskError(path, None, "a step's inputs must stay inside the task directory (a symlink leads out)")
 
 
-def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, ...]:
-    """Every ``[[steps]]`` entry with its directory ``steps/<name>/`` read and checked."""
+def steps(spec: TaskToml, root: Path, file: Path, workdir: str, host: HostEnv) -> tuple[Step, ...]:
+    """Every ``[[steps]]`` entry with its directory ``steps/<name>/`` read and checked; ``${VAR}``
+    in its verifier's env tables filled from ``host`` (Harbor merges the task's and the step's)."""
+    task_verifier_env = host.fill("verifier.env", spec.verifier.env)
     out = []
     for i, section in enumerate(spec.steps or []):
         where = f"steps[{i}]"
@@ -163,6 +167,10 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
             raise TaskError(step_dir, "instruction.md", "missing: every step needs an instruction")
         own_tests = step_dir / "tests"
         verifier_env = verifier_environment(spec, root, file, section, own_tests)
+        if verifier_env is not None and verifier_env.env:
+            own = section.verifier.environment is not None
+            table = f"{where}.verifier.environment.env" if own else _shared_env_table(spec)
+            verifier_env = replace(verifier_env, env=host.fill(table, verifier_env.env))
         tests = _merged_tests(root / "tests", own_tests)
         linux = spec.environment.os == "linux"  # a Windows task's verifier is test.bat: skipped as unsupported
         if linux and not (tests / "test.sh").is_file() and not (verifier_env and verifier_env.bundled_tests):
@@ -185,7 +193,7 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
                 ),
                 agent_user=agent.user if agent.user is not None else spec.agent.user,
                 verifier_user=verifier.user if verifier.user is not None else spec.verifier.user,
-                verifier_env={**spec.verifier.env, **verifier.env},
+                verifier_env={**task_verifier_env, **host.fill(f"{where}.verifier.env", verifier.env)},
                 healthcheck=healthcheck(section.healthcheck),
                 min_reward=section.min_reward,
                 artifacts=artifacts(section.artifacts, workdir),
@@ -197,3 +205,8 @@ def steps(spec: TaskToml, root: Path, file: Path, workdir: str) -> tuple[Step, .
             )
         )
     return tuple(out)
+
+
+def _shared_env_table(spec: TaskToml) -> str:
+    """The table a step's verifier environment takes its env from when it declares none of its own."""
+    return "verifier.environment.env" if spec.verifier.environment is not None else "environment.env"

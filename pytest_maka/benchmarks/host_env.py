@@ -46,5 +46,5 @@ class HostEnv:
         """Why the task cannot run here, or None."""
         if not self.missing:
             return None
-        names = ", ".join(self.missing)
+        names = ", ".join(dict.fromkeys(self.missing))  # a table every step shares is named once
         return f"{names}: takes a variable the host environment does not set (set it, or give a default)"

@@ -33,3 +33,61 @@ def test_a_separate_verifier_environments_env_is_filled_too(tmp_path: Path, monk
     task = harbor.load_task(root)
     assert task.verifier_environment is not None and task.verifier_environment.env == {"KEY": "v-key-99"}
     assert task.host_values == ("v-key-99",) and task.unsupported is None
+
+
+def test_a_steps_verifier_env_tables_are_filled_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Harbor merges the task's ``[verifier.env]`` with the step's and fills both; so is a step's own
+    separate verifier environment's env."""
+    monkeypatch.setenv("MAKA_T_TASK", "task-val-1")
+    monkeypatch.setenv("MAKA_T_STEP", "step-val-2")
+    monkeypatch.setenv("MAKA_T_STEP_ENV", "step-env-3")
+    root = task_dir(
+        tmp_path,
+        """\
+        [verifier.env]
+        TASK = "${MAKA_T_TASK}"
+        BOTH = "task"
+        [[steps]]
+        name = "one"
+        [steps.verifier.env]
+        STEP = "${MAKA_T_STEP}"
+        BOTH = "${MAKA_T_NOPE:-step}"
+        [[steps]]
+        name = "two"
+        [steps.verifier]
+        environment_mode = "separate"
+        [steps.verifier.environment]
+        docker_image = "debian:bookworm-slim"
+        [steps.verifier.environment.env]
+        KEY = "${MAKA_T_STEP_ENV}"
+        """,
+    )
+    for name in ("one", "two"):
+        (root / "steps" / name).mkdir(parents=True)
+        (root / "steps" / name / "instruction.md").write_text(f"Step {name}.")
+    task = harbor.load_task(root)
+    assert task.unsupported is None and task.invalid is None, (task.unsupported, task.invalid)
+    one, two = task.steps
+    assert one.verifier_env == {"TASK": "task-val-1", "BOTH": "step", "STEP": "step-val-2"}
+    assert two.verifier_env == {"TASK": "task-val-1", "BOTH": "task"}
+    assert two.verifier_environment is not None and two.verifier_environment.env == {"KEY": "step-env-3"}
+    assert {"task-val-1", "step-val-2", "step-env-3"} <= set(task.host_values)
+
+
+def test_an_unset_variable_of_a_step_skips_the_task_naming_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MAKA_T_UNSET", raising=False)
+    root = task_dir(
+        tmp_path,
+        '[verifier.env]\nA = "${MAKA_T_UNSET}"\n[[steps]]\nname = "one"\n[steps.verifier.env]\nB = "${MAKA_T_UNSET}"\n'
+        '[[steps]]\nname = "two"\n',
+    )
+    for name in ("one", "two"):
+        (root / "steps" / name).mkdir(parents=True)
+        (root / "steps" / name / "instruction.md").write_text(f"Step {name}.")
+    task = harbor.load_task(root)
+    assert task.unsupported == (
+        "verifier.env.A = '${MAKA_T_UNSET}', steps[0].verifier.env.B = '${MAKA_T_UNSET}': takes a variable the "
+        "host environment does not set (set it, or give a default)"
+    )
