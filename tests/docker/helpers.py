@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_maka.core.task import Task, digest_tree
 from pytest_maka.executors.base import ExecResult, LeaseRequest, Sandbox
+from pytest_maka.executors.docker import labels as L
 from pytest_maka.testing.conformance import make_cell, make_task
 
 _n = itertools.count()
@@ -266,3 +267,35 @@ def run_in(sandbox: Sandbox, tmp_path: Path, command: str, network: bool = True)
     out, err = tmp_path / f"o-{uuid.uuid4().hex[:6]}", tmp_path / f"e-{uuid.uuid4().hex[:6]}"
     sandbox.exec(command, env=EGRESS_ENV, timeout_sec=120, stdout_path=out, stderr_path=err, network=network)
     return out.read_text() + err.read_text()
+
+
+#: A command fetching each URL given, printing its answer or why it failed.
+FETCH = (
+    'python3 -c "import sys, urllib.request as u\n'
+    "for url in sys.argv[1:]:\n"
+    "    try: print(url, u.urlopen(url, timeout=10).read().decode())\n"
+    "    except Exception as e: print(url, 'FAILED', e)\" "
+)
+
+
+def egress_executor(state: Path, upstream: tuple[str, str, int]) -> dict[str, object]:
+    """A Docker executor spec whose egress proxy reaches ``allowed.test`` on the upstream network."""
+    network, ip, _ = upstream
+    return {"kind": "docker", "state_dir": str(state), "egress_network": network, "egress_hosts": {"allowed.test": ip}}
+
+
+def egress_leftovers(docker_api, cell_prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The egress networks, proxies and packet loggers still there for cells named ``cell_prefix``..."""
+    # the listing's own labels: a network another test's lease removes meanwhile cannot be inspected
+    nets = [
+        n["Name"]
+        for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})
+        if (n.get("Labels") or {}).get(L.CELL, "").startswith(cell_prefix)
+    ]
+    helpers = [
+        c["Names"][0]
+        for role in ("egress-proxy", "egress-guard")
+        for c in docker_api.containers(all=True, filters={"label": f"{L.ROLE}={role}"})
+        if c["Labels"].get(L.CELL, "").startswith(cell_prefix)
+    ]
+    return nets + helpers

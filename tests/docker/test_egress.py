@@ -2,56 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shlex
-import signal
-import subprocess
 import uuid
 from pathlib import Path
 
-import docker.errors
 import pytest
 
-from pytest_maka.executors.docker import DockerOptions
 from pytest_maka.executors.docker import labels as L
-from pytest_maka.executors.docker.cleanup import sweep
-from pytest_maka.executors.docker.engines import Engine
 from pytest_maka.testing.servers import EGRESS_TOKEN
 
 from ..conftest import Cohort
-from .helpers import start_run, wait_until
+from .helpers import FETCH, egress_executor, egress_leftovers
 
 pytestmark = pytest.mark.docker
-
-FETCH = (
-    'python3 -c "import sys, urllib.request as u\n'
-    "for url in sys.argv[1:]:\n"
-    "    try: print(url, u.urlopen(url, timeout=10).read().decode())\n"
-    "    except Exception as e: print(url, 'FAILED', e)\" "
-)
-
-
-def _executor(state: Path, upstream: tuple[str, str, int]) -> dict[str, object]:
-    network, ip, _ = upstream
-    return {"kind": "docker", "state_dir": str(state), "egress_network": network, "egress_hosts": {"allowed.test": ip}}
-
-
-def _egress_leftovers(docker_api, cell_prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
-    # the listing's own labels: a network another test's lease removes meanwhile cannot be inspected
-    nets = [
-        n["Name"]
-        for n in docker_api.networks(filters={"label": f"{L.ROLE}=egress"})
-        if (n.get("Labels") or {}).get(L.CELL, "").startswith(cell_prefix)
-    ]
-    helpers = [
-        c["Names"][0]
-        for role in ("egress-proxy", "egress-guard")
-        for c in docker_api.containers(all=True, filters={"label": f"{L.ROLE}={role}"})
-        if c["Labels"].get(L.CELL, "").startswith(cell_prefix)
-    ]
-    return nets + helpers
 
 
 def test_cell_reaches_its_allowlist_and_leaves_nothing(
@@ -63,7 +27,7 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
     urls = f"http://allowed.test:{port}/agent http://unlisted.test:{port}/t http://{ip}:{port}/ip"
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": FETCH + urls + " > $MAKA_LOGS_DIR/net.txt"}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [f"allowed.test:{port}"]},
     )
     result = cohort.run_subprocess(timeout=300)
@@ -75,7 +39,7 @@ def test_cell_reaches_its_allowlist_and_leaves_nothing(
     assert agent["connections"] == {"allowed": 1, "refused": 2}
     assert set(agent["refused_destinations"]) == {f"unlisted.test:{port}", f"{ip}:{port}"}
     assert record["isolation"]["network"]["agent"] == "allowlist"
-    assert _egress_leftovers(docker_api, task) == []
+    assert egress_leftovers(docker_api, task) == []
 
 
 def test_dns_questions_are_logged_and_bytes_counted(
@@ -92,7 +56,7 @@ def test_dns_questions_are_logged_and_bytes_counted(
     )
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": resolve + FETCH + f"http://allowed.test:{port}/a"}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [f"allowed.test:{port}"]},
     )
     result = cohort.run_subprocess(timeout=300)
@@ -106,7 +70,7 @@ def test_dns_questions_are_logged_and_bytes_counted(
     (ok,) = [e for e in events if e["allowed"]]
     assert ok["destination"] == f"allowed.test:{port}" and ok["bytes_in"] > len(EGRESS_TOKEN), ok
     assert ok["bytes"] == ok["bytes_out"] + ok["bytes_in"]
-    assert _egress_leftovers(docker_api, task) == []
+    assert egress_leftovers(docker_api, task) == []
 
 
 #: Sends past the proxy (TEST-NET addresses and the proxy's own address on another port only).
@@ -164,7 +128,7 @@ def test_traffic_past_the_proxy_is_refused_at_once_and_logged(
     command = f"python3 -c {shlex.quote(PAST_PROXY)} > $MAKA_LOGS_DIR/past.txt 2>&1; " + FETCH
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": command + f"http://allowed.test:{port}/a"}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [f"allowed.test:{port}"]},
     )
     result = cohort.run_subprocess(timeout=300)
@@ -191,131 +155,7 @@ def test_traffic_past_the_proxy_is_refused_at_once_and_logged(
     assert agent["off_proxy"] == "refused and logged"
     assert agent["connections"]["allowed"] == 1 and agent["connections"]["refused"] >= 4, agent
     assert {"203.0.113.7:9999", "8.8.8.8:53", "198.51.100.9:80", f"{proxy}:8081"} <= set(agent["refused_destinations"])
-    assert _egress_leftovers(docker_api, task) == []
-
-
-def test_ctrl_c_removes_egress_networks_and_proxies(
-    cohort: Cohort, docker_api, egress_upstream, tmp_path_factory: pytest.TempPathFactory
-) -> None:  # type: ignore[no-untyped-def]
-    _, _, port = egress_upstream
-    prefix = f"egress-slow-{uuid.uuid4().hex[:8]}"
-    for i in range(2):
-        cohort.task(f"{prefix}-{i}", agent_timeout=300)
-    cohort.write(
-        subjects=[{"name": "a", "kind": "command", "command": FETCH + f"http://allowed.test:{port}/x; sleep 300"}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
-        policy={"egress": [f"allowed.test:{port}"]},
-    )
-    proc = start_run(cohort, "-n", "2")
-    try:
-        wait_until(
-            lambda: len(_egress_leftovers(docker_api, prefix)) >= 4 and len(_guard_hosts(docker_api, proc.pid)) == 2,
-            180,
-        )
-        assert len(_egress_leftovers(docker_api, prefix)) == 4, "two networks and proxies"
-        hosts = _guard_hosts(docker_api, proc.pid)  # one per worker, where the packet loggers run
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert _egress_leftovers(docker_api, prefix) == [], out.decode(errors="replace")[-3000:]
-    assert [h for h in hosts if docker_api.containers(all=True, filters={"id": h})] == [], "no guard host is left"
-
-
-def _guard_hosts(docker_api, controller: int) -> list[str]:  # type: ignore[no-untyped-def]
-    """The guard hosts of the run whose controller is ``controller`` (made by its xdist workers)."""
-
-    def parent(pid: str) -> int:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        return -1
-
-    found = docker_api.containers(all=True, filters={"label": f"{L.ROLE}=egress-guard-host"})
-    return [c["Id"] for c in found if parent(c["Labels"].get(L.OWNER_PID, "0")) == controller]
-
-
-def test_docker_cleanup_removes_egress_networks_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    labels = {**L.owner_labels(), L.OWNER_PID: str(dead.pid), L.OWNER_START: "0", L.ROLE: "egress", L.CELL: "dead"}
-    alive = {**L.owner_labels(), L.ROLE: "egress", L.CELL: "alive"}
-    gone = docker_api.create_network("maka-test-dead-egress", internal=True, labels=labels)["Id"]
-    kept = docker_api.create_network("maka-test-live-egress", internal=True, labels=alive)["Id"]
-    try:
-        options = DockerOptions()
-        engine = Engine(options.engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
-        removed = sweep(engine)  # (a concurrent run's sweep may have removed the dead one first)
-        assert not any("maka-test-live-egress" in r for r in removed)
-        names = {n["Name"] for n in docker_api.networks()}
-        assert "maka-test-dead-egress" not in names and "maka-test-live-egress" in names
-    finally:
-        for net in (gone, kept):
-            with contextlib.suppress(docker.errors.NotFound):
-                docker_api.remove_network(net)
-
-
-def test_docker_cleanup_removes_packet_loggers_of_dead_runs(docker_api, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    """A helper sharing a dead attempt container's namespace goes with it, whichever is listed first.
-
-    Their owner is a live process until both run, and dies only then: a container labelled
-    dead from its creation is fair game for the sweep of any run going on meanwhile (another
-    test's), which once removed the attempt container before its helper could join it.
-    """
-    owner = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
-    cell = f"dead-guard-{uuid.uuid4().hex[:8]}"
-    start = L.process_start(owner.pid)
-    assert start is not None
-    labels = {**L.owner_labels(), L.OWNER_PID: str(owner.pid), L.OWNER_START: start, L.CELL: cell}
-    made = []
-    try:
-        box = docker_api.create_container("python:3.11-slim", ["sleep", "infinity"], labels=labels)["Id"]
-        made.append(box)
-        docker_api.start(box)
-        host_config = docker_api.create_host_config(network_mode=f"container:{box}", cap_drop=["ALL"])
-        guard = docker_api.create_container(
-            "python:3.11-slim",
-            ["sleep", "infinity"],
-            labels={**labels, L.ROLE: "egress-guard"},
-            host_config=host_config,
-        )["Id"]
-        made.append(guard)
-        docker_api.start(guard)
-        owner.kill()
-        owner.wait()  # now the run that made them is dead
-        engine = Engine(DockerOptions().engine_list()[0], slots=1, state_dir=state_dir, retry_sec=0)
-        sweep(engine)
-        assert _egress_leftovers(docker_api, cell) == []
-        assert not docker_api.containers(all=True, filters={"label": f"{L.CELL}={cell}"})
-    finally:
-        owner.kill()
-        owner.wait()
-        for cid in reversed(made):
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # gone, or going (409)
-                docker_api.remove_container(cid, force=True)
-
-
-def test_a_proxy_that_cannot_start_is_infra_failure_and_leaves_nothing(
-    cohort: Cohort, docker_api, tmp_path_factory: pytest.TempPathFactory
-) -> None:  # type: ignore[no-untyped-def]
-    cohort.task("egress-broken")
-    cohort.write(
-        subjects=[{"name": "a", "kind": "command", "command": FETCH + "http://allowed.test:8080/"}],
-        executor={
-            "kind": "docker",
-            "state_dir": str(tmp_path_factory.mktemp("state")),
-            "egress_network": "maka-test-no-such-network",
-        },
-        policy={"egress": ["allowed.test:8080"]},
-        retries={"infra": 0},
-    )
-    cohort.run_subprocess(timeout=300)
-    record = cohort.results()["egress-broken[a-r0]"]
-    assert record["status"] == "infra_failure"
-    assert "egress proxy" in record["error"]["message"] and "maka-test-no-such-network" in record["error"]["message"]
-    assert (record.get("agent") or {}).get("exit_code") is None, "the subject never ran"
-    assert _egress_leftovers(docker_api, "egress-broken") == []
+    assert egress_leftovers(docker_api, task) == []
 
 
 # --- compose sidecars: the `services` mode, and an allowlist beside the sidecars -------------------
@@ -362,7 +202,7 @@ def test_a_packet_logger_that_cannot_start_says_so_and_opens_nothing(
     agent = log.summary("agent")
     assert agent["off_proxy"].startswith("not logged: ") and "cannot bind the NFLOG group" in agent["off_proxy"]
     assert agent["connections"] == {"allowed": 1, "refused": 0}, "nothing past the proxy is counted"
-    assert _egress_leftovers(docker_api, cell.id) == []
+    assert egress_leftovers(docker_api, cell.id) == []
 
 
 #: Raw request lines sent to the proxy: "NAME TEXT" per request, NAME in the path it would reach.
@@ -406,7 +246,7 @@ def test_request_forms_are_decided_on_the_destination_the_proxy_connects_to(
     command = f"python3 -c {shlex.quote(RAW_FORMS)} {args} > $MAKA_LOGS_DIR/forms.txt 2>&1"
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": command}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [a]},
     )
     result = cohort.run_subprocess(timeout=300)

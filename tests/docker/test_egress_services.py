@@ -9,7 +9,7 @@ import pytest
 from pytest_maka.testing.servers import EGRESS_TOKEN
 
 from ..conftest import Cohort
-from .test_egress import FETCH, _egress_leftovers, _executor
+from .helpers import FETCH, egress_executor, egress_leftovers
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +49,7 @@ def test_services_mode_reaches_the_sidecars_by_name_and_nothing_else(
     urls = f"http://web:8000/index.txt http://{ip}:{port}/direct"
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": FETCH + urls + " > $MAKA_LOGS_DIR/net.txt"}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         retries={"infra": 0},
     )
     result = cohort.run_subprocess(timeout=600)
@@ -61,7 +61,7 @@ def test_services_mode_reaches_the_sidecars_by_name_and_nothing_else(
     assert network["agent"] == network["verifier"] == network["setup"] == "services", network
     assert network["phases"]["agent"] == {"mode": "services", "declared": "none", "services": ["web"]}
     assert not (cohort.out / record["artifacts"]["agent_logs"]).parent.joinpath("egress-build.log").exists()
-    assert _egress_leftovers(docker_api, task) == []
+    assert egress_leftovers(docker_api, task) == []
 
 
 @pytest.mark.needs("compose")
@@ -75,7 +75,7 @@ def test_an_allowlist_beside_sidecars_reaches_both_and_is_refused_elsewhere(
     command = f"echo NO_PROXY=$NO_PROXY > $MAKA_LOGS_DIR/net.txt; {FETCH}{urls} >> $MAKA_LOGS_DIR/net.txt"
     cohort.write(
         subjects=[{"name": "a", "kind": "command", "command": command}],
-        executor=_executor(tmp_path_factory.mktemp("state"), egress_upstream),
+        executor=egress_executor(tmp_path_factory.mktemp("state"), egress_upstream),
         policy={"egress": [f"allowed.test:{port}"]},
         retries={"infra": 0},
     )
@@ -91,7 +91,7 @@ def test_an_allowlist_beside_sidecars_reaches_both_and_is_refused_elsewhere(
     assert agent["connections"] == {"allowed": 1, "refused": 1}, agent
     assert agent["refused_destinations"] == {f"unlisted.test:{port}": 1}
     assert record["isolation"]["network"]["verifier"] == "services"
-    assert _egress_leftovers(docker_api, task) == []
+    assert egress_leftovers(docker_api, task) == []
 
 
 #: Tries a UDP send and a TCP connect past the proxy; prints what it got.

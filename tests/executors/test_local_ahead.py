@@ -16,7 +16,7 @@ from pytest_maka.core.cell import Cell
 from pytest_maka.executors.base import ExecResult
 from pytest_maka.executors.local import LocalOptions, LocalSandbox, limits
 from pytest_maka.executors.local.ahead import AheadRequest, AheadWorker
-from pytest_maka.executors.local.bwrap import namespace_pids
+from pytest_maka.executors.local.stoppers import namespace_pids
 from pytest_maka.testing import make_task
 
 pytestmark = [

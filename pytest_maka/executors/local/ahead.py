@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ...core import progress
-from .bwrap import NamespaceStopper, parse_info
 from .process import wait_readable
+from .stoppers import NamespaceStopper, parse_info
 
 #: How long the worker waits before looking again while some attempt is doing harness work.
 IDLE_POLL_SEC = 0.01

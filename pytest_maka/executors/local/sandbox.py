@@ -19,7 +19,7 @@ from ..base import ExecResult
 from ..content import write_via_put
 from ..copyout import CopyReport
 from ..hostfs import remove_path
-from . import bwrap, disk
+from . import bwrap, disk, stoppers
 from .ahead import AheadSlot
 from .ahead_commands import AheadCommands
 from .describe import describe_isolation
@@ -233,8 +233,8 @@ class LocalSandbox(AheadCommands):
         isolated = self.options.sandbox == "bwrap"
         status = guard.status if guard is not None else None
 
-        def make(proc: Any) -> bwrap.NamespaceStopper | bwrap.GroupStopper:
-            return bwrap.NamespaceStopper(proc, read_fd, status=status) if isolated else bwrap.GroupStopper(proc)
+        def make(proc: Any) -> stoppers.NamespaceStopper | stoppers.GroupStopper:
+            return stoppers.NamespaceStopper(proc, read_fd, status=status) if isolated else stoppers.GroupStopper(proc)
 
         return make
 
