@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,30 @@ def test_on_an_engine_elsewhere_a_helper_container_removes(make_executor, docker
                 assert f"container:{sandbox.id}" not in pid_modes, "the helper container was removed"
         finally:
             executor.close()  # while the relay still answers
+
+
+def test_the_protected_restore_deletes_what_the_subject_added_running_nothing(
+    make_executor, docker_api, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """SWE-bench's restore deletes the files the subject added under the image's system
+    directories with the harness's probe: the engine saw no command in the container while it
+    did (its rm, even restored from the image, never runs), and the files are gone."""
+    task = plain_task(tmp_path / "t")
+    with make_executor().lease(request(task, tmp_path)) as sandbox:
+        added = ["/usr/local/lib/planted.pth", "/usr/local/bin/helper", "/etc/added.conf"]
+        result, _, err = run(sandbox, " && ".join(f"echo x > {p}" for p in added), tmp_path)
+        assert result.exit_code == 0, err
+        since = int(time.time()) - 1
+        report = sandbox.restore_protected(tmp_path)  # type: ignore[attr-defined]
+        assert set(added) <= set(report["restored"]), report
+        assert not any("rm" in n for n in report.get("notes", [])), report
+        for path in added:
+            assert stat_path(docker_api, sandbox.id, path) is None, path
+        events = docker_api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            decode=True,
+            filters={"container": sandbox.id, "event": "exec_create"},
+        )
+        commands = [e["Action"].split(":", 1)[1].split() for e in events]
+        assert not any(Path(c[0]).name == "rm" for c in commands if c), commands

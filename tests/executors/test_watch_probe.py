@@ -53,7 +53,15 @@ def test_the_probe_still_answers_inside_the_root(tmp_path: Path) -> None:
     root.mkdir()
     (root / "victim").write_text("stale")
     source = Path(watch_probe.__file__).read_text()
-    requests = [{"op": "unlink", "path": "/victim"}, {"op": "unlink", "path": "/victim"}, {"op": "nope"}]
+    (root / "a").write_text("added")
+    (root / "full").mkdir()
+    (root / "full" / "x").write_text("x")
+    requests = [
+        {"op": "unlink", "path": "/victim"},
+        {"op": "unlink", "path": "/victim"},
+        {"op": "nope"},
+        {"op": "unlink", "paths": ["/a", "/gone", "/full"]},
+    ]
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", source, str(root)],
         input="".join(json.dumps(r) + "\n" for r in requests) + "not json\n",
@@ -63,4 +71,5 @@ def test_the_probe_still_answers_inside_the_root(tmp_path: Path) -> None:
     )
     answers = [json.loads(line) for line in out.stdout.splitlines()]
     assert answers[:3] == [{"removed": True}, {"removed": False}, {"error": "unknown request 'nope'"}], out.stderr
-    assert "error" in answers[3] and not (root / "victim").exists()
+    assert answers[3] == {"removed": 1, "failed": ["cannot remove /full: [Errno 39] Directory not empty: '/full'"]}
+    assert "error" in answers[4] and not (root / "victim").exists() and not (root / "a").exists()

@@ -182,15 +182,17 @@ class ContainerFiles:
         if self._exists(path):
             raise SubjectFault(f"could not remove {path}{problem}", [path])
 
-    def _unlink(self, path: str) -> None:
-        """Delete what is at ``path`` with the probe (a stopped container is started again first,
-        as for any harness command)."""
+    def _unlink(self, *paths: str) -> None:
+        """Delete what is at each of ``paths`` with the probe (a stopped container is started
+        again first, as for any harness command); RuntimeError says what could not be."""
         with self.engine.guard("inspecting the container"):
             running = bool((self.api.inspect_container(self.id).get("State") or {}).get("Running"))
         if not running:
             self._restart()
         watch = AccessWatch(self.engine, self.id, self._watch_images())
         try:
-            watch.unlink(path)
+            failed = watch.unlink_all(list(paths))
         finally:
             watch.close()
+        if failed:
+            raise RuntimeError("; ".join(failed))

@@ -53,6 +53,7 @@ from .protect_paths import (
     under,
     valid_ancestor,
 )
+from .watch import ProbeUnavailable
 
 
 class Restorer:
@@ -68,7 +69,11 @@ class Restorer:
         workdir: str,
         content: bool = False,
         mounts: tuple[str, ...] = (),
+        unlink: Callable[[list[str]], None] | None = None,
     ) -> None:
+        """``unlink``: deletes paths as the container sees them from outside it (the access
+        watch's probe); raises ProbeUnavailable where none can run, RuntimeError on a failure."""
+        self.unlink = unlink
         self.api = engine.api
         self.content = content
         self.engine = engine
@@ -232,7 +237,8 @@ class Restorer:
             self._placeholder(path)
 
     def delete(self) -> None:
-        """Delete the placeholders with the image's own rm (restored by ``copy_back``)."""
+        """Delete the placeholders with the harness's probe (else the image's own rm, restored by
+        ``copy_back``)."""
         if self.added or self._absent:
             self._delete(self.pristine, [*self.added, *self._absent])
 
@@ -332,6 +338,17 @@ class Restorer:
             spool.seek(0)
             self._put(posixpath.dirname(path), spool)
 
+    def _delete_with_rm(self, pristine: str, targets: list[str]) -> None:
+        """Where no probe can run: the image's own rm, restored by ``copy_back``, no environment."""
+        rm = find_rm(self._stat_of(pristine))
+        if rm is None:
+            raise SubjectFault("cannot delete what the subject added: the image has no rm", targets)
+        with self.guard("deleting what the subject added"):
+            for start in range(0, len(targets), 500):
+                argv = [rm, "-f", "--", *targets[start : start + 500]]
+                eid = self.api.exec_create(self.container, argv, environment=[])
+                self.api.exec_start(eid["Id"])
+
     def _restore_mode(self, pristine: str, path: str) -> None:
         """Put back a directory's own mode and owner (its content stays)."""
         head = bytearray()
@@ -354,15 +371,17 @@ class Restorer:
         self._put(posixpath.dirname(path), out.getvalue())
 
     def _delete(self, pristine: str, targets: list[str]) -> None:
-        rm = find_rm(self._stat_of(pristine))
-        if rm is None:
-            raise SubjectFault("cannot delete what the subject added: the image has no rm", targets)
         stat = self._stat_of(self.container)
-        with self.guard("deleting what the subject added"):
-            for start in range(0, len(targets), 500):
-                argv = [rm, "-f", "--", *targets[start : start + 500]]
-                eid = self.api.exec_create(self.container, argv, environment=[])
-                self.api.exec_start(eid["Id"])
+        if self.unlink is None:
+            self._delete_with_rm(pristine, targets)
+        else:
+            try:
+                self.unlink(targets)  # the harness's probe: no program of the container runs
+            except ProbeUnavailable as exc:
+                self.notes.append(f"what the subject added was deleted with the image's rm: {exc}")
+                self._delete_with_rm(pristine, targets)
+            except RuntimeError:
+                pass  # what is left is named below
         left = [p for p in targets if stat(p) is not None]
         if left:
             raise SubjectFault(f"could not delete what the subject added at {left[0]}", left)

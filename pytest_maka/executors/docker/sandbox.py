@@ -230,6 +230,7 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
             workdir=self.workdir,
             content=self._content_check,
             mounts=self._mounts,
+            unlink=lambda paths: self._unlink(*paths),
         )
 
     # --- what the subject changed outside the workdir, and what the verifier used of it ----

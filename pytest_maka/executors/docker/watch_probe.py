@@ -13,7 +13,9 @@ inside that container, then answers one JSON line per request on its standard st
   than a day).
 - ``{"op": "unlink", "path": path}``: the file, link or empty directory at ``path`` is
   deleted (its last part not followed); the answer says whether there was one. The sandbox's
-  ``remove`` uses it, so that no program of the container deletes anything.
+  ``remove`` uses it, and the protected restore (``"paths": [...]``, each deleted alike; the
+  answer lists the first few that could not be), so that no program of the container deletes
+  anything.
 
 Standard library only, every module imported before the root changes (nothing is imported
 from the attempt container's files). Also run as ``python3 -I -S -c SOURCE``.
@@ -87,6 +89,12 @@ def unlink(path: str) -> dict[str, object]:
     return {"removed": True}
 
 
+def unlink_all(paths: list[str]) -> dict[str, object]:
+    answers = [unlink(path) for path in paths]
+    failed = [str(answer["error"]) for answer in answers if "error" in answer]
+    return {"removed": sum(1 for answer in answers if answer.get("removed")), "failed": failed[:5]}
+
+
 def main(argv: list[str]) -> int:
     try:
         enter_root(argv[0] if argv else "/proc/1/root")
@@ -100,6 +108,8 @@ def main(argv: list[str]) -> int:
                 answer = arm([str(p) for p in request.get("paths") or []])
             elif request.get("op") == "read":
                 answer = read([(str(p), int(m)) for p, m in request.get("armed") or []])
+            elif request.get("op") == "unlink" and "paths" in request:
+                answer = unlink_all([str(p) for p in request["paths"]])
             elif request.get("op") == "unlink":
                 answer = unlink(str(request["path"]))
             else:
