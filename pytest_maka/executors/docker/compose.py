@@ -150,16 +150,25 @@ class ComposeProject:
             "services": services,
             # every network internal (no route out) and the project's own (a fixed ``name:`` would be shared)
             "networks": {
-                k: {"name": self.network_name(k), "internal": True, "labels": dict(self.labels)}
+                k: self._over(self.declared_networks.get(k), name=self.network_name(k), internal=True)
                 for k in sorted({"default", *self.declared_networks})
             },
             # every volume of the project by the project's name (a fixed ``name:`` would be shared)
-            "volumes": {k: {"name": self.volume_name(k), "labels": dict(self.labels)} for k in self.declared_volumes},
+            "volumes": {k: self._over(v, name=self.volume_name(k)) for k, v in self.declared_volumes.items()},
         }
         self.work_dir.mkdir(parents=True, exist_ok=True)
         path = self.work_dir / "compose.override.json"
         path.write_text(json.dumps(override, indent=1))
         return path
+
+    def _over(self, declared: Any, **ours: Any) -> dict[str, Any]:
+        """A network's or volume's whole definition with ours laid over it: Compose may replace a
+        definition an override names (v2.22 drops the task's ``ipam``, and with it a fixed address)."""
+        entry = dict(declared) if isinstance(declared, dict) else {}
+        labels = entry.get("labels") or {}
+        if isinstance(labels, list):  # ["key=value", ...]
+            labels = dict(str(item).partition("=")[::2] for item in labels)
+        return {**entry, **ours, "labels": {**labels, **self.labels}}
 
     def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **self.variables}
