@@ -115,6 +115,21 @@ def test_a_command_made_while_the_container_ends_runs_after_a_restart(
         assert sandbox.restarts == restarts + 1
 
 
+def test_a_process_spawned_after_the_keeper_ended_runs_in_the_restarted_container(
+    make_executor, docker_api, tmp_path: Path
+) -> None:
+    """As for a command: an agent spawned after an earlier command ended the container's keeper
+    starts in the container started again, with what the earlier commands made."""
+    with make_executor().lease(request(plain_task(tmp_path / "t"), tmp_path)) as sandbox:
+        run(sandbox, "echo kept > /app/file", tmp_path)
+        docker_api.kill(sandbox.id)
+        docker_api.wait(sandbox.id, timeout=10)
+        restarts = sandbox.restarts
+        proc = sandbox.spawn("cat /app/file", env={"PATH": "/usr/bin:/bin"})
+        assert proc.stdout.read() == b"kept\n" and proc.wait(30) == 0
+        assert sandbox.restarts == restarts + 1
+
+
 @pytest.fixture
 def bridge_server() -> Iterator[tuple[str, int]]:
     """A TCP server on all host addresses; returns (bridge gateway address, port)."""

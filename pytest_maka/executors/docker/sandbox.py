@@ -170,10 +170,22 @@ class DockerSandbox(VerdictSandbox, ContainerCommands, ContainerFiles, Container
             if network:
                 self._join(target, proxied is not None)
             env = {**env, **proxied.env} if proxied else env
-            proc = DockerProcess(self, command, env=env, cwd=cwd or self.workdir)
+            proc = self._spawn(command, env, cwd or self.workdir)
             if network:
                 proc.on_end(lambda: self._leave(target))
             return proc
+
+    def _spawn(self, command: str, env: Mapping[str, str], cwd: str) -> DockerProcess:
+        """The process; where an earlier command ended the container's keeper (the engine refuses
+        the exec, or drops it with the ending container), the container is started again first,
+        as for ``exec``."""
+        try:
+            return DockerProcess(self, command, env=env, cwd=cwd)
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409) or self._running():
+                raise
+        self._restart()
+        return DockerProcess(self, command, env=env, cwd=cwd)
 
     def get(self, sandbox_path: str, host_path: Path, *, report: CopyReport | None = None) -> bool:
         """Copy out (``ContainerFiles.get``); from the open private verdict channel, its host directory."""
