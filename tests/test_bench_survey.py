@@ -23,16 +23,7 @@ def _task(root: Path, name: str) -> None:
 
 
 def test_the_survey_substitutes_the_base_images_of_the_tasks_it_picks(tmp_path: Path) -> None:
-    repo = tmp_path / "mirrors" / "someone+tasks"
-    for name in ("alpha-task", "beta-task"):
-        _task(repo, name)
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git[:3], "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "tasks"], check=True)
-    commit = subprocess.run([*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    manifest = tmp_path / "repos.yaml"
-    manifest.write_text(f'repositories:\n  - {{repo: someone/tasks, commit: {commit}, path: ""}}\n')
+    manifest, commit = _repo(tmp_path, ("alpha-task", "beta-task"))
     work = tmp_path / "work"
     cmd = [sys.executable, str(SCRIPT), str(manifest), "--mirrors", str(tmp_path / "mirrors"), "--work", str(work)]
     cmd += ["--match", "beta-*", "--base-image", "ghcr.io/example/base:1=debian:bookworm-slim"]

@@ -17,14 +17,10 @@ from typing import Any
 
 import pytest
 
-from ...core.cell import Cell
-from ...core.spec import Budgets, Policy, Retries, SubjectSpec
+from ...core.spec import Policy, Retries
 from ...core.task import Task
 from ...executors.base import Executor
-from ...run.lifecycle import CellRunner, RunSettings
-from ...store.ledger import Ledger
-from ...subjects.command import Command, CommandOptions
-from ...verifiers.reward import RewardVerifier
+from .attempts import command_attempt
 from .base import ConformanceBase
 
 #: The verifier: reward 1 only when the workdir's output.txt says "right".
@@ -50,29 +46,20 @@ class DenominatorTests(ConformanceBase):
         **budgets: Any,
     ) -> dict[str, Any]:
         """One attempt of a ``command`` subject under ``budgets``; its record as results.jsonl holds it."""
-        assert task.tests_dir is not None
-        (task.tests_dir / "test.sh").write_text(verifier)
         n = next(self._runs)
-        spec = SubjectSpec(
+        return command_attempt(
+            executor,
+            task,
+            tmp_path,
+            command,
+            n=n,
             name=f"denominator-{n}",
-            kind="command",
-            options=CommandOptions(command=command),
-            declared_in=tmp_path / "cohort.yaml",
-            digest=f"{n:064d}",
-        )
-        out, scratch = tmp_path / f"denominator-out-{n}", tmp_path / f"denominator-scratch-{n}"
-        scratch.mkdir()
-        settings = RunSettings(
-            cohort="conformance",
-            out_dir=out,
-            budgets=Budgets(**{"agent_timeout_sec": 120, "verifier_timeout_sec": 120, **budgets}),
+            dirs="denominator-",
+            verifier=verifier,
+            budgets=budgets,
             policy=Policy(allow_unsandboxed=True),
             retries=Retries(infra=1),
         )
-        runner = CellRunner(settings, executor, {spec.name: Command(spec)}, {"reward": RewardVerifier()}, Ledger(out))
-        executor.prepare([task])
-        record = runner.run_cell(Cell(task=task, subject=spec, repetition=1), executor.lease, scratch)
-        return record.to_json()
 
     def assert_its_failure(self, record: dict[str, Any]) -> None:
         assert record["status"] == "agent_failure" and record["official"] is True, record["error"]

@@ -19,14 +19,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ...core.cell import Cell
-from ...core.spec import Budgets, Policy, Retries, SubjectSpec
+from ...core.spec import Policy, Retries
 from ...core.task import Task
 from ...executors.base import Executor
-from ...run.lifecycle import CellRunner, RunSettings
-from ...store.ledger import Ledger
-from ...subjects.command import Command, CommandOptions
-from ...verifiers.reward import RewardVerifier
+from .attempts import command_attempt
 from .base import ConformanceBase
 
 #: The verifier: Python (stdlib json and os) decides from the workdir; reward 1 only for done.txt.
@@ -160,31 +156,20 @@ class TamperTests(ConformanceBase):
     ) -> dict[str, Any]:
         """One whole attempt of a ``command`` subject (``verifier``: the test.sh, ``tests``: more
         files of the tests directory); returns its record as JSON (the ledger's line)."""
-        assert task.tests_dir is not None
-        (task.tests_dir / "test.sh").write_text(verifier)
-        for name, text in (tests or {}).items():
-            (task.tests_dir / name).write_text(text)
         n = next(self._attempts)
-        spec = SubjectSpec(
+        return command_attempt(
+            executor,
+            task,
+            tmp_path,
+            command,
+            n=n,
             name=f"subject-{n}",
-            kind="command",
-            options=CommandOptions(command=command),
-            declared_in=tmp_path / "cohort.yaml",
-            digest=f"{n:064d}",
-        )
-        out, scratch = tmp_path / f"out-{n}", tmp_path / f"scratch-{n}"
-        scratch.mkdir()
-        settings = RunSettings(
-            cohort="conformance",
-            out_dir=out,
-            budgets=Budgets(agent_timeout_sec=120, verifier_timeout_sec=120),
+            dirs="",
+            verifier=verifier,
+            tests=tests,
             policy=Policy(allow_unsandboxed=True, refuse_tainted=refuse_tainted),
             retries=Retries(infra=0),
         )
-        runner = CellRunner(settings, executor, {spec.name: Command(spec)}, {"reward": RewardVerifier()}, Ledger(out))
-        executor.prepare([task])
-        record = runner.run_cell(Cell(task=task, subject=spec, repetition=1), executor.lease, scratch)
-        return record.to_json()  # as results.jsonl holds it
 
     def require_own_root(self) -> None:
         """Never run a test that writes system directories where they are the host's."""
